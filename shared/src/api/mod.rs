@@ -1,0 +1,290 @@
+//! The queue's HTTP API, independent of any server: the local server (hyper/axum) and the
+//! Lambda functions (`lambda_http`) both turn their request into an [`ApiRequest`] and send
+//! back the [`ApiResponse`].
+//!
+//! Request pipeline, as upstream: parse body → authenticate → URL params → query → input
+//! schema (defaults filled) → handler (which authorises, sometimes after loading the task) →
+//! output schema.
+
+pub mod auth;
+mod handlers;
+pub mod routes;
+
+use crate::error::{ApiError, ErrorCode};
+use crate::queue::Queue;
+use crate::schema;
+use crate::time::Ts;
+use auth::{Authenticator, Caller};
+use bytes::Bytes;
+use http::{HeaderMap, Method};
+use routes::Route;
+use serde_json::{json, Map, Value};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Largest accepted body (upstream's `inputLimit`).
+pub const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
+/// Every route is served under this prefix.
+pub const PREFIX: &str = "/api/queue/v1";
+
+/// A request, as any server hands it over.
+#[derive(Debug, Clone)]
+pub struct ApiRequest {
+    /// HTTP method.
+    pub method: Method,
+    /// The raw (still percent-encoded) path, including [`PREFIX`].
+    pub path: String,
+    /// The raw query string.
+    pub query: Option<String>,
+    /// Request headers.
+    pub headers: HeaderMap,
+    /// The body.
+    pub body: Bytes,
+}
+
+/// A response, for any server to send.
+#[derive(Debug, Clone)]
+pub struct ApiResponse {
+    /// HTTP status.
+    pub status: u16,
+    /// Headers besides the standard ones.
+    pub headers: Vec<(&'static str, String)>,
+    /// JSON body.
+    pub body: Vec<u8>,
+}
+
+impl ApiResponse {
+    fn json(status: u16, body: &Value) -> Self {
+        ApiResponse {
+            status,
+            headers: standard_headers(),
+            body: serde_json::to_vec(body).unwrap_or_default(),
+        }
+    }
+}
+
+fn standard_headers() -> Vec<(&'static str, String)> {
+    vec![
+        ("content-type", "application/json; charset=utf-8".into()),
+        ("cache-control", "no-store no-cache must-revalidate".into()),
+        ("access-control-allow-origin", "*".into()),
+        (
+            "access-control-allow-methods",
+            "OPTIONS,GET,HEAD,POST,PUT,DELETE,TRACE,CONNECT".into(),
+        ),
+        (
+            "access-control-allow-headers",
+            "X-Requested-With,Content-Type,Authorization,Accept,Origin,Cache-Control".into(),
+        ),
+    ]
+}
+
+/// What a handler sees: checked parameters, query, body and caller.
+pub struct Call {
+    /// Decoded URL parameters by name.
+    pub params: HashMap<&'static str, String>,
+    /// Query arguments.
+    pub query: HashMap<String, String>,
+    /// The validated body (or `{}`).
+    pub body: Value,
+    /// The authenticated caller.
+    pub caller: Caller,
+    /// When the request arrived.
+    pub now: Ts,
+}
+
+impl Call {
+    /// A URL parameter (always present: the route matched).
+    pub fn param(&self, name: &str) -> &str {
+        self.params
+            .get(name)
+            .map(String::as_str)
+            .unwrap_or_default()
+    }
+}
+
+/// The API: the queue service plus authentication.
+pub struct Api {
+    /// The queue service.
+    pub queue: Arc<Queue>,
+    /// Authentication.
+    pub auth: Arc<dyn Authenticator>,
+    /// Start time, for `ping`'s uptime.
+    pub started: Instant,
+    /// Validate every response against its schema (a violation becomes a 500).
+    pub validate_output: bool,
+}
+
+impl Api {
+    /// An API over a queue, with the given authenticator.
+    pub fn new(queue: Arc<Queue>, auth: Arc<dyn Authenticator>) -> Self {
+        Api {
+            queue,
+            auth,
+            started: Instant::now(),
+            validate_output: true,
+        }
+    }
+
+    /// Serves any route.
+    pub async fn handle(&self, req: ApiRequest) -> ApiResponse {
+        self.serve(req, None).await
+    }
+
+    /// Serves only the endpoint named `name` (one Lambda function per endpoint); any other
+    /// route is 404.
+    pub async fn handle_only(&self, name: &str, req: ApiRequest) -> ApiResponse {
+        self.serve(req, Some(name)).await
+    }
+
+    async fn serve(&self, req: ApiRequest, only: Option<&str>) -> ApiResponse {
+        let now = Ts::now();
+        let mut info = json!({ "method": "unknown", "params": {}, "payload": {}, "time": now });
+        if req.method == Method::OPTIONS {
+            return ApiResponse {
+                status: 204,
+                headers: standard_headers(),
+                body: vec![],
+            };
+        }
+        let result = self.serve_inner(&req, only, now, &mut info).await;
+        match result {
+            Ok((status, body)) => ApiResponse::json(status, &body),
+            Err(e) => error_response(&e, &req.method, info),
+        }
+    }
+
+    async fn serve_inner(
+        &self,
+        req: &ApiRequest,
+        only: Option<&str>,
+        now: Ts,
+        info: &mut Value,
+    ) -> Result<(u16, Value), ApiError> {
+        let Some(rest) = req.path.strip_prefix(PREFIX) else {
+            return Err(ApiError::not_found(format!("No such path {}", req.path)));
+        };
+        let (route, raw_params) = routes::find(&req.method, rest)
+            .filter(|(r, _)| only.is_none_or(|n| n == r.name))
+            .ok_or_else(|| {
+                ApiError::not_found(format!("No such endpoint: {} {}", req.method, req.path))
+            })?;
+        info["method"] = json!(route.name);
+        info["params"] = json!(raw_params);
+        if req.body.len() > MAX_BODY_BYTES {
+            return Err(ApiError::new(
+                ErrorCode::InputTooLarge,
+                format!("Request body exceeds {MAX_BODY_BYTES} bytes"),
+            ));
+        }
+        let mut body = parse_body(route, req)?;
+        info["payload"] = body.clone();
+        let caller = self.auth.authenticate(req).await?;
+        let params = routes::check_params(route, raw_params)?;
+        let query = parse_query(req.query.as_deref())?;
+        if let Some(input) = route.input {
+            schema::validate_input(input, &mut body)?;
+        }
+        let call = Call {
+            params,
+            query,
+            body,
+            caller,
+            now,
+        };
+        let (status, out) = handlers::dispatch(self, route, call).await?;
+        if self.validate_output {
+            if let Some(output) = route.output {
+                if let Err(errs) = schema::check(output, &out) {
+                    return Err(ApiError::internal(format!(
+                        "{} response fails {output}: {}",
+                        route.name,
+                        errs.join("; ")
+                    )));
+                }
+            }
+        }
+        Ok((status, out))
+    }
+}
+
+fn parse_body(route: &Route, req: &ApiRequest) -> Result<Value, ApiError> {
+    let is_json = req
+        .headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| {
+            ct.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("application/json")
+        });
+    if req.body.is_empty() || (!is_json && route.input.is_none()) {
+        if route.input.is_some() && !req.body.is_empty() && !is_json {
+            return Err(ApiError::new(
+                ErrorCode::MalformedPayload,
+                "The request body must be sent as Content-Type: application/json",
+            ));
+        }
+        return Ok(json!({}));
+    }
+    if !is_json {
+        return Err(ApiError::new(
+            ErrorCode::MalformedPayload,
+            "The request body must be sent as Content-Type: application/json",
+        ));
+    }
+    let v: Value = serde_json::from_slice(&req.body).map_err(|e| {
+        ApiError::new(
+            ErrorCode::MalformedPayload,
+            format!("The request body is not valid JSON: {e}"),
+        )
+    })?;
+    if !v.is_object() {
+        return Err(ApiError::new(
+            ErrorCode::MalformedPayload,
+            "The request body must be a JSON object",
+        ));
+    }
+    Ok(v)
+}
+
+fn parse_query(q: Option<&str>) -> Result<HashMap<String, String>, ApiError> {
+    let mut out = HashMap::new();
+    for pair in q.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let dec = |s: &str| {
+            percent_encoding::percent_decode_str(&s.replace('+', " "))
+                .decode_utf8()
+                .map(|c| c.into_owned())
+                .map_err(|_| ApiError::bad_argument(format!("query argument {s:?} is not UTF-8")))
+        };
+        out.insert(dec(k)?, dec(v)?);
+    }
+    Ok(out)
+}
+
+/// Renders an error as `{code, message, requestInfo}` with Taskcluster's status.
+pub fn error_response(e: &ApiError, method: &Method, request_info: Value) -> ApiResponse {
+    let footer = format!(
+        "\n\n---\n\n* method:     {}\n* errorCode:  {}\n* statusCode: {}\n* time:       {}",
+        request_info["method"].as_str().unwrap_or(method.as_str()),
+        e.code.as_str(),
+        e.status(),
+        request_info["time"].as_str().unwrap_or_default()
+    );
+    let mut body = Map::new();
+    body.insert("code".into(), json!(e.code.as_str()));
+    body.insert("message".into(), json!(format!("{}{footer}", e.message)));
+    body.insert("requestInfo".into(), request_info);
+    if let Some(Value::Object(d)) = &e.details {
+        for (k, v) in d {
+            body.entry(k.clone()).or_insert(v.clone());
+        }
+    }
+    let mut resp = ApiResponse::json(e.status(), &Value::Object(body));
+    if e.code == ErrorCode::AuthenticationFailed {
+        resp.headers.push(("www-authenticate", "hawk".into()));
+    }
+    resp
+}

@@ -1,0 +1,157 @@
+//! Temporary credentials, as Taskcluster's clients and auth service define them.
+
+use crate::ids::new_slugid;
+use crate::time::Ts;
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use base64::Engine;
+use hmac::{Hmac, Mac};
+use serde_json::json;
+use sha2::Sha256;
+
+/// The queue's own credentials, used to issue temporary credentials to workers.
+#[derive(Clone)]
+pub struct IssuerCredentials {
+    /// The issuing clientId.
+    pub client_id: String,
+    /// Its accessToken (never logged).
+    pub access_token: String,
+}
+
+impl std::fmt::Debug for IssuerCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IssuerCredentials")
+            .field("client_id", &self.client_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Temporary credentials as returned to a worker.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TempCredentials {
+    /// The (named) temporary clientId.
+    pub client_id: String,
+    /// The derived accessToken.
+    pub access_token: String,
+    /// The certificate, as a JSON string.
+    pub certificate: String,
+}
+
+impl TempCredentials {
+    /// `{clientId, accessToken, certificate}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        json!({ "clientId": self.client_id, "accessToken": self.access_token, "certificate": self.certificate })
+    }
+}
+
+fn hmac(key: &str, msg: &str) -> Vec<u8> {
+    let mut m =
+        Hmac::<Sha256>::new_from_slice(key.as_bytes()).expect("HMAC accepts any key length");
+    m.update(msg.as_bytes());
+    m.finalize().into_bytes().to_vec()
+}
+
+/// Issues named temporary credentials valid from `start` to `expiry`.
+pub fn issue(
+    issuer: &IssuerCredentials,
+    client_id: &str,
+    scopes: &[String],
+    start: Ts,
+    expiry: Ts,
+) -> TempCredentials {
+    let seed = format!("{}{}", new_slugid(), new_slugid());
+    let mut lines = vec![
+        "version:1".to_string(),
+        format!("clientId:{client_id}"),
+        format!("issuer:{}", issuer.client_id),
+        format!("seed:{seed}"),
+        format!("start:{}", start.millis()),
+        format!("expiry:{}", expiry.millis()),
+        "scopes:".to_string(),
+    ];
+    lines.extend(scopes.iter().cloned());
+    let signature = STANDARD.encode(hmac(&issuer.access_token, &lines.join("\n")));
+    let certificate = json!({
+        "version": 1,
+        "scopes": scopes,
+        "start": start.millis(),
+        "expiry": expiry.millis(),
+        "seed": seed,
+        "signature": signature,
+        "issuer": issuer.client_id,
+    });
+    TempCredentials {
+        client_id: client_id.to_string(),
+        access_token: URL_SAFE_NO_PAD.encode(hmac(&issuer.access_token, &seed)),
+        certificate: certificate.to_string(),
+    }
+}
+
+/// `<ms / 1000>` as JavaScript prints it: `1700000000` or `1700000000.12`.
+pub fn js_seconds(t: Ts) -> String {
+    let (s, ms) = (t.millis().div_euclid(1000), t.millis().rem_euclid(1000));
+    if ms == 0 {
+        s.to_string()
+    } else {
+        format!("{s}.{ms:03}").trim_end_matches('0').to_string()
+    }
+}
+
+/// The credentials a worker gets for one claimed run.
+pub fn for_claim(
+    issuer: &IssuerCredentials,
+    task_id: &str,
+    run_id: u32,
+    worker_group: &str,
+    worker_id: &str,
+    task_scopes: &[String],
+    now: Ts,
+    taken_until: Ts,
+) -> TempCredentials {
+    let client_id = format!(
+        "task-client/{task_id}/{run_id}/on/{worker_group}/{worker_id}/until/{}",
+        js_seconds(taken_until)
+    );
+    let mut scopes = vec![
+        format!("queue:reclaim-task:{task_id}/{run_id}"),
+        format!("queue:resolve-task:{task_id}/{run_id}"),
+        format!("queue:create-artifact:{task_id}/{run_id}"),
+    ];
+    scopes.extend(task_scopes.iter().cloned());
+    issue(issuer, &client_id, &scopes, now, taken_until)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_print_like_javascript() {
+        assert_eq!(js_seconds(Ts(1_700_000_000_000)), "1700000000");
+        assert_eq!(js_seconds(Ts(1_700_000_000_120)), "1700000000.12");
+        assert_eq!(js_seconds(Ts(1_700_000_000_123)), "1700000000.123");
+    }
+
+    #[test]
+    fn the_certificate_signature_verifies_with_the_issuer_token() {
+        let issuer = IssuerCredentials {
+            client_id: "static/q".into(),
+            access_token: "secret".into(),
+        };
+        let c = for_claim(&issuer, "T", 0, "g", "w", &["x".into()], Ts(1000), Ts(2000));
+        let cert: serde_json::Value = serde_json::from_str(&c.certificate).unwrap();
+        let text = format!(
+            "version:1\nclientId:{}\nissuer:static/q\nseed:{}\nstart:1000\nexpiry:2000\nscopes:\nqueue:reclaim-task:T/0\nqueue:resolve-task:T/0\nqueue:create-artifact:T/0\nx",
+            c.client_id,
+            cert["seed"].as_str().unwrap()
+        );
+        assert_eq!(
+            cert["signature"].as_str().unwrap(),
+            STANDARD.encode(hmac("secret", &text))
+        );
+        assert_eq!(cert["seed"].as_str().unwrap().len(), 44);
+        assert_eq!(
+            c.access_token,
+            URL_SAFE_NO_PAD.encode(hmac("secret", cert["seed"].as_str().unwrap()))
+        );
+    }
+}

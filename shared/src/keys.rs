@@ -1,0 +1,167 @@
+//! Every table, item key and index key, built in one place.
+//!
+//! | table         | pk            | sk         | what                                   |
+//! |---------------|---------------|------------|----------------------------------------|
+//! | `tasks`       | taskId        | `def`      | the immutable task definition          |
+//! | `tasks`       | taskId        | `status`   | runs, retries, priority, event outbox  |
+//! | `task-groups` | taskGroupId   | `group`    | schedulerId, expires, sealed           |
+//!
+//! Sparse indexes over `tasks/status` (present only while the condition holds):
+//!
+//! | index      | pk                    | sk                                         | while            |
+//! |------------|-----------------------|--------------------------------------------|------------------|
+//! | `pending`  | taskQueueId           | `<rank>:<scheduled ms>:<taskId>:<runId>`   | last run pending |
+//! | `claimed`  | taskQueueId           | `<started ms>:<taskId>`                    | last run running |
+//! | `claims`   | `claims#<shard>`      | `<takenUntil ms>:<taskId>`                 | last run running |
+//! | `deadline` | `deadline#<shard>`    | `<deadline ms>:<taskId>`                   | task unresolved  |
+//! | `outbox`   | `outbox#<shard>`      | `<taskId>`                                 | events to deliver|
+//!
+//! Time-ordered partitions are sharded so that no single partition key is hot on DynamoDB;
+//! the reapers walk every shard with `sk <= now`.
+
+use crate::model::Priority;
+use crate::store::IndexEntry;
+use crate::time::Ts;
+
+/// Tasks: definitions and statuses.
+pub const TASKS: &str = "tasks";
+/// Task groups.
+pub const TASK_GROUPS: &str = "task-groups";
+
+/// Sort key of a task's definition item.
+pub const SK_DEF: &str = "def";
+/// Sort key of a task's status item.
+pub const SK_STATUS: &str = "status";
+/// Sort key of a task group item.
+pub const SK_GROUP: &str = "group";
+
+/// Index names.
+pub mod index {
+    /// Pending runs by task queue, priority then age.
+    pub const PENDING: &str = "pending";
+    /// Running runs by task queue and claim time.
+    pub const CLAIMED: &str = "claimed";
+    /// Running runs by `takenUntil`, for the claim reaper.
+    pub const CLAIMS: &str = "claims";
+    /// Unresolved tasks by deadline, for the deadline reaper.
+    pub const DEADLINE: &str = "deadline";
+    /// Status items holding undelivered events.
+    pub const OUTBOX: &str = "outbox";
+}
+
+/// Number of shards of each time-ordered index.
+pub const SHARDS: u32 = 4;
+
+/// Zero-padded so that string order is numeric order (dates up to year 2286).
+pub fn time_key(t: Ts) -> String {
+    format!("{:013}", t.millis().max(0))
+}
+
+/// The shard of a task in the time-ordered indexes.
+pub fn shard_of(task_id: &str) -> u32 {
+    // FNV-1a: stable across processes and versions, unlike std's hasher.
+    let mut h: u32 = 0x811c9dc5;
+    for b in task_id.bytes() {
+        h ^= b as u32;
+        h = h.wrapping_mul(0x01000193);
+    }
+    h % SHARDS
+}
+
+/// Partition key of a sharded time-ordered index.
+pub fn shard_pk(index: &str, shard: u32) -> String {
+    format!("{index}#{shard}")
+}
+
+/// The pending index entry of a run.
+pub fn pending_entry(
+    task_queue_id: &str,
+    priority: Priority,
+    scheduled: Ts,
+    task_id: &str,
+    run_id: u32,
+) -> IndexEntry {
+    IndexEntry {
+        index: index::PENDING,
+        pk: task_queue_id.to_string(),
+        sk: format!(
+            "{}:{}:{task_id}:{run_id}",
+            priority.rank(),
+            time_key(scheduled)
+        ),
+    }
+}
+
+/// Sort-key prefix of every pending entry of one priority.
+pub fn pending_priority_prefix(priority: Priority) -> String {
+    format!("{}:", priority.rank())
+}
+
+/// The claimed-by-queue entry of a running run.
+pub fn claimed_entry(task_queue_id: &str, started: Ts, task_id: &str) -> IndexEntry {
+    IndexEntry {
+        index: index::CLAIMED,
+        pk: task_queue_id.to_string(),
+        sk: format!("{}:{task_id}", time_key(started)),
+    }
+}
+
+/// The claim-expiry entry of a running run.
+pub fn claims_entry(taken_until: Ts, task_id: &str) -> IndexEntry {
+    IndexEntry {
+        index: index::CLAIMS,
+        pk: shard_pk(index::CLAIMS, shard_of(task_id)),
+        sk: format!("{}:{task_id}", time_key(taken_until)),
+    }
+}
+
+/// The deadline entry of an unresolved task.
+pub fn deadline_entry(deadline: Ts, task_id: &str) -> IndexEntry {
+    IndexEntry {
+        index: index::DEADLINE,
+        pk: shard_pk(index::DEADLINE, shard_of(task_id)),
+        sk: format!("{}:{task_id}", time_key(deadline)),
+    }
+}
+
+/// The outbox entry of a status item with undelivered events.
+pub fn outbox_entry(task_id: &str) -> IndexEntry {
+    IndexEntry {
+        index: index::OUTBOX,
+        pk: shard_pk(index::OUTBOX, shard_of(task_id)),
+        sk: task_id.to_string(),
+    }
+}
+
+/// Upper bound for "every time-ordered key due at `now`".
+pub fn due_upto(now: Ts) -> String {
+    format!("{}:\u{10FFFF}", time_key(now))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_keys_sort_numerically() {
+        assert!(time_key(Ts(999)) < time_key(Ts(1000)));
+        assert!(time_key(Ts(1_700_000_000_000)) < time_key(Ts(17_000_000_000_000)));
+    }
+
+    #[test]
+    fn higher_priority_sorts_first_then_older() {
+        let a = pending_entry("p/w", Priority::High, Ts(2000), "t1", 0);
+        let b = pending_entry("p/w", Priority::Lowest, Ts(1000), "t2", 0);
+        let c = pending_entry("p/w", Priority::High, Ts(1000), "t3", 0);
+        let mut v = [a.sk.clone(), b.sk.clone(), c.sk.clone()];
+        v.sort();
+        assert_eq!(v, [c.sk, a.sk, b.sk]);
+    }
+
+    #[test]
+    fn due_bound_includes_everything_up_to_now() {
+        let e = claims_entry(Ts(5000), "abc");
+        assert!(e.sk <= due_upto(Ts(5000)));
+        assert!(e.sk > due_upto(Ts(4999)));
+    }
+}

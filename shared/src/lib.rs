@@ -1,0 +1,27 @@
+//! The Taskcluster Queue, rebuilt: domain, ports and adapters.
+//!
+//! - [`model`]: the task state machine (pure, `now` as a parameter).
+//! - [`queue`]: operations over the ports.
+//! - [`store`]: the DynamoDB-shaped storage port and its embedded SQLite adapter.
+//! - [`events`], [`signal`]: the event and work-signal ports.
+//! - [`api`]: the HTTP API, independent of any server.
+//! - [`keys`], [`routing`]: every storage key and routing key, each built in one place.
+
+#![warn(missing_docs)]
+
+pub mod api;
+pub mod creds;
+pub mod error;
+pub mod events;
+pub mod ids;
+pub mod keys;
+pub mod model;
+pub mod queue;
+pub mod reaper;
+pub mod routes_scopes;
+pub mod routing;
+pub mod schema;
+pub mod scopes;
+pub mod signal;
+pub mod store;
+pub mod time;

@@ -1,0 +1,984 @@
+//! The queue's operations over the ports. Each takes `now` from its caller; handlers stay thin.
+
+use crate::creds::{self, IssuerCredentials};
+use crate::error::{ApiError, ApiResult};
+use crate::ids::{TaskId, TaskQueueId};
+use crate::keys::{self, index, SHARDS};
+use crate::model::{ClaimOutcome, Priority, ReasonResolved, RunState, TaskRecord};
+use crate::signal::WorkSignal;
+use crate::store::{Cond, Cursor, Item, SkRange, Store, StoreError, WriteOp};
+use crate::time::{Ts, DAY, MINUTE};
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+
+/// Tunables of the queue, with upstream's defaults.
+#[derive(Debug, Clone)]
+pub struct QueueConfig {
+    /// How long a claim lasts (upstream `claimTimeout`, 1200 s).
+    pub claim_timeout_ms: i64,
+    /// How long claimWork waits for work (20 s).
+    pub claim_work_timeout_ms: i64,
+    /// How often a waiting claimWork re-reads the index even without a signal (a safety net
+    /// for signals from other processes; in-process signals wake it at once).
+    pub claim_work_recheck_ms: i64,
+    /// Longest allowed deadline, in days (5).
+    pub max_task_deadline_days: i64,
+    /// Exchange name prefix.
+    pub exchange_prefix: String,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        QueueConfig {
+            claim_timeout_ms: 1200 * 1000,
+            claim_work_timeout_ms: 20 * 1000,
+            claim_work_recheck_ms: 5 * 1000,
+            max_task_deadline_days: 5,
+            exchange_prefix: crate::routing::DEFAULT_EXCHANGE_PREFIX.to_string(),
+        }
+    }
+}
+
+/// Clock skew allowed on `created`, and on the deadline limit.
+const DRIFT_MS: i64 = 15 * MINUTE;
+/// Optimistic-concurrency attempts before giving up with 409.
+const MAX_ATTEMPTS: usize = 25;
+/// Page size limit of every list endpoint.
+pub const MAX_PAGE: usize = 1000;
+
+/// The queue service.
+pub struct Queue {
+    /// Storage.
+    pub store: Arc<dyn Store>,
+    /// Wakes waiting claimWork calls.
+    pub signal: Arc<dyn WorkSignal>,
+    /// Issues workers' temporary credentials.
+    pub issuer: IssuerCredentials,
+    /// Tunables.
+    pub cfg: QueueConfig,
+    /// Notified whenever new events sit in an outbox, so a publisher can drain promptly.
+    pub events_waiting: Arc<Notify>,
+}
+
+fn internal(e: StoreError) -> ApiError {
+    match e {
+        StoreError::ItemTooLarge(n) => ApiError::new(
+            crate::error::ErrorCode::InputTooLarge,
+            format!("The task is too large to store ({n} bytes; items are limited to 400 KB)"),
+        ),
+        other => ApiError::internal(other),
+    }
+}
+
+fn decode<T: serde::de::DeserializeOwned>(v: Value) -> ApiResult<T> {
+    serde_json::from_value(v).map_err(ApiError::internal)
+}
+
+/// A page request: `limit` (capped at 1000) and an opaque token.
+#[derive(Debug, Clone, Default)]
+pub struct PageReq {
+    /// Maximum items.
+    pub limit: usize,
+    /// Where to continue.
+    pub token: Option<String>,
+}
+
+/// Encodes a store cursor as an opaque continuation token.
+pub fn encode_token(c: &Cursor) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json!([c.0, c.1, c.2]).to_string())
+}
+
+/// Decodes a continuation token; a bad one is `400 InvalidRequestArguments`.
+pub fn decode_token(t: &str) -> ApiResult<Cursor> {
+    use base64::Engine;
+    let bad = || ApiError::bad_argument("continuationToken is not valid");
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(t)
+        .map_err(|_| bad())?;
+    let v: Vec<String> = serde_json::from_slice(&bytes).map_err(|_| bad())?;
+    match <[String; 3]>::try_from(v) {
+        Ok([a, b, c]) => Ok((a, b, c)),
+        Err(_) => Err(bad()),
+    }
+}
+
+/// A claim handed to a worker.
+pub struct Claim {
+    /// The status after the claim.
+    pub record: TaskRecord,
+    /// The claimed run.
+    pub run_id: u32,
+    /// The task definition.
+    pub task: Value,
+    /// Temporary credentials for the run.
+    pub credentials: creds::TempCredentials,
+}
+
+impl Claim {
+    /// The claim-work/claim-task response item.
+    pub fn to_json(&self) -> Value {
+        let run = &self.record.runs[self.run_id as usize];
+        json!({
+            "status": self.record.status_json(),
+            "runId": self.run_id,
+            "workerGroup": run.worker_group,
+            "workerId": run.worker_id,
+            "takenUntil": run.taken_until,
+            "task": self.task,
+            "credentials": self.credentials.to_json(),
+        })
+    }
+}
+
+impl Queue {
+    /// A queue over the given ports.
+    pub fn new(
+        store: Arc<dyn Store>,
+        signal: Arc<dyn WorkSignal>,
+        issuer: IssuerCredentials,
+        cfg: QueueConfig,
+    ) -> Self {
+        Queue {
+            store,
+            signal,
+            issuer,
+            cfg,
+            events_waiting: Arc::new(Notify::new()),
+        }
+    }
+
+    async fn load(&self, task_id: &str) -> ApiResult<Option<(TaskRecord, u64)>> {
+        match self
+            .store
+            .get(keys::TASKS, task_id, keys::SK_STATUS)
+            .await
+            .map_err(internal)?
+        {
+            Some(item) => Ok(Some((decode(item.data)?, item.version))),
+            None => Ok(None),
+        }
+    }
+
+    async fn load_def(&self, task_id: &str) -> ApiResult<Option<Value>> {
+        Ok(self
+            .store
+            .get(keys::TASKS, task_id, keys::SK_DEF)
+            .await
+            .map_err(internal)?
+            .map(|i| i.data))
+    }
+
+    fn status_item(rec: &TaskRecord) -> ApiResult<Item> {
+        let data = serde_json::to_value(rec).map_err(ApiError::internal)?;
+        Ok(Item::new(
+            rec.task_id.clone(),
+            keys::SK_STATUS,
+            data,
+            rec.index_entries(),
+        ))
+    }
+
+    /// After a successful write: wake claimers and the publisher as needed.
+    fn after_write(&self, rec: &TaskRecord) {
+        if rec
+            .runs
+            .last()
+            .is_some_and(|r| r.state == RunState::Pending)
+        {
+            self.signal.notify(&rec.task_queue_id);
+        }
+        if !rec.outbox.is_empty() {
+            self.events_waiting.notify_one();
+        }
+    }
+
+    /// Read, apply `f`, write conditionally; retries on concurrent changes. Returns the new
+    /// record and `f`'s result. Nothing is written if `f` changed nothing.
+    async fn mutate<T>(
+        &self,
+        task_id: &str,
+        mut f: impl FnMut(&mut TaskRecord) -> ApiResult<T>,
+    ) -> ApiResult<(TaskRecord, T)> {
+        for attempt in 0..MAX_ATTEMPTS {
+            let Some((mut rec, version)) = self.load(task_id).await? else {
+                return Err(ApiError::not_found(format!("Task {task_id} not found")));
+            };
+            let before = serde_json::to_value(&rec).map_err(ApiError::internal)?;
+            let out = f(&mut rec)?;
+            if serde_json::to_value(&rec).map_err(ApiError::internal)? == before {
+                return Ok((rec, out));
+            }
+            let op = WriteOp::Put {
+                table: keys::TASKS,
+                item: Self::status_item(&rec)?,
+                cond: Cond::Version(version),
+            };
+            match self.store.write(op).await {
+                Ok(_) => {
+                    self.after_write(&rec);
+                    return Ok((rec, out));
+                }
+                Err(e) if e.is_condition_failed() => backoff(attempt).await,
+                Err(e) => return Err(internal(e)),
+            }
+        }
+        Err(ApiError::conflict(format!(
+            "Task {task_id} is changing too fast; try again"
+        )))
+    }
+
+    /// GET /task/<taskId>: the definition (with the current priority).
+    pub async fn task(&self, task_id: &TaskId) -> ApiResult<Value> {
+        let def = self.load_def(task_id.as_str()).await?;
+        let Some(mut def) = def else {
+            return Err(ApiError::not_found(format!("Task {task_id} not found")));
+        };
+        if let Some((rec, _)) = self.load(task_id.as_str()).await? {
+            def["priority"] = json!(rec.priority.as_str());
+        }
+        Ok(def)
+    }
+
+    /// GET /task/<taskId>/status.
+    pub async fn status(&self, task_id: &TaskId) -> ApiResult<TaskRecord> {
+        match self.load(task_id.as_str()).await? {
+            Some((rec, _)) => Ok(rec),
+            None => Err(ApiError::not_found(format!("Task {task_id} not found"))),
+        }
+    }
+
+    /// Definitions or statuses of many tasks; unknown ids are skipped. Offset-paged.
+    pub async fn many(
+        &self,
+        task_ids: &[String],
+        page: &PageReq,
+        statuses: bool,
+    ) -> ApiResult<(Vec<Value>, Option<String>)> {
+        let start = match &page.token {
+            Some(t) => decode_token(t)?
+                .0
+                .parse::<usize>()
+                .map_err(|_| ApiError::bad_argument("continuationToken is not valid"))?,
+            None => 0,
+        };
+        let end = (start + page.limit).min(task_ids.len());
+        let mut out = Vec::new();
+        for id in task_ids.get(start..end).unwrap_or_default() {
+            let Ok(tid) = TaskId::parse(id) else { continue };
+            if statuses {
+                if let Some((rec, _)) = self.load(tid.as_str()).await? {
+                    out.push(json!({ "taskId": id, "status": rec.status_json() }));
+                }
+            } else if let Ok(def) = self.task(&tid).await {
+                out.push(json!({ "taskId": id, "task": def }));
+            }
+        }
+        let next = (end < task_ids.len())
+            .then(|| encode_token(&(end.to_string(), String::new(), String::new())));
+        Ok((out, next))
+    }
+
+    /// createTask / defineTask. `body` has been schema-validated with defaults filled.
+    /// With `define_only`, the task stays unscheduled until scheduleTask.
+    pub async fn create_task(
+        &self,
+        task_id: &TaskId,
+        body: Value,
+        define_only: bool,
+        now: Ts,
+    ) -> ApiResult<TaskRecord> {
+        let def = normalize_definition(task_id, body, now, self.cfg.max_task_deadline_days)?;
+        let rec = self.initial_record(task_id, &def, define_only, now).await?;
+        for attempt in 0..MAX_ATTEMPTS {
+            // Task group: schedulerId must agree and the group must not be sealed.
+            let group_op = self.group_op(&rec, &def).await?;
+            if let Some(existing) = self.load_def(task_id.as_str()).await? {
+                return self.repeat_create(task_id, &existing, &def).await;
+            }
+            let mut fresh = rec.clone();
+            fresh.emit_created();
+            let ops = vec![
+                WriteOp::Put {
+                    table: keys::TASKS,
+                    item: Item::new(task_id.as_str(), keys::SK_DEF, def.clone(), vec![]),
+                    cond: Cond::NotExists,
+                },
+                WriteOp::Put {
+                    table: keys::TASKS,
+                    item: Self::status_item(&fresh)?,
+                    cond: Cond::NotExists,
+                },
+                group_op,
+            ];
+            match self.store.transact(ops).await {
+                Ok(()) => {
+                    self.after_write(&fresh);
+                    return Ok(fresh);
+                }
+                Err(e) if e.is_condition_failed() => backoff(attempt).await,
+                Err(e) => return Err(internal(e)),
+            }
+        }
+        Err(ApiError::conflict(format!(
+            "Task {task_id} could not be created under contention; try again"
+        )))
+    }
+
+    /// The same taskId again: equal definitions are idempotent (and re-send the events),
+    /// anything else is 409.
+    async fn repeat_create(
+        &self,
+        task_id: &TaskId,
+        existing: &Value,
+        def: &Value,
+    ) -> ApiResult<TaskRecord> {
+        if existing != def {
+            return Err(ApiError::conflict(format!(
+                "Task {task_id} already exists with a different definition"
+            )));
+        }
+        let (rec, ()) = self
+            .mutate(task_id.as_str(), |rec| {
+                rec.emit_created();
+                Ok(())
+            })
+            .await?;
+        Ok(rec)
+    }
+
+    async fn initial_record(
+        &self,
+        task_id: &TaskId,
+        def: &Value,
+        define_only: bool,
+        now: Ts,
+    ) -> ApiResult<TaskRecord> {
+        let s = |k: &str| def[k].as_str().unwrap_or_default().to_string();
+        let ts = |k: &str| Ts::parse(def[k].as_str().unwrap_or_default()).unwrap_or(now);
+        let priority = Priority::parse(def["priority"].as_str().unwrap_or("lowest"))
+            .unwrap_or(Priority::Lowest);
+        let retries = def["retries"].as_u64().unwrap_or(5) as u32;
+        let strings = |k: &str| -> Vec<String> {
+            def[k]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let mut rec = TaskRecord {
+            task_id: task_id.to_string(),
+            task_queue_id: s("taskQueueId"),
+            scheduler_id: s("schedulerId"),
+            project_id: s("projectId"),
+            task_group_id: s("taskGroupId"),
+            priority,
+            deadline: ts("deadline"),
+            expires: ts("expires"),
+            retries,
+            retries_left: retries,
+            runs: vec![],
+            routes: strings("routes"),
+            tags: def["tags"].clone(),
+            outbox: vec![],
+        };
+        let deps = strings("dependencies");
+        let all_resolved = def["requires"] == "all-resolved";
+        let mut satisfied = !deps.iter().any(|d| d == task_id.as_str());
+        for dep in deps.iter().filter(|d| *d != task_id.as_str()) {
+            let Some((dep_rec, _)) = self.load(dep).await? else {
+                return Err(ApiError::input(format!(
+                    "Task {task_id} depends on task {dep}, which does not exist"
+                )));
+            };
+            if dep_rec.expires < rec.deadline {
+                return Err(ApiError::input(format!(
+                    "Dependency {dep} expires at {}, before this task's deadline {}",
+                    dep_rec.expires, rec.deadline
+                )));
+            }
+            let done = match dep_rec.runs.last().map(|r| r.state) {
+                Some(RunState::Completed) => true,
+                Some(RunState::Failed | RunState::Exception) => all_resolved,
+                _ => false,
+            };
+            satisfied &= done;
+        }
+        if satisfied && !define_only {
+            rec.start_first_run(now);
+        }
+        Ok(rec)
+    }
+
+    /// The task-group write that goes into the creating transaction.
+    async fn group_op(&self, rec: &TaskRecord, def: &Value) -> ApiResult<WriteOp> {
+        let gid = rec.task_group_id.as_str();
+        let wanted_expires = rec.expires.plus(60 * MINUTE);
+        let group = self
+            .store
+            .get(keys::TASK_GROUPS, gid, keys::SK_GROUP)
+            .await
+            .map_err(internal)?;
+        let Some(group) = group else {
+            let data = json!({ "taskGroupId": gid, "schedulerId": rec.scheduler_id, "expires": wanted_expires });
+            return Ok(WriteOp::Put {
+                table: keys::TASK_GROUPS,
+                item: Item::new(gid, keys::SK_GROUP, data, vec![]),
+                cond: Cond::NotExists,
+            });
+        };
+        let scheduler = group.data["schedulerId"].as_str().unwrap_or_default();
+        if scheduler != rec.scheduler_id {
+            return Err(ApiError::conflict(format!(
+                "Task group {gid} belongs to schedulerId {scheduler}; task {} has schedulerId {}",
+                rec.task_id, rec.scheduler_id
+            )));
+        }
+        if group.data.get("sealed").is_some_and(|s| !s.is_null()) {
+            // An identical repeat of an existing task is still a conflict once sealed, as upstream.
+            let _ = def;
+            return Err(ApiError::conflict(format!(
+                "Task group {gid} is sealed; no tasks can be added"
+            )));
+        }
+        let expires = group.data["expires"]
+            .as_str()
+            .and_then(Ts::parse)
+            .unwrap_or_default();
+        if expires < wanted_expires {
+            let mut data = group.data.clone();
+            data["expires"] = json!(wanted_expires);
+            return Ok(WriteOp::Put {
+                table: keys::TASK_GROUPS,
+                item: Item::new(gid, keys::SK_GROUP, data, vec![]),
+                cond: Cond::Version(group.version),
+            });
+        }
+        Ok(WriteOp::Check {
+            table: keys::TASK_GROUPS,
+            pk: gid.to_string(),
+            sk: keys::SK_GROUP.to_string(),
+            cond: Cond::Version(group.version),
+        })
+    }
+
+    /// scheduleTask.
+    pub async fn schedule_task(&self, task_id: &TaskId, now: Ts) -> ApiResult<TaskRecord> {
+        Ok(self.mutate(task_id.as_str(), |r| r.schedule(now)).await?.0)
+    }
+
+    /// rerunTask.
+    pub async fn rerun_task(&self, task_id: &TaskId, now: Ts) -> ApiResult<TaskRecord> {
+        Ok(self.mutate(task_id.as_str(), |r| r.rerun(now)).await?.0)
+    }
+
+    /// cancelTask.
+    pub async fn cancel_task(&self, task_id: &TaskId, now: Ts) -> ApiResult<TaskRecord> {
+        Ok(self.mutate(task_id.as_str(), |r| r.cancel(now)).await?.0)
+    }
+
+    /// changeTaskPriority.
+    pub async fn change_priority(
+        &self,
+        task_id: &TaskId,
+        p: Priority,
+        now: Ts,
+    ) -> ApiResult<TaskRecord> {
+        Ok(self
+            .mutate(task_id.as_str(), |r| r.change_priority(p, now))
+            .await?
+            .0)
+    }
+
+    /// reportCompleted / reportFailed / reportException.
+    pub async fn resolve(
+        &self,
+        task_id: &TaskId,
+        run_id: u32,
+        outcome: ReasonResolved,
+        now: Ts,
+    ) -> ApiResult<TaskRecord> {
+        Ok(self
+            .mutate(task_id.as_str(), |r| r.resolve(run_id, outcome, now))
+            .await?
+            .0)
+    }
+
+    async fn definition_for_claim(&self, task_id: &str, rec: &TaskRecord) -> ApiResult<Value> {
+        let mut def = self
+            .load_def(task_id)
+            .await?
+            .ok_or_else(|| ApiError::internal(format!("task {task_id} has no definition")))?;
+        def["priority"] = json!(rec.priority.as_str());
+        Ok(def)
+    }
+
+    async fn finish_claim(&self, rec: TaskRecord, run_id: u32, now: Ts) -> ApiResult<Claim> {
+        let task = self
+            .definition_for_claim(&rec.task_id.clone(), &rec)
+            .await?;
+        let run = &rec.runs[run_id as usize];
+        let scopes: Vec<String> = task["scopes"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let credentials = creds::for_claim(
+            &self.issuer,
+            &rec.task_id,
+            run_id,
+            run.worker_group.as_deref().unwrap_or_default(),
+            run.worker_id.as_deref().unwrap_or_default(),
+            &scopes,
+            now,
+            run.taken_until.unwrap_or(now),
+        );
+        Ok(Claim {
+            record: rec,
+            run_id,
+            task,
+            credentials,
+        })
+    }
+
+    /// claimTask (deprecated): claims one specific run.
+    pub async fn claim_task(
+        &self,
+        task_id: &TaskId,
+        run_id: u32,
+        worker_group: &str,
+        worker_id: &str,
+        now: Ts,
+    ) -> ApiResult<Claim> {
+        let taken_until = now.plus(self.cfg.claim_timeout_ms);
+        let (rec, _) = self
+            .mutate(task_id.as_str(), |r| {
+                r.claim(run_id, worker_group, worker_id, now, taken_until)
+            })
+            .await?;
+        self.finish_claim(rec, run_id, now).await
+    }
+
+    /// reclaimTask: extends the claim; returns the record and fresh credentials.
+    pub async fn reclaim_task(&self, task_id: &TaskId, run_id: u32, now: Ts) -> ApiResult<Claim> {
+        let taken_until = now.plus(self.cfg.claim_timeout_ms);
+        let (rec, ()) = self
+            .mutate(task_id.as_str(), |r| r.reclaim(run_id, now, taken_until))
+            .await?;
+        self.finish_claim(rec, run_id, now).await
+    }
+
+    /// One pass over the head of a task queue's pending index: claims up to `count` runs.
+    pub async fn try_claim_work(
+        &self,
+        q: &TaskQueueId,
+        worker_group: &str,
+        worker_id: &str,
+        count: usize,
+        now: Ts,
+    ) -> ApiResult<Vec<Claim>> {
+        let limit = (count * 4).max(32);
+        let page = self
+            .store
+            .query_index(
+                keys::TASKS,
+                index::PENDING,
+                q.as_str(),
+                &SkRange::default(),
+                None,
+                limit,
+            )
+            .await
+            .map_err(internal)?;
+        let mut candidates = page.items;
+        // Concurrent claimers all see the same head; start at a random place among the
+        // equally-ranked head so they don't all fight over the first item.
+        if let Some(first) = candidates
+            .first()
+            .and_then(|i| decode::<TaskRecord>(i.data.clone()).ok())
+        {
+            let same_rank = candidates
+                .iter()
+                .take_while(|i| i.data["priority"].as_str() == Some(first.priority.as_str()))
+                .count();
+            let spread = same_rank.min(count.max(8));
+            if spread > 1 {
+                candidates[..spread].rotate_left(rand::random::<u32>() as usize % spread);
+            }
+        }
+        let taken_until = now.plus(self.cfg.claim_timeout_ms);
+        let mut claims = Vec::new();
+        for item in candidates {
+            if claims.len() >= count {
+                break;
+            }
+            let rec: TaskRecord = decode(item.data)?;
+            let Some(run) = rec.runs.last().filter(|r| r.state == RunState::Pending) else {
+                continue;
+            };
+            if rec.deadline <= now {
+                continue; // the deadline reaper resolves it
+            }
+            let run_id = run.run_id;
+            match self
+                .claim_candidate(
+                    rec,
+                    item.version,
+                    run_id,
+                    worker_group,
+                    worker_id,
+                    now,
+                    taken_until,
+                )
+                .await?
+            {
+                Some(rec) => claims.push(self.finish_claim(rec, run_id, now).await?),
+                None => continue,
+            }
+        }
+        Ok(claims)
+    }
+
+    /// Claims a candidate seen in the (eventually consistent) index. `None` if someone else
+    /// got it first or it is no longer pending.
+    #[allow(clippy::too_many_arguments)]
+    async fn claim_candidate(
+        &self,
+        mut rec: TaskRecord,
+        mut version: u64,
+        run_id: u32,
+        worker_group: &str,
+        worker_id: &str,
+        now: Ts,
+        taken_until: Ts,
+    ) -> ApiResult<Option<TaskRecord>> {
+        for _ in 0..3 {
+            if rec.runs.len() != run_id as usize + 1
+                || rec.runs[run_id as usize].state != RunState::Pending
+                || rec.deadline <= now
+            {
+                return Ok(None);
+            }
+            let task_id = rec.task_id.clone();
+            if rec.claim(run_id, worker_group, worker_id, now, taken_until)?
+                != ClaimOutcome::Claimed
+            {
+                return Ok(None);
+            }
+            let op = WriteOp::Put {
+                table: keys::TASKS,
+                item: Self::status_item(&rec)?,
+                cond: Cond::Version(version),
+            };
+            match self.store.write(op).await {
+                Ok(_) => {
+                    self.after_write(&rec);
+                    return Ok(Some(rec));
+                }
+                Err(e) if e.is_condition_failed() => match self.load(&task_id).await? {
+                    // Stale index entry or a concurrent change: look again at the real item.
+                    Some((fresh, v)) => {
+                        rec = fresh;
+                        version = v;
+                    }
+                    None => return Ok(None),
+                },
+                Err(e) => return Err(internal(e)),
+            }
+        }
+        Ok(None)
+    }
+
+    /// claimWork: long-polls until at least one run is claimed or the timeout passes.
+    pub async fn claim_work(
+        &self,
+        q: &TaskQueueId,
+        worker_group: &str,
+        worker_id: &str,
+        count: usize,
+        clock: &(dyn Fn() -> Ts + Send + Sync),
+    ) -> ApiResult<Vec<Claim>> {
+        let until =
+            Instant::now() + Duration::from_millis(self.cfg.claim_work_timeout_ms.max(0) as u64);
+        loop {
+            let token = self.signal.token(q.as_str());
+            let claims = self
+                .try_claim_work(q, worker_group, worker_id, count, clock())
+                .await?;
+            let left = until.saturating_duration_since(Instant::now());
+            if !claims.is_empty() || left.is_zero() {
+                return Ok(claims);
+            }
+            let recheck = Duration::from_millis(self.cfg.claim_work_recheck_ms.max(10) as u64);
+            self.signal.wait(q.as_str(), token, left.min(recheck)).await;
+        }
+    }
+
+    /// pendingTasks: number of pending runs in a task queue.
+    pub async fn pending_count(&self, q: &TaskQueueId) -> ApiResult<u64> {
+        self.store
+            .count_index(keys::TASKS, index::PENDING, q.as_str(), &SkRange::default())
+            .await
+            .map_err(internal)
+    }
+
+    /// taskQueueCounts' claimed half: runs currently claimed from a task queue.
+    pub async fn claimed_count(&self, q: &TaskQueueId) -> ApiResult<u64> {
+        self.store
+            .count_index(keys::TASKS, index::CLAIMED, q.as_str(), &SkRange::default())
+            .await
+            .map_err(internal)
+    }
+
+    /// listPendingTasks / listClaimedTasks.
+    pub async fn list_queue(
+        &self,
+        q: &TaskQueueId,
+        claimed: bool,
+        page: &PageReq,
+    ) -> ApiResult<(Vec<Value>, Option<String>)> {
+        let after = page.token.as_deref().map(decode_token).transpose()?;
+        let idx = if claimed {
+            index::CLAIMED
+        } else {
+            index::PENDING
+        };
+        let res = self
+            .store
+            .query_index(
+                keys::TASKS,
+                idx,
+                q.as_str(),
+                &SkRange::default(),
+                after.as_ref(),
+                page.limit,
+            )
+            .await
+            .map_err(internal)?;
+        let mut out = Vec::with_capacity(res.items.len());
+        for item in res.items {
+            let rec: TaskRecord = decode(item.data)?;
+            let Some(run) = rec.runs.last() else { continue };
+            let task = self.definition_for_claim(&rec.task_id, &rec).await?;
+            let mut entry = Map::new();
+            entry.insert("taskId".into(), json!(rec.task_id));
+            entry.insert("runId".into(), json!(run.run_id));
+            if claimed {
+                entry.insert("workerGroup".into(), json!(run.worker_group));
+                entry.insert("workerId".into(), json!(run.worker_id));
+                entry.insert("claimed".into(), json!(run.started));
+            } else {
+                entry.insert("inserted".into(), json!(run.scheduled));
+            }
+            entry.insert("task".into(), task);
+            out.push(Value::Object(entry));
+        }
+        Ok((out, res.next.as_ref().map(encode_token)))
+    }
+
+    /// Claim reaper, one task: expires its claim if still due. True if resolved.
+    pub async fn reap_claim(
+        &self,
+        task_id: &str,
+        run_id: u32,
+        taken_until: Ts,
+        now: Ts,
+    ) -> ApiResult<bool> {
+        Ok(self
+            .mutate(task_id, |r| Ok(r.expire_claim(run_id, taken_until, now)))
+            .await?
+            .1)
+    }
+
+    /// Deadline reaper, one task: resolves it if unresolved past its deadline. True if resolved.
+    pub async fn reap_deadline(&self, task_id: &str, now: Ts) -> ApiResult<bool> {
+        Ok(self
+            .mutate(task_id, |r| Ok(r.deadline_exceeded(now)))
+            .await?
+            .1)
+    }
+
+    /// One pass of the claim reaper over every shard; returns how many claims expired.
+    pub async fn reap_claims_once(&self, now: Ts, batch: usize) -> ApiResult<usize> {
+        let mut n = 0;
+        for shard in 0..SHARDS {
+            let range = SkRange {
+                upto: Some(keys::due_upto(now)),
+                ..Default::default()
+            };
+            let page = self
+                .store
+                .query_index(
+                    keys::TASKS,
+                    index::CLAIMS,
+                    &keys::shard_pk(index::CLAIMS, shard),
+                    &range,
+                    None,
+                    batch,
+                )
+                .await
+                .map_err(internal)?;
+            for item in page.items {
+                let rec: TaskRecord = decode(item.data)?;
+                let Some(run) = rec.runs.last() else { continue };
+                let Some(taken_until) = run.taken_until else {
+                    continue;
+                };
+                if self
+                    .reap_claim(&rec.task_id, run.run_id, taken_until, now)
+                    .await?
+                {
+                    n += 1;
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    /// One pass of the deadline reaper over every shard; returns how many tasks it resolved.
+    pub async fn reap_deadlines_once(&self, now: Ts, batch: usize) -> ApiResult<usize> {
+        let mut n = 0;
+        for shard in 0..SHARDS {
+            let range = SkRange {
+                upto: Some(keys::due_upto(now)),
+                ..Default::default()
+            };
+            let page = self
+                .store
+                .query_index(
+                    keys::TASKS,
+                    index::DEADLINE,
+                    &keys::shard_pk(index::DEADLINE, shard),
+                    &range,
+                    None,
+                    batch,
+                )
+                .await
+                .map_err(internal)?;
+            for item in page.items {
+                if self.reap_deadline(&item.pk, now).await? {
+                    n += 1;
+                }
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// Short randomised backoff between optimistic-concurrency attempts.
+async fn backoff(attempt: usize) {
+    let cap = 1u64 << attempt.min(6);
+    tokio::time::sleep(Duration::from_millis(rand::random::<u64>() % (cap + 1))).await;
+}
+
+fn reject(msg: String) -> ApiError {
+    ApiError::input(msg)
+}
+
+/// Applies the hand-checked rules of createTask and returns the definition as stored:
+/// dates in millisecond form, taskQueueId and the legacy pair reconciled, taskGroupId and
+/// expires defaulted.
+pub fn normalize_definition(
+    task_id: &TaskId,
+    mut body: Value,
+    now: Ts,
+    max_deadline_days: i64,
+) -> ApiResult<Value> {
+    let obj = body
+        .as_object_mut()
+        .ok_or_else(|| ApiError::input("task definition must be an object"))?;
+    let tq = obj
+        .get("taskQueueId")
+        .and_then(Value::as_str)
+        .map(String::from);
+    let prov = obj
+        .get("provisionerId")
+        .and_then(Value::as_str)
+        .map(String::from);
+    let wt = obj
+        .get("workerType")
+        .and_then(Value::as_str)
+        .map(String::from);
+    let q = match (tq, prov, wt) {
+        (Some(tq), p, w) => {
+            let q = TaskQueueId::parse(&tq).map_err(|e| reject(e.message))?;
+            if p.as_deref().is_some_and(|p| p != q.provisioner_id())
+                || w.as_deref().is_some_and(|w| w != q.worker_type())
+            {
+                return Err(reject(format!(
+                    "taskQueueId {tq} does not agree with provisionerId/workerType"
+                )));
+            }
+            q
+        }
+        (None, Some(p), Some(w)) => {
+            TaskQueueId::from_parts(&p, &w).map_err(|e| reject(e.message))?
+        }
+        _ => {
+            return Err(reject(
+                "A task needs a taskQueueId, or both provisionerId and workerType".into(),
+            ))
+        }
+    };
+    obj.insert("taskQueueId".into(), json!(q.as_str()));
+    obj.insert("provisionerId".into(), json!(q.provisioner_id()));
+    obj.insert("workerType".into(), json!(q.worker_type()));
+    obj.entry("taskGroupId")
+        .or_insert_with(|| json!(task_id.as_str()));
+
+    let date = |obj: &Map<String, Value>, k: &str| -> ApiResult<Option<Ts>> {
+        match obj.get(k).and_then(Value::as_str) {
+            None => Ok(None),
+            Some(s) => Ts::parse(s)
+                .map(Some)
+                .ok_or_else(|| reject(format!("{k} is not a valid date-time: {s}"))),
+        }
+    };
+    let created = date(obj, "created")?.ok_or_else(|| reject("created is required".into()))?;
+    let deadline = date(obj, "deadline")?.ok_or_else(|| reject("deadline is required".into()))?;
+    let expires = date(obj, "expires")?.unwrap_or(deadline.plus(365 * DAY));
+    if (created.millis() - now.millis()).abs() > DRIFT_MS {
+        return Err(reject(format!(
+            "created {created} must be within 15 minutes of the current time {now}"
+        )));
+    }
+    if deadline < created {
+        return Err(reject(format!(
+            "deadline {deadline} must not be before created {created}"
+        )));
+    }
+    if deadline <= now {
+        return Err(reject(format!("deadline {deadline} is in the past")));
+    }
+    if deadline > now.plus(max_deadline_days * DAY + DRIFT_MS) {
+        return Err(reject(format!(
+            "deadline {deadline} is more than {max_deadline_days} days in the future"
+        )));
+    }
+    if expires < deadline {
+        return Err(reject(format!(
+            "expires {expires} must not be before deadline {deadline}"
+        )));
+    }
+    obj.insert("created".into(), json!(created));
+    obj.insert("deadline".into(), json!(deadline));
+    obj.insert("expires".into(), json!(expires));
+    if let Some(bad) = obj.get("scopes").and_then(Value::as_array).and_then(|a| {
+        a.iter()
+            .filter_map(Value::as_str)
+            .find(|s| s.ends_with("**"))
+    }) {
+        return Err(reject(format!(
+            "scope {bad:?} ends with '**', which is not allowed"
+        )));
+    }
+    Ok(body)
+}

@@ -1,0 +1,101 @@
+//! Exchange names and routing keys, built in this one module.
+
+/// The default exchange prefix.
+pub const DEFAULT_EXCHANGE_PREFIX: &str = "exchange/taskcluster-queue/v1/";
+
+/// The ten words of a task message's routing key; `None` renders as `_`.
+#[derive(Debug, Clone, Default)]
+pub struct TaskKey<'a> {
+    /// taskId.
+    pub task_id: &'a str,
+    /// runId, when the message concerns a run.
+    pub run_id: Option<u32>,
+    /// workerGroup, once claimed.
+    pub worker_group: Option<&'a str>,
+    /// workerId, once claimed.
+    pub worker_id: Option<&'a str>,
+    /// provisionerId half of the task queue.
+    pub provisioner_id: &'a str,
+    /// workerType half of the task queue.
+    pub worker_type: &'a str,
+    /// schedulerId.
+    pub scheduler_id: &'a str,
+    /// taskGroupId.
+    pub task_group_id: &'a str,
+}
+
+fn word(w: Option<&str>) -> &str {
+    match w {
+        Some(s) if !s.is_empty() => s,
+        _ => "_",
+    }
+}
+
+/// `primary.<taskId>.<runId>.<workerGroup>.<workerId>.<provisionerId>.<workerType>.<schedulerId>.<taskGroupId>._`
+pub fn task_routing_key(k: &TaskKey) -> String {
+    let run = k.run_id.map(|r| r.to_string());
+    format!(
+        "primary.{}.{}.{}.{}.{}.{}.{}.{}._",
+        word(Some(k.task_id)),
+        word(run.as_deref()),
+        word(k.worker_group),
+        word(k.worker_id),
+        word(Some(k.provisioner_id)),
+        word(Some(k.worker_type)),
+        word(Some(k.scheduler_id)),
+        word(Some(k.task_group_id)),
+    )
+}
+
+/// `primary.<taskGroupId>.<schedulerId>._`
+pub fn task_group_routing_key(task_group_id: &str, scheduler_id: &str) -> String {
+    format!(
+        "primary.{}.{}._",
+        word(Some(task_group_id)),
+        word(Some(scheduler_id))
+    )
+}
+
+/// One CC routing key per task route: `route.<r>`.
+pub fn route_ccs(routes: &[String]) -> Vec<String> {
+    routes.iter().map(|r| format!("route.{r}")).collect()
+}
+
+/// The full exchange name for a short name such as `task-pending`.
+pub fn exchange_name(prefix: &str, short: &str) -> String {
+    format!("{prefix}{short}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn absent_words_are_underscores() {
+        let k = TaskKey {
+            task_id: "T",
+            provisioner_id: "p",
+            worker_type: "w",
+            scheduler_id: "-",
+            task_group_id: "G",
+            ..Default::default()
+        };
+        assert_eq!(task_routing_key(&k), "primary.T._._._.p.w.-.G._");
+        let k = TaskKey {
+            run_id: Some(0),
+            worker_group: Some("g"),
+            worker_id: Some("i"),
+            ..k
+        };
+        assert_eq!(task_routing_key(&k), "primary.T.0.g.i.p.w.-.G._");
+    }
+
+    #[test]
+    fn routes_become_ccs() {
+        assert_eq!(
+            route_ccs(&["notify.by-email".into()]),
+            vec!["route.notify.by-email".to_string()]
+        );
+        assert_eq!(task_group_routing_key("G", "s"), "primary.G.s._");
+    }
+}

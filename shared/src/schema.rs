@@ -1,0 +1,162 @@
+//! Our JSON Schemas (`schemas/`), compiled once and used to validate every request body,
+//! every response and every message.
+
+use crate::error::{ApiError, ErrorCode};
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+include!(concat!(env!("OUT_DIR"), "/schema_files.rs"));
+
+/// The `$id` base under which every schema is registered.
+pub const SCHEMA_BASE: &str = "https://taskcluster-queue.invalid/schemas/queue/v1/";
+
+struct Registry {
+    docs: HashMap<&'static str, Value>,
+    validators: HashMap<&'static str, jsonschema::Validator>,
+}
+
+fn registry() -> &'static Registry {
+    static REG: OnceLock<Registry> = OnceLock::new();
+    REG.get_or_init(|| {
+        let mut docs = HashMap::new();
+        for (name, text) in SCHEMA_FILES {
+            // The files are compiled in and checked by tests, so a broken one is a build bug.
+            let doc: Value = serde_json::from_str(text)
+                .unwrap_or_else(|e| panic!("schema {name} is not JSON: {e}"));
+            docs.insert(*name, doc);
+        }
+        let mut validators = HashMap::new();
+        for (name, doc) in &docs {
+            let mut opts = jsonschema::options().should_validate_formats(true);
+            for (other, odoc) in &docs {
+                if other != name {
+                    let uri = format!("{SCHEMA_BASE}{other}.json");
+                    let res = jsonschema::Resource::from_contents(odoc.clone())
+                        .unwrap_or_else(|e| panic!("schema {other}: {e}"));
+                    opts = opts.with_resource(uri, res);
+                }
+            }
+            let v = opts
+                .build(doc)
+                .unwrap_or_else(|e| panic!("schema {name} does not compile: {e}"));
+            validators.insert(*name, v);
+        }
+        Registry { docs, validators }
+    })
+}
+
+/// Names of every embedded schema.
+pub fn names() -> Vec<&'static str> {
+    SCHEMA_FILES.iter().map(|(n, _)| *n).collect()
+}
+
+/// Validates `value` against schema `name`; returns one line per violation, naming the field.
+pub fn check(name: &str, value: &Value) -> Result<(), Vec<String>> {
+    let Some(v) = registry().validators.get(name) else {
+        return Err(vec![format!("no schema named {name}")]);
+    };
+    let errors: Vec<String> = v
+        .iter_errors(value)
+        .map(|e| {
+            let path = e.instance_path.to_string();
+            let at = if path.is_empty() {
+                "(body)".to_string()
+            } else {
+                path
+            };
+            format!("{at}: {e}")
+        })
+        .take(20)
+        .collect();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
+}
+
+/// Validates a request body: fills defaults from the schema, then checks it.
+/// A violation is `400 InputValidationError` naming each failing field.
+pub fn validate_input(name: &str, body: &mut Value) -> Result<(), ApiError> {
+    fill_defaults(name, body);
+    check(name, body).map_err(|errs| {
+        ApiError::new(
+            ErrorCode::InputValidationError,
+            format!(
+                "Request payload must match schema {SCHEMA_BASE}{name}.json\n{}",
+                errs.join("\n")
+            ),
+        )
+    })
+}
+
+/// Fills missing properties that have a `default` (top level and nested inline objects), as
+/// ajv's `useDefaults` does upstream.
+pub fn fill_defaults(name: &str, body: &mut Value) {
+    if let Some(doc) = registry().docs.get(name) {
+        fill(doc, body);
+    }
+}
+
+fn fill(schema: &Value, value: &mut Value) {
+    let (Some(props), Some(obj)) = (
+        schema.get("properties").and_then(Value::as_object),
+        value.as_object_mut(),
+    ) else {
+        return;
+    };
+    for (key, prop) in props {
+        match obj.get_mut(key) {
+            None => {
+                if let Some(d) = prop.get("default") {
+                    obj.insert(key.clone(), d.clone());
+                }
+            }
+            Some(child) => fill(prop, child),
+        }
+    }
+}
+
+/// Keeps only the keys listed in a schema's top-level `properties` (used to build the
+/// stored definition from a validated request).
+pub fn known_properties(name: &str) -> Map<String, Value> {
+    registry()
+        .docs
+        .get(name)
+        .and_then(|d| d.get("properties"))
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn every_schema_compiles() {
+        assert!(names().len() > 20);
+        for n in names() {
+            assert!(registry().validators.contains_key(n), "{n}");
+        }
+    }
+
+    #[test]
+    fn defaults_are_filled_and_normal_priority_is_rejected() {
+        let mut body = json!({
+            "provisionerId": "p", "workerType": "w",
+            "created": "2026-01-01T00:00:00.000Z", "deadline": "2026-01-01T01:00:00.000Z",
+            "payload": {}, "metadata": {"name": "n", "description": "d", "owner": "o", "source": "https://x"}
+        });
+        validate_input("create-task-request", &mut body).unwrap();
+        assert_eq!(body["priority"], "lowest");
+        assert_eq!(body["retries"], 5);
+        assert_eq!(body["schedulerId"], "-");
+        body["priority"] = json!("normal");
+        let err = validate_input("create-task-request", &mut body).unwrap_err();
+        assert_eq!(err.code, ErrorCode::InputValidationError);
+        assert!(err.message.contains("/priority"), "{}", err.message);
+    }
+}

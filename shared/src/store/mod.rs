@@ -1,0 +1,276 @@
+//! The storage port. Its promises are exactly DynamoDB's, so that the embedded adapter never
+//! offers more than AWS does:
+//! - single-item writes, each with an optional condition (`NotExists`, `Exists`, `Version`);
+//! - transactions of at most [`MAX_TRANSACTION_ITEMS`] writes on distinct items, all or nothing;
+//! - strongly consistent reads of one item and queries within one partition key;
+//! - sparse secondary indexes that are **eventually consistent**: what an index query returns
+//!   is a hint that the caller must confirm with a conditional write on the base item;
+//! - items of at most [`MAX_ITEM_BYTES`].
+//!
+//! Every item carries a version that the store bumps on each write; optimistic concurrency is
+//! "read, compute, write with `Cond::Version(read_version)`".
+
+pub mod sqlite;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+/// DynamoDB's transaction limit.
+pub const MAX_TRANSACTION_ITEMS: usize = 100;
+/// DynamoDB's item size limit (400 KB).
+pub const MAX_ITEM_BYTES: usize = 400 * 1024;
+
+/// One entry of a sparse secondary index, derived from the item by the domain's key module.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexEntry {
+    /// Index name.
+    pub index: &'static str,
+    /// Index partition key.
+    pub pk: String,
+    /// Index sort key (ordered as bytes).
+    pub sk: String,
+}
+
+/// A stored item.
+#[derive(Debug, Clone)]
+pub struct Item {
+    /// Partition key.
+    pub pk: String,
+    /// Sort key.
+    pub sk: String,
+    /// Version assigned by the store (1 on first write, +1 on every write). Ignored on input.
+    pub version: u64,
+    /// The item's attributes.
+    pub data: Value,
+    /// The index entries this item appears under.
+    pub indexes: Vec<IndexEntry>,
+}
+
+impl Item {
+    /// An item to be written.
+    pub fn new(
+        pk: impl Into<String>,
+        sk: impl Into<String>,
+        data: Value,
+        indexes: Vec<IndexEntry>,
+    ) -> Self {
+        Item {
+            pk: pk.into(),
+            sk: sk.into(),
+            version: 0,
+            data,
+            indexes,
+        }
+    }
+}
+
+/// A write condition on the existing item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cond {
+    /// Unconditional.
+    None,
+    /// The item must not exist.
+    NotExists,
+    /// The item must exist.
+    Exists,
+    /// The item must exist with exactly this version.
+    Version(u64),
+}
+
+/// One write, alone or inside a transaction.
+#[derive(Debug, Clone)]
+pub enum WriteOp {
+    /// Create or replace an item.
+    Put {
+        /// Table name.
+        table: &'static str,
+        /// The new item.
+        item: Item,
+        /// Condition on the existing item.
+        cond: Cond,
+    },
+    /// Delete an item (a missing item is not an error unless the condition says so).
+    Delete {
+        /// Table name.
+        table: &'static str,
+        /// Partition key.
+        pk: String,
+        /// Sort key.
+        sk: String,
+        /// Condition on the existing item.
+        cond: Cond,
+    },
+    /// Only check a condition (DynamoDB's `ConditionCheck`; transactions only).
+    Check {
+        /// Table name.
+        table: &'static str,
+        /// Partition key.
+        pk: String,
+        /// Sort key.
+        sk: String,
+        /// The condition to check.
+        cond: Cond,
+    },
+}
+
+impl WriteOp {
+    /// Table, partition key and sort key of the item this op touches.
+    pub fn key(&self) -> (&'static str, &str, &str) {
+        match self {
+            WriteOp::Put { table, item, .. } => (table, &item.pk, &item.sk),
+            WriteOp::Delete { table, pk, sk, .. } | WriteOp::Check { table, pk, sk, .. } => {
+                (table, pk, sk)
+            }
+        }
+    }
+    /// The op's condition.
+    pub fn cond(&self) -> Cond {
+        match self {
+            WriteOp::Put { cond, .. }
+            | WriteOp::Delete { cond, .. }
+            | WriteOp::Check { cond, .. } => *cond,
+        }
+    }
+}
+
+/// Storage failures, with predicates in the style of the AWS SDK's error kinds.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A single write's condition failed.
+    #[error("conditional check failed")]
+    ConditionFailed,
+    /// A transaction was cancelled; `reasons[i]` is true where op `i` failed its condition.
+    #[error("transaction cancelled")]
+    TransactionCancelled {
+        /// Which ops failed their conditions.
+        reasons: Vec<bool>,
+    },
+    /// The item is larger than [`MAX_ITEM_BYTES`].
+    #[error("item of {0} bytes exceeds the 400 KB item limit")]
+    ItemTooLarge(usize),
+    /// The request breaks a rule of the API (too many items, same item twice, ...).
+    #[error("invalid store request: {0}")]
+    Validation(String),
+    /// The backend is overloaded; retry with backoff.
+    #[error("throttled")]
+    Throttled,
+    /// Anything else.
+    #[error("store failure: {0}")]
+    Other(String),
+}
+
+impl StoreError {
+    /// True for a failed condition, alone or inside a transaction.
+    pub fn is_condition_failed(&self) -> bool {
+        matches!(
+            self,
+            StoreError::ConditionFailed | StoreError::TransactionCancelled { .. }
+        )
+    }
+}
+
+/// Sort-key bounds for a query: `after < sk <= upto`, both optional, plus a prefix.
+#[derive(Debug, Clone, Default)]
+pub struct SkRange {
+    /// Only sort keys starting with this.
+    pub prefix: Option<String>,
+    /// Only sort keys at most this.
+    pub upto: Option<String>,
+}
+
+/// Where a page starts: strictly after this (index sk, item pk, item sk).
+pub type Cursor = (String, String, String);
+
+/// One page of results.
+#[derive(Debug, Clone, Default)]
+pub struct Page {
+    /// The items, in sort-key order.
+    pub items: Vec<Item>,
+    /// Present when more results may follow.
+    pub next: Option<Cursor>,
+}
+
+/// The storage port.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Strongly consistent read of one item.
+    async fn get(
+        &self,
+        table: &'static str,
+        pk: &str,
+        sk: &str,
+    ) -> Result<Option<Item>, StoreError>;
+
+    /// Items of one partition, ascending by sort key, strongly consistent.
+    async fn query(
+        &self,
+        table: &'static str,
+        pk: &str,
+        range: &SkRange,
+        after: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Page, StoreError>;
+
+    /// Items under one partition of a sparse index, ascending by index sort key.
+    /// Eventually consistent: results may be stale or missing recent writes.
+    async fn query_index(
+        &self,
+        table: &'static str,
+        index: &'static str,
+        pk: &str,
+        range: &SkRange,
+        after: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Page, StoreError>;
+
+    /// Number of entries under one index partition (DynamoDB: a `Select=COUNT` query).
+    async fn count_index(
+        &self,
+        table: &'static str,
+        index: &'static str,
+        pk: &str,
+        range: &SkRange,
+    ) -> Result<u64, StoreError>;
+
+    /// One conditional write. Returns the item's new version (0 after a delete).
+    async fn write(&self, op: WriteOp) -> Result<u64, StoreError>;
+
+    /// All-or-nothing writes on at most [`MAX_TRANSACTION_ITEMS`] distinct items.
+    async fn transact(&self, ops: Vec<WriteOp>) -> Result<(), StoreError>;
+}
+
+/// Checks the rules every adapter enforces before writing.
+pub fn check_transaction(ops: &[WriteOp]) -> Result<(), StoreError> {
+    if ops.is_empty() || ops.len() > MAX_TRANSACTION_ITEMS {
+        return Err(StoreError::Validation(format!(
+            "a transaction holds 1..{MAX_TRANSACTION_ITEMS} items, got {}",
+            ops.len()
+        )));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for op in ops {
+        if !seen.insert(op.key()) {
+            return Err(StoreError::Validation(
+                "a transaction may not touch the same item twice".into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Serialises an item's data, enforcing the item size limit (keys and indexes included).
+pub fn encode_item(item: &Item) -> Result<Vec<u8>, StoreError> {
+    let bytes = serde_json::to_vec(&item.data).map_err(|e| StoreError::Other(e.to_string()))?;
+    let size = bytes.len()
+        + item.pk.len()
+        + item.sk.len()
+        + item
+            .indexes
+            .iter()
+            .map(|i| i.pk.len() + i.sk.len() + 16)
+            .sum::<usize>();
+    if size > MAX_ITEM_BYTES {
+        return Err(StoreError::ItemTooLarge(size));
+    }
+    Ok(bytes)
+}

@@ -1,0 +1,411 @@
+//! The embedded adapter: SQLite in WAL mode, durable across restarts and process kills.
+//!
+//! Writes go through one connection (SQLite has one writer anyway); reads use a small pool of
+//! read connections so that they don't queue behind writes. Work runs on tokio's blocking
+//! pool so that the async runtime never waits on disk.
+
+use super::*;
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+const READERS: usize = 4;
+
+/// SQLite-backed [`Store`].
+#[derive(Clone)]
+pub struct SqliteStore {
+    writer: Arc<Mutex<Connection>>,
+    readers: Arc<Vec<Mutex<Connection>>>,
+}
+
+fn other(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Other(e.to_string())
+}
+
+fn open(path: &Path) -> Result<Connection, StoreError> {
+    let conn = Connection::open(path).map_err(other)?;
+    // NORMAL in WAL mode survives a killed process (only an OS crash may lose the last
+    // commits); `TCQ_SQLITE_SYNC=FULL` trades speed for power-loss durability.
+    let sync = std::env::var("TCQ_SQLITE_SYNC").unwrap_or_else(|_| "NORMAL".into());
+    let sync = if sync.eq_ignore_ascii_case("FULL") {
+        "FULL"
+    } else {
+        "NORMAL"
+    };
+    conn.execute_batch(&format!(
+        "PRAGMA journal_mode=WAL; PRAGMA synchronous={sync}; PRAGMA busy_timeout=10000; PRAGMA foreign_keys=OFF;"
+    ))
+    .map_err(other)?;
+    Ok(conn)
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database file at `path`.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let writer = open(path)?;
+        writer
+            .execute_batch(
+                "CREATE TABLE IF NOT EXISTS items (
+                    tbl TEXT NOT NULL, pk TEXT NOT NULL, sk TEXT NOT NULL,
+                    version INTEGER NOT NULL, data BLOB NOT NULL,
+                    PRIMARY KEY (tbl, pk, sk)) WITHOUT ROWID;
+                 CREATE TABLE IF NOT EXISTS idx (
+                    tbl TEXT NOT NULL, idx TEXT NOT NULL, ipk TEXT NOT NULL, isk TEXT NOT NULL,
+                    pk TEXT NOT NULL, sk TEXT NOT NULL,
+                    PRIMARY KEY (tbl, idx, ipk, isk, pk, sk)) WITHOUT ROWID;
+                 CREATE INDEX IF NOT EXISTS idx_by_item ON idx (tbl, pk, sk);",
+            )
+            .map_err(other)?;
+        let mut readers = Vec::with_capacity(READERS);
+        for _ in 0..READERS {
+            readers.push(Mutex::new(open(path)?));
+        }
+        Ok(SqliteStore {
+            writer: Arc::new(Mutex::new(writer)),
+            readers: Arc::new(readers),
+        })
+    }
+
+    async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let readers = self.readers.clone();
+        tokio::task::spawn_blocking(move || {
+            // Take the first free reader; if all are busy, wait on a random one.
+            for r in readers.iter() {
+                if let Ok(conn) = r.try_lock() {
+                    return f(&conn);
+                }
+            }
+            let i = rand::random::<u32>() as usize % readers.len();
+            let conn = readers[i].lock().map_err(other)?;
+            f(&conn)
+        })
+        .await
+        .map_err(other)?
+    }
+
+    async fn write_txn<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&rusqlite::Transaction) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let writer = self.writer.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut conn = writer.lock().map_err(other)?;
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(other)?;
+            let out = f(&tx)?;
+            tx.commit().map_err(other)?;
+            Ok(out)
+        })
+        .await
+        .map_err(other)?
+    }
+}
+
+fn current_version(
+    tx: &Connection,
+    table: &str,
+    pk: &str,
+    sk: &str,
+) -> Result<Option<u64>, StoreError> {
+    tx.query_row(
+        "SELECT version FROM items WHERE tbl=?1 AND pk=?2 AND sk=?3",
+        params![table, pk, sk],
+        |r| r.get::<_, i64>(0),
+    )
+    .optional()
+    .map(|v| v.map(|v| v as u64))
+    .map_err(other)
+}
+
+fn cond_holds(cond: Cond, current: Option<u64>) -> bool {
+    match cond {
+        Cond::None => true,
+        Cond::NotExists => current.is_none(),
+        Cond::Exists => current.is_some(),
+        Cond::Version(v) => current == Some(v),
+    }
+}
+
+/// Applies one op whose condition already held. Returns the new version.
+fn apply(
+    tx: &Connection,
+    op: &WriteOp,
+    current: Option<u64>,
+    encoded: Option<&[u8]>,
+) -> Result<u64, StoreError> {
+    let (table, pk, sk) = op.key();
+    match op {
+        WriteOp::Check { .. } => Ok(current.unwrap_or(0)),
+        WriteOp::Delete { .. } => {
+            tx.execute(
+                "DELETE FROM items WHERE tbl=?1 AND pk=?2 AND sk=?3",
+                params![table, pk, sk],
+            )
+            .map_err(other)?;
+            tx.execute(
+                "DELETE FROM idx WHERE tbl=?1 AND pk=?2 AND sk=?3",
+                params![table, pk, sk],
+            )
+            .map_err(other)?;
+            Ok(0)
+        }
+        WriteOp::Put { item, .. } => {
+            let version = current.unwrap_or(0) + 1;
+            tx.execute(
+                "INSERT OR REPLACE INTO items (tbl, pk, sk, version, data) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![table, pk, sk, version as i64, encoded.unwrap_or_default()],
+            )
+            .map_err(other)?;
+            tx.execute(
+                "DELETE FROM idx WHERE tbl=?1 AND pk=?2 AND sk=?3",
+                params![table, pk, sk],
+            )
+            .map_err(other)?;
+            for e in &item.indexes {
+                tx.execute(
+                    "INSERT OR REPLACE INTO idx (tbl, idx, ipk, isk, pk, sk) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    params![table, e.index, e.pk, e.sk, pk, sk],
+                )
+                .map_err(other)?;
+            }
+            Ok(version)
+        }
+    }
+}
+
+fn encode(op: &WriteOp) -> Result<Option<Vec<u8>>, StoreError> {
+    match op {
+        WriteOp::Put { item, .. } => encode_item(item).map(Some),
+        _ => Ok(None),
+    }
+}
+
+fn row_to_item(pk: String, sk: String, version: i64, data: Vec<u8>) -> Result<Item, StoreError> {
+    let data = serde_json::from_slice(&data).map_err(other)?;
+    Ok(Item {
+        pk,
+        sk,
+        version: version as u64,
+        data,
+        indexes: vec![],
+    })
+}
+
+/// `after < key` on (a, b, c) and the range's prefix/upper bound, as SQL and parameters.
+fn range_sql(
+    col: &str,
+    range: &SkRange,
+    after: Option<&Cursor>,
+    keys: (&str, &str),
+) -> (String, Vec<String>) {
+    let mut sql = String::new();
+    let mut args = Vec::new();
+    if let Some(p) = &range.prefix {
+        // Prefix as a half-open byte range; '\u{10FFFF}' sorts after every character we store.
+        sql.push_str(&format!(" AND {col} >= ? AND {col} < ?"));
+        args.push(p.clone());
+        args.push(format!("{p}\u{10FFFF}"));
+    }
+    if let Some(u) = &range.upto {
+        sql.push_str(&format!(" AND {col} <= ?"));
+        args.push(u.clone());
+    }
+    if let Some((a, b, c)) = after {
+        sql.push_str(&format!(" AND ({col}, {}, {}) > (?, ?, ?)", keys.0, keys.1));
+        args.push(a.clone());
+        args.push(b.clone());
+        args.push(c.clone());
+    }
+    (sql, args)
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn get(
+        &self,
+        table: &'static str,
+        pk: &str,
+        sk: &str,
+    ) -> Result<Option<Item>, StoreError> {
+        let (pk, sk) = (pk.to_string(), sk.to_string());
+        self.read(move |c| {
+            let row = c
+                .query_row(
+                    "SELECT version, data FROM items WHERE tbl=?1 AND pk=?2 AND sk=?3",
+                    params![table, pk, sk],
+                    |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?)),
+                )
+                .optional()
+                .map_err(other)?;
+            row.map(|(v, d)| row_to_item(pk, sk, v, d)).transpose()
+        })
+        .await
+    }
+
+    async fn query(
+        &self,
+        table: &'static str,
+        pk: &str,
+        range: &SkRange,
+        after: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        let pk = pk.to_string();
+        // The base table's cursor is (sk, pk, sk); only the first part matters.
+        let (cond, args) = range_sql("sk", range, after, ("pk", "sk"));
+        self.read(move |c| {
+            let sql = format!(
+                "SELECT sk, version, data FROM items WHERE tbl=? AND pk=? {cond} ORDER BY sk LIMIT {}",
+                limit + 1
+            );
+            let mut stmt = c.prepare_cached(&sql).map_err(other)?;
+            let mut all: Vec<rusqlite::types::Value> = vec![table.to_string().into(), pk.clone().into()];
+            all.extend(args.into_iter().map(Into::into));
+            let rows = stmt
+                .query_map(rusqlite::params_from_iter(all), |r| {
+                    Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, Vec<u8>>(2)?))
+                })
+                .map_err(other)?;
+            let mut items = Vec::new();
+            for row in rows {
+                let (sk, v, d) = row.map_err(other)?;
+                items.push(row_to_item(pk.clone(), sk, v, d)?);
+            }
+            let next = if items.len() > limit {
+                items.truncate(limit);
+                items.last().map(|i| (i.sk.clone(), i.pk.clone(), i.sk.clone()))
+            } else {
+                None
+            };
+            Ok(Page { items, next })
+        })
+        .await
+    }
+
+    async fn query_index(
+        &self,
+        table: &'static str,
+        index: &'static str,
+        pk: &str,
+        range: &SkRange,
+        after: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        let ipk = pk.to_string();
+        let (cond, args) = range_sql("x.isk", range, after, ("x.pk", "x.sk"));
+        self.read(move |c| {
+            let sql = format!(
+                "SELECT x.isk, i.pk, i.sk, i.version, i.data FROM idx x
+                 JOIN items i ON i.tbl = x.tbl AND i.pk = x.pk AND i.sk = x.sk
+                 WHERE x.tbl=? AND x.idx=? AND x.ipk=? {cond}
+                 ORDER BY x.isk, x.pk, x.sk LIMIT {}",
+                limit + 1
+            );
+            let mut stmt = c.prepare_cached(&sql).map_err(other)?;
+            let mut all: Vec<rusqlite::types::Value> = vec![
+                table.to_string().into(),
+                index.to_string().into(),
+                ipk.into(),
+            ];
+            all.extend(args.into_iter().map(Into::into));
+            let rows = stmt
+                .query_map(rusqlite::params_from_iter(all), |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, i64>(3)?,
+                        r.get::<_, Vec<u8>>(4)?,
+                    ))
+                })
+                .map_err(other)?;
+            let mut items = Vec::new();
+            let mut cursors = Vec::new();
+            for row in rows {
+                let (isk, pk, sk, v, d) = row.map_err(other)?;
+                cursors.push((isk, pk.clone(), sk.clone()));
+                items.push(row_to_item(pk, sk, v, d)?);
+            }
+            let next = if items.len() > limit {
+                items.truncate(limit);
+                cursors.into_iter().nth(limit - 1)
+            } else {
+                None
+            };
+            Ok(Page { items, next })
+        })
+        .await
+    }
+
+    async fn count_index(
+        &self,
+        table: &'static str,
+        index: &'static str,
+        pk: &str,
+        range: &SkRange,
+    ) -> Result<u64, StoreError> {
+        let ipk = pk.to_string();
+        let (cond, args) = range_sql("isk", range, None, ("pk", "sk"));
+        self.read(move |c| {
+            let sql = format!("SELECT COUNT(*) FROM idx WHERE tbl=? AND idx=? AND ipk=? {cond}");
+            let mut all: Vec<rusqlite::types::Value> = vec![
+                table.to_string().into(),
+                index.to_string().into(),
+                ipk.into(),
+            ];
+            all.extend(args.into_iter().map(Into::into));
+            c.query_row(&sql, rusqlite::params_from_iter(all), |r| {
+                r.get::<_, i64>(0)
+            })
+            .map(|n| n as u64)
+            .map_err(other)
+        })
+        .await
+    }
+
+    async fn write(&self, op: WriteOp) -> Result<u64, StoreError> {
+        if matches!(op, WriteOp::Check { .. }) {
+            return Err(StoreError::Validation(
+                "a condition check only exists inside a transaction".into(),
+            ));
+        }
+        let encoded = encode(&op)?;
+        self.write_txn(move |tx| {
+            let (table, pk, sk) = op.key();
+            let current = current_version(tx, table, pk, sk)?;
+            if !cond_holds(op.cond(), current) {
+                return Err(StoreError::ConditionFailed);
+            }
+            apply(tx, &op, current, encoded.as_deref())
+        })
+        .await
+    }
+
+    async fn transact(&self, ops: Vec<WriteOp>) -> Result<(), StoreError> {
+        check_transaction(&ops)?;
+        let encoded = ops.iter().map(encode).collect::<Result<Vec<_>, _>>()?;
+        self.write_txn(move |tx| {
+            let mut currents = Vec::with_capacity(ops.len());
+            let mut reasons = Vec::with_capacity(ops.len());
+            for op in &ops {
+                let (table, pk, sk) = op.key();
+                let current = current_version(tx, table, pk, sk)?;
+                reasons.push(!cond_holds(op.cond(), current));
+                currents.push(current);
+            }
+            if reasons.iter().any(|&failed| failed) {
+                // Dropping the transaction rolls back; nothing was written yet anyway.
+                return Err(StoreError::TransactionCancelled { reasons });
+            }
+            for ((op, current), enc) in ops.iter().zip(currents).zip(&encoded) {
+                apply(tx, op, current, enc.as_deref())?;
+            }
+            Ok(())
+        })
+        .await
+    }
+}

@@ -1,0 +1,223 @@
+//! Harness for the black-box tests and benchmarks: each test gets its own server (own data
+//! directory, own port) and talks to it over HTTP with the official `taskcluster` crate.
+
+use functions::{start, LocalConfig, Running};
+use serde_json::{json, Value};
+use shared::events::{Event, FanoutSink, LogSink, RecordingSink};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub use shared::ids::new_slugid as slugid;
+
+/// A server under test.
+pub struct TestServer {
+    running: Option<Running>,
+    /// Every event the server published, in order.
+    pub events: RecordingSink,
+    /// The data directory (deleted on drop).
+    pub dir: tempfile::TempDir,
+}
+
+/// A server with test timings: claimWork waits 2 s, reapers run every 100 ms.
+pub async fn spawn_app() -> TestServer {
+    spawn_app_with(|_| {}).await
+}
+
+/// A server with test timings, adjusted by `f`.
+pub async fn spawn_app_with(f: impl FnOnce(&mut LocalConfig)) -> TestServer {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut cfg = LocalConfig::defaults();
+    cfg.port = 0;
+    cfg.bind = "127.0.0.1".into();
+    cfg.data_dir = dir.path().to_path_buf();
+    cfg.claim_work_timeout_ms = 2_000;
+    cfg.reaper_interval_ms = 100;
+    f(&mut cfg);
+    let events = RecordingSink::default();
+    let sink = Arc::new(FanoutSink(vec![
+        Arc::new(events.clone()),
+        Arc::new(LogSink),
+    ]));
+    let running = start(cfg, sink).await.expect("server starts");
+    TestServer {
+        running: Some(running),
+        events,
+        dir,
+    }
+}
+
+impl TestServer {
+    /// The rootUrl.
+    pub fn root_url(&self) -> String {
+        self.running
+            .as_ref()
+            .map(|r| r.root_url())
+            .unwrap_or_default()
+    }
+
+    /// An official client without credentials, without retries (so 5xx surface at once).
+    pub fn queue(&self) -> taskcluster::Queue {
+        queue_client(&self.root_url())
+    }
+
+    /// Full URL of an API path such as `/task/<id>`.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}/api/queue/v1{path}", self.root_url())
+    }
+
+    /// Every event published so far.
+    pub fn events(&self) -> Vec<Event> {
+        self.events.events()
+    }
+
+    /// Waits until an event matching `pred` has been published.
+    pub async fn wait_for_event(
+        &self,
+        timeout: Duration,
+        pred: impl Fn(&Event) -> bool,
+    ) -> Option<Event> {
+        let until = Instant::now() + timeout;
+        loop {
+            if let Some(e) = self.events().into_iter().find(|e| pred(e)) {
+                return Some(e);
+            }
+            if Instant::now() > until {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Stops the server (the data directory stays until drop).
+    pub async fn stop(&mut self) {
+        if let Some(r) = self.running.take() {
+            r.stop().await;
+        }
+    }
+}
+
+/// An official client for `root_url`, without credentials or retries.
+pub fn queue_client(root_url: &str) -> taskcluster::Queue {
+    let builder = taskcluster::ClientBuilder::new(root_url)
+        .retry(taskcluster::Retry {
+            retries: 0,
+            ..Default::default()
+        })
+        .timeout(Duration::from_secs(60));
+    taskcluster::Queue::new(builder).expect("client")
+}
+
+/// The HTTP status of a failed client call.
+pub fn status_of(err: &anyhow::Error) -> Option<u16> {
+    taskcluster::err_status_code(err).map(|s| s.as_u16())
+}
+
+/// A fresh task queue per test, so that pending work never leaks between tests.
+pub fn task_queue_id() -> String {
+    let suffix: String = slugid()
+        .chars()
+        .filter(|c| c.is_ascii_alphabetic())
+        .take(10)
+        .collect::<String>()
+        .to_ascii_lowercase();
+    format!("test-prov/wt-{suffix}")
+}
+
+/// A date-time `offset_ms` from now, in the wire format.
+pub fn ts(offset_ms: i64) -> String {
+    shared::time::Ts::now().plus(offset_ms).to_string()
+}
+
+/// A minimal valid task definition for `task_queue_id`: created now, deadline in an hour.
+pub fn task_def(task_queue_id: &str) -> Value {
+    json!({
+        "taskQueueId": task_queue_id,
+        "created": ts(0),
+        "deadline": ts(3_600_000),
+        "payload": {},
+        "metadata": {
+            "name": "black-box test task",
+            "description": "created by the black-box suite",
+            "owner": "tests@example.com",
+            "source": "https://example.com/tests"
+        }
+    })
+}
+
+/// Environment variable that marks a re-executed test binary as a server process.
+pub const CHILD_ENV: &str = "TCQ_TEST_CHILD_SERVER";
+
+/// Starts the current test binary again as a separate server process, so that it can be
+/// SIGKILLed. The binary must contain an `#[ignore]`d test named `test_name` whose body is
+/// `run_child_server()`. The child reads its configuration from `TCQ_*` variables.
+pub fn spawn_child_server(
+    test_name: &str,
+    data_dir: &Path,
+    port: u16,
+    envs: &[(&str, String)],
+) -> Child {
+    let exe = std::env::current_exe().expect("current test binary");
+    let mut cmd = Command::new(exe);
+    cmd.args([
+        "--ignored",
+        "--exact",
+        test_name,
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(CHILD_ENV, "1")
+    .env("TCQ_DATA_DIR", data_dir)
+    .env("TCQ_PORT", port.to_string())
+    .env("TCQ_BIND", "127.0.0.1")
+    .stdout(Stdio::null())
+    .stderr(Stdio::inherit());
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    cmd.spawn().expect("spawn child server")
+}
+
+/// Body of the ignored child test: serves until killed (does nothing in a normal run).
+pub fn run_child_server() {
+    if std::env::var(CHILD_ENV).as_deref() != Ok("1") {
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let cfg = <LocalConfig as clap::Parser>::parse_from(["tc-queue"]);
+        let _running = start(cfg, Arc::new(LogSink))
+            .await
+            .expect("child server starts");
+        loop {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+        }
+    });
+}
+
+/// Polls `GET /ping` until the server at `root_url` answers.
+pub async fn wait_until_up(root_url: &str, timeout: Duration) -> bool {
+    let until = Instant::now() + timeout;
+    let client = reqwest::Client::new();
+    while Instant::now() < until {
+        if client
+            .get(format!("{root_url}/api/queue/v1/ping"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(0)
+}
