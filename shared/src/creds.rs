@@ -1,6 +1,7 @@
 //! Temporary credentials, as Taskcluster's clients and auth service define them.
 
 use crate::ids::new_slugid;
+use crate::model::Run;
 use crate::time::Ts;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine;
@@ -96,19 +97,20 @@ pub fn js_seconds(t: Ts) -> String {
     }
 }
 
-/// The credentials a worker gets for one claimed run.
+/// The credentials a worker gets for a claimed run: valid from `now` until its `takenUntil`.
 pub fn for_claim(
     issuer: &IssuerCredentials,
     task_id: &str,
-    run_id: u32,
-    worker_group: &str,
-    worker_id: &str,
+    run: &Run,
     task_scopes: &[String],
     now: Ts,
-    taken_until: Ts,
 ) -> TempCredentials {
+    let run_id = run.run_id;
+    let taken_until = run.taken_until.unwrap_or(now);
     let client_id = format!(
-        "task-client/{task_id}/{run_id}/on/{worker_group}/{worker_id}/until/{}",
+        "task-client/{task_id}/{run_id}/on/{}/{}/until/{}",
+        run.worker_group.as_deref().unwrap_or_default(),
+        run.worker_id.as_deref().unwrap_or_default(),
         js_seconds(taken_until)
     );
     let mut scopes = vec![
@@ -137,7 +139,13 @@ mod tests {
             client_id: "static/q".into(),
             access_token: "secret".into(),
         };
-        let c = for_claim(&issuer, "T", 0, "g", "w", &["x".into()], Ts(1000), Ts(2000));
+        let run: Run = serde_json::from_value(serde_json::json!({
+            "runId": 0, "state": "running", "reasonCreated": "scheduled", "workerGroup": "g",
+            "workerId": "w", "takenUntil": "1970-01-01T00:00:02.000Z", "scheduled": "1970-01-01T00:00:00.000Z"
+        }))
+        .unwrap();
+        let c = for_claim(&issuer, "T", &run, &["x".into()], Ts(1000));
+        assert_eq!(c.client_id, "task-client/T/0/on/g/w/until/2");
         let cert: serde_json::Value = serde_json::from_str(&c.certificate).unwrap();
         let text = format!(
             "version:1\nclientId:{}\nissuer:static/q\nseed:{}\nstart:1000\nexpiry:2000\nscopes:\nqueue:reclaim-task:T/0\nqueue:resolve-task:T/0\nqueue:create-artifact:T/0\nx",

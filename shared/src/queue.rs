@@ -531,16 +531,7 @@ impl Queue {
                     .collect()
             })
             .unwrap_or_default();
-        let credentials = creds::for_claim(
-            &self.issuer,
-            &rec.task_id,
-            run_id,
-            run.worker_group.as_deref().unwrap_or_default(),
-            run.worker_id.as_deref().unwrap_or_default(),
-            &scopes,
-            now,
-            run.taken_until.unwrap_or(now),
-        );
+        let credentials = creds::for_claim(&self.issuer, &rec.task_id, run, &scopes, now);
         Ok(Claim {
             record: rec,
             run_id,
@@ -598,25 +589,15 @@ impl Queue {
             )
             .await
             .map_err(internal)?;
-        let mut candidates = page.items;
-        // Concurrent claimers all see the same head; start at a random place among the
-        // equally-ranked head so they don't all fight over the first item.
-        if let Some(first) = candidates
-            .first()
-            .and_then(|i| decode::<TaskRecord>(i.data.clone()).ok())
-        {
-            let same_rank = candidates
-                .iter()
-                .take_while(|i| i.data["priority"].as_str() == Some(first.priority.as_str()))
-                .count();
-            let spread = same_rank.min(count.max(8));
-            if spread > 1 {
-                candidates[..spread].rotate_left(rand::random::<u32>() as usize % spread);
-            }
-        }
+        // Candidates are tried in queue order (priority, then age), so a worker without
+        // competition gets strict FIFO. Once a candidate is lost to a concurrent claimer, the
+        // rest of the equally-ranked head is rotated by a random amount, so that racing
+        // workers spread out instead of all fighting over the next item.
+        let mut candidates: std::collections::VecDeque<Item> = page.items.into();
+        let mut spread = false;
         let taken_until = now.plus(self.cfg.claim_timeout_ms);
         let mut claims = Vec::new();
-        for item in candidates {
+        while let Some(item) = candidates.pop_front() {
             if claims.len() >= count {
                 break;
             }
@@ -641,7 +622,11 @@ impl Queue {
                 .await?
             {
                 Some(rec) => claims.push(self.finish_claim(rec, run_id, now).await?),
-                None => continue,
+                None if !spread => {
+                    spread = true;
+                    spread_head(candidates.make_contiguous(), count);
+                }
+                None => {}
             }
         }
         Ok(claims)
@@ -873,6 +858,22 @@ impl Queue {
     }
 }
 
+/// Rotates the equally-ranked head of `candidates` (at most `max(count, 8)` items) by a
+/// random amount.
+fn spread_head(candidates: &mut [Item], count: usize) {
+    let Some(rank) = candidates.first().map(|i| i.data["priority"].clone()) else {
+        return;
+    };
+    let same_rank = candidates
+        .iter()
+        .take_while(|i| i.data["priority"] == rank)
+        .count();
+    let n = same_rank.min(count.max(8));
+    if n > 1 {
+        candidates[..n].rotate_left(rand::random::<u32>() as usize % n);
+    }
+}
+
 /// Short randomised backoff between optimistic-concurrency attempts.
 async fn backoff(attempt: usize) {
     let cap = 1u64 << attempt.min(6);
@@ -881,6 +882,20 @@ async fn backoff(attempt: usize) {
 
 fn reject(msg: String) -> ApiError {
     ApiError::input(msg)
+}
+
+/// One calendar year after `t`, as upstream's `setFullYear(getFullYear() + 1)` (29 February
+/// becomes 1 March).
+fn one_year_after(t: Ts) -> Ts {
+    use chrono::{Datelike, TimeZone, Utc};
+    let Some(d) = Utc.timestamp_millis_opt(t.millis()).single() else {
+        return t.plus(365 * DAY);
+    };
+    let year = d.year() + 1;
+    d.with_year(year)
+        .or_else(|| d.with_day(1)?.with_month(3)?.with_year(year))
+        .map(|n| Ts(n.timestamp_millis()))
+        .unwrap_or(t.plus(365 * DAY))
 }
 
 /// Applies the hand-checked rules of createTask and returns the definition as stored:
@@ -944,7 +959,7 @@ pub fn normalize_definition(
     };
     let created = date(obj, "created")?.ok_or_else(|| reject("created is required".into()))?;
     let deadline = date(obj, "deadline")?.ok_or_else(|| reject("deadline is required".into()))?;
-    let expires = date(obj, "expires")?.unwrap_or(deadline.plus(365 * DAY));
+    let expires = date(obj, "expires")?.unwrap_or(one_year_after(deadline));
     if (created.millis() - now.millis()).abs() > DRIFT_MS {
         return Err(reject(format!(
             "created {created} must be within 15 minutes of the current time {now}"
@@ -981,4 +996,24 @@ pub fn normalize_definition(
         )));
     }
     Ok(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_expiry_is_one_calendar_year_after_the_deadline() {
+        let at = |s: &str| Ts::parse(s).unwrap();
+        assert_eq!(
+            one_year_after(at("2027-03-01T10:00:00.123Z")),
+            at("2028-03-01T10:00:00.123Z"),
+            "crossing 29 February takes 366 days"
+        );
+        assert_eq!(
+            one_year_after(at("2028-02-29T00:00:00.000Z")),
+            at("2029-03-01T00:00:00.000Z"),
+            "29 February rolls over to 1 March, as in JavaScript"
+        );
+    }
 }

@@ -10,6 +10,7 @@
 //! Every item carries a version that the store bumps on each write; optimistic concurrency is
 //! "read, compute, write with `Cond::Version(read_version)`".
 
+pub mod conformance;
 pub mod sqlite;
 
 use async_trait::async_trait;

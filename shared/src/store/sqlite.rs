@@ -409,3 +409,44 @@ impl Store for SqliteStore {
         .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn passes_the_conformance_suite() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("db")).unwrap();
+        super::super::conformance::run_all(Arc::new(store)).await;
+    }
+
+    #[tokio::test]
+    async fn data_survives_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        {
+            let s = SqliteStore::open(&path).unwrap();
+            let idx = vec![IndexEntry {
+                index: "i",
+                pk: "p".into(),
+                sk: "s".into(),
+            }];
+            s.write(WriteOp::Put {
+                table: "t",
+                item: Item::new("a", "b", serde_json::json!({"x": 1}), idx),
+                cond: Cond::NotExists,
+            })
+            .await
+            .unwrap();
+        }
+        let s = SqliteStore::open(&path).unwrap();
+        assert_eq!(s.get("t", "a", "b").await.unwrap().unwrap().data["x"], 1);
+        assert_eq!(
+            s.count_index("t", "i", "p", &SkRange::default())
+                .await
+                .unwrap(),
+            1
+        );
+    }
+}

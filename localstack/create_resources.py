@@ -1,0 +1,58 @@
+"""Creates the tables, indexes, TTL, queues and buckets declared in infra/resources.json.
+Idempotent: existing resources are left as they are."""
+import json
+import sys
+
+import boto3
+from botocore.exceptions import ClientError
+
+
+def main(path, prefix):
+    spec = json.load(open(path))
+    tables = spec.get("tables", []) + spec.get("test_tables", [])
+    ddb = boto3.client("dynamodb")
+    existing = set(ddb.list_tables()["TableNames"])
+    for t in tables:
+        name = prefix + t["name"]
+        if name not in existing:
+            attrs = {a: "S" for a in [t["pk"], t["sk"]]}
+            gsis = []
+            for g in t.get("indexes", []):
+                attrs[g["pk"]] = "S"
+                attrs[g["sk"]] = "S"
+                gsis.append({
+                    "IndexName": g["name"],
+                    "KeySchema": [{"AttributeName": g["pk"], "KeyType": "HASH"},
+                                  {"AttributeName": g["sk"], "KeyType": "RANGE"}],
+                    "Projection": {"ProjectionType": "ALL"},
+                })
+            args = dict(
+                TableName=name,
+                AttributeDefinitions=[{"AttributeName": k, "AttributeType": v} for k, v in attrs.items()],
+                KeySchema=[{"AttributeName": t["pk"], "KeyType": "HASH"},
+                           {"AttributeName": t["sk"], "KeyType": "RANGE"}],
+                BillingMode="PAY_PER_REQUEST",
+            )
+            if gsis:
+                args["GlobalSecondaryIndexes"] = gsis
+            ddb.create_table(**args)
+            ddb.get_waiter("table_exists").wait(TableName=name)
+            if t.get("ttl"):
+                ddb.update_time_to_live(TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": t["ttl"]})
+            print(f"created table {name}")
+    sqs = boto3.client("sqs")
+    for q in spec.get("queues", []):
+        sqs.create_queue(QueueName=q["name"])
+        print(f"queue {q['name']}")
+    s3 = boto3.client("s3")
+    for b in spec.get("buckets", []):
+        try:
+            s3.create_bucket(Bucket=b["name"])
+            print(f"created bucket {b['name']}")
+        except ClientError as e:
+            if e.response["Error"]["Code"] not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                raise
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "tcq-")

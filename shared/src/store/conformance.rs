@@ -1,0 +1,355 @@
+//! The conformance suite every [`Store`] adapter must pass. It checks exactly the promises of
+//! the port, no more: index reads are polled until they converge, because indexes are only
+//! eventually consistent. Call [`run_all`] from an adapter's tests with a fresh, empty store.
+
+use super::*;
+use serde_json::json;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const T: &str = "conformance";
+const IDX: &str = "by-color";
+
+fn item(pk: &str, sk: &str, n: i64, color: Option<&str>) -> Item {
+    let indexes = color
+        .map(|c| {
+            vec![IndexEntry {
+                index: IDX,
+                pk: c.to_string(),
+                sk: format!("{n:06}:{pk}:{sk}"),
+            }]
+        })
+        .unwrap_or_default();
+    Item::new(pk, sk, json!({ "n": n }), indexes)
+}
+
+fn put(i: Item, cond: Cond) -> WriteOp {
+    WriteOp::Put {
+        table: T,
+        item: i,
+        cond,
+    }
+}
+
+async fn eventually<F, Fut>(what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let until = Instant::now() + Duration::from_secs(10);
+    while !f().await {
+        assert!(Instant::now() < until, "never converged: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Runs every check; panics with a description on the first broken promise.
+pub async fn run_all(store: Arc<dyn Store>) {
+    conditional_writes(store.as_ref()).await;
+    transactions_are_all_or_nothing(store.as_ref()).await;
+    transaction_limits(store.as_ref()).await;
+    partition_queries_page_in_order(store.as_ref()).await;
+    indexes_follow_items(store.as_ref()).await;
+    oversized_items_are_refused(store.as_ref()).await;
+    concurrent_updates_lose_nothing(store.clone()).await;
+    racing_creates_have_one_winner(store).await;
+}
+
+/// Versions start at 1 and bump on every write; conditions are enforced.
+pub async fn conditional_writes(s: &dyn Store) {
+    assert_eq!(
+        s.write(put(item("a", "1", 1, None), Cond::NotExists))
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(matches!(
+        s.write(put(item("a", "1", 2, None), Cond::NotExists)).await,
+        Err(StoreError::ConditionFailed)
+    ));
+    assert_eq!(
+        s.write(put(item("a", "1", 2, None), Cond::Version(1)))
+            .await
+            .unwrap(),
+        2
+    );
+    assert!(s
+        .write(put(item("a", "1", 3, None), Cond::Version(1)))
+        .await
+        .unwrap_err()
+        .is_condition_failed());
+    let got = s.get(T, "a", "1").await.unwrap().unwrap();
+    assert_eq!((got.version, got.data["n"].as_i64()), (2, Some(2)));
+    assert!(s
+        .write(put(item("nope", "1", 1, None), Cond::Exists))
+        .await
+        .unwrap_err()
+        .is_condition_failed());
+    assert!(s.get(T, "nope", "1").await.unwrap().is_none());
+    let del = WriteOp::Delete {
+        table: T,
+        pk: "a".into(),
+        sk: "1".into(),
+        cond: Cond::Version(1),
+    };
+    assert!(s.write(del).await.unwrap_err().is_condition_failed());
+    let del = WriteOp::Delete {
+        table: T,
+        pk: "a".into(),
+        sk: "1".into(),
+        cond: Cond::Version(2),
+    };
+    s.write(del).await.unwrap();
+    assert!(s.get(T, "a", "1").await.unwrap().is_none());
+    let check = WriteOp::Check {
+        table: T,
+        pk: "a".into(),
+        sk: "1".into(),
+        cond: Cond::None,
+    };
+    assert!(
+        matches!(s.write(check).await, Err(StoreError::Validation(_))),
+        "checks exist only in transactions"
+    );
+}
+
+/// A failed condition cancels the whole transaction and reports which op failed.
+pub async fn transactions_are_all_or_nothing(s: &dyn Store) {
+    s.write(put(item("t", "existing", 0, None), Cond::NotExists))
+        .await
+        .unwrap();
+    let ops = vec![
+        put(item("t", "new-1", 1, None), Cond::NotExists),
+        put(item("t", "existing", 1, None), Cond::NotExists),
+        put(item("t", "new-2", 2, None), Cond::NotExists),
+    ];
+    match s.transact(ops).await {
+        Err(StoreError::TransactionCancelled { reasons }) => {
+            assert_eq!(reasons, vec![false, true, false])
+        }
+        other => panic!("expected a cancelled transaction, got {other:?}"),
+    }
+    assert!(
+        s.get(T, "t", "new-1").await.unwrap().is_none(),
+        "nothing of a cancelled transaction is written"
+    );
+    let ops = vec![
+        put(item("t", "new-1", 1, None), Cond::NotExists),
+        WriteOp::Check {
+            table: T,
+            pk: "t".into(),
+            sk: "existing".into(),
+            cond: Cond::Version(1),
+        },
+        WriteOp::Delete {
+            table: T,
+            pk: "t".into(),
+            sk: "missing".into(),
+            cond: Cond::None,
+        },
+    ];
+    s.transact(ops).await.unwrap();
+    assert!(s.get(T, "t", "new-1").await.unwrap().is_some());
+    assert_eq!(
+        s.get(T, "t", "existing").await.unwrap().unwrap().version,
+        1,
+        "a check writes nothing"
+    );
+}
+
+/// At most 100 items, each at most once.
+pub async fn transaction_limits(s: &dyn Store) {
+    let many: Vec<_> = (0..101)
+        .map(|i| put(item("lim", &i.to_string(), i, None), Cond::None))
+        .collect();
+    assert!(matches!(
+        s.transact(many).await,
+        Err(StoreError::Validation(_))
+    ));
+    let twice = vec![
+        put(item("lim", "x", 1, None), Cond::None),
+        put(item("lim", "x", 2, None), Cond::None),
+    ];
+    assert!(matches!(
+        s.transact(twice).await,
+        Err(StoreError::Validation(_))
+    ));
+    let hundred: Vec<_> = (0..100)
+        .map(|i| put(item("lim", &format!("{i:03}"), i, None), Cond::None))
+        .collect();
+    s.transact(hundred).await.unwrap();
+}
+
+/// Queries stay in one partition, ascend by sort key, honour prefix/upper bound, and page.
+pub async fn partition_queries_page_in_order(s: &dyn Store) {
+    for i in [5, 1, 4, 2, 3] {
+        s.write(put(item("q", &format!("k{i}"), i, None), Cond::None))
+            .await
+            .unwrap();
+    }
+    s.write(put(item("q", "other", 9, None), Cond::None))
+        .await
+        .unwrap();
+    s.write(put(item("q2", "k0", 0, None), Cond::None))
+        .await
+        .unwrap();
+    let range = SkRange {
+        prefix: Some("k".into()),
+        upto: Some("k4".into()),
+    };
+    let p1 = s.query(T, "q", &range, None, 2).await.unwrap();
+    let sks: Vec<_> = p1.items.iter().map(|i| i.sk.as_str()).collect();
+    assert_eq!(sks, ["k1", "k2"]);
+    let p2 = s.query(T, "q", &range, p1.next.as_ref(), 2).await.unwrap();
+    let sks: Vec<_> = p2.items.iter().map(|i| i.sk.as_str()).collect();
+    assert_eq!(sks, ["k3", "k4"]);
+    assert!(p2.next.is_none(), "the last page has no continuation");
+}
+
+/// Index entries appear, move and disappear with their item (eventually).
+pub async fn indexes_follow_items(s: &dyn Store) {
+    for i in 0..5 {
+        s.write(put(
+            item(&format!("ix{i}"), "x", i, Some("red")),
+            Cond::None,
+        ))
+        .await
+        .unwrap();
+    }
+    eventually("five red entries", || async {
+        s.count_index(T, IDX, "red", &SkRange::default())
+            .await
+            .unwrap()
+            == 5
+    })
+    .await;
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let page = s
+            .query_index(T, IDX, "red", &SkRange::default(), after.as_ref(), 2)
+            .await
+            .unwrap();
+        seen.extend(
+            page.items
+                .iter()
+                .map(|i| i.data["n"].as_i64().unwrap_or(-1)),
+        );
+        match page.next {
+            Some(n) => after = Some(n),
+            None => break,
+        }
+    }
+    assert_eq!(
+        seen,
+        [0, 1, 2, 3, 4],
+        "index pages ascend without gaps or repeats"
+    );
+    s.write(put(item("ix0", "x", 0, Some("blue")), Cond::None))
+        .await
+        .unwrap();
+    s.write(put(item("ix1", "x", 1, None), Cond::None))
+        .await
+        .unwrap();
+    s.write(WriteOp::Delete {
+        table: T,
+        pk: "ix2".into(),
+        sk: "x".into(),
+        cond: Cond::None,
+    })
+    .await
+    .unwrap();
+    eventually("red shrinks to two", || async {
+        s.count_index(T, IDX, "red", &SkRange::default())
+            .await
+            .unwrap()
+            == 2
+    })
+    .await;
+    eventually("blue has ix0", || async {
+        let p = s
+            .query_index(T, IDX, "blue", &SkRange::default(), None, 10)
+            .await
+            .unwrap();
+        p.items.len() == 1 && p.items[0].pk == "ix0"
+    })
+    .await;
+    let upto = SkRange {
+        upto: Some("000003:\u{10FFFF}".into()),
+        ..Default::default()
+    };
+    eventually("bounded index query", || async {
+        let p = s.query_index(T, IDX, "red", &upto, None, 10).await.unwrap();
+        p.items.iter().map(|i| i.pk.as_str()).collect::<Vec<_>>() == ["ix3"]
+    })
+    .await;
+}
+
+/// Items over 400 KB are refused before anything is written.
+pub async fn oversized_items_are_refused(s: &dyn Store) {
+    let big = Item::new(
+        "big",
+        "x",
+        json!({ "blob": "x".repeat(MAX_ITEM_BYTES) }),
+        vec![],
+    );
+    assert!(matches!(
+        s.write(put(big, Cond::None)).await,
+        Err(StoreError::ItemTooLarge(_))
+    ));
+    assert!(s.get(T, "big", "x").await.unwrap().is_none());
+}
+
+/// Read-modify-write with version conditions loses no update under concurrency.
+pub async fn concurrent_updates_lose_nothing(s: Arc<dyn Store>) {
+    s.write(put(item("counter", "x", 0, None), Cond::NotExists))
+        .await
+        .unwrap();
+    let mut handles = Vec::new();
+    for _ in 0..10 {
+        let s = s.clone();
+        handles.push(tokio::spawn(async move {
+            for _ in 0..10 {
+                loop {
+                    let cur = s.get(T, "counter", "x").await.unwrap().unwrap();
+                    let n = cur.data["n"].as_i64().unwrap_or(0);
+                    match s
+                        .write(put(
+                            item("counter", "x", n + 1, None),
+                            Cond::Version(cur.version),
+                        ))
+                        .await
+                    {
+                        Ok(_) => break,
+                        Err(e) if e.is_condition_failed() => continue,
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            }
+        }));
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    let got = s.get(T, "counter", "x").await.unwrap().unwrap();
+    assert_eq!(got.data["n"], 100);
+    assert_eq!(got.version, 101);
+}
+
+/// Of many racing creates of one item, exactly one wins.
+pub async fn racing_creates_have_one_winner(s: Arc<dyn Store>) {
+    let mut handles = Vec::new();
+    for i in 0..16 {
+        let s = s.clone();
+        handles.push(tokio::spawn(async move {
+            s.write(put(item("race", "x", i, None), Cond::NotExists))
+                .await
+                .is_ok()
+        }));
+    }
+    let mut winners = 0;
+    for h in handles {
+        winners += h.await.unwrap() as usize;
+    }
+    assert_eq!(winners, 1);
+}
