@@ -11,6 +11,17 @@ use crate::time::Ts;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
+/// The strings of a JSON array (anything else gives an empty list).
+pub fn string_list(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Upstream's cap on runs per task.
 pub const MAX_RUNS: usize = 50;
 
@@ -238,7 +249,7 @@ pub struct OutboxEvent {
 
 /// The status item of a task: everything that changes after creation, plus the few
 /// definition fields that routing keys and events need.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskRecord {
     /// taskId.

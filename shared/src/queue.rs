@@ -60,7 +60,12 @@ pub struct Queue {
     pub cfg: QueueConfig,
     /// Notified whenever new events sit in an outbox, so a publisher can drain promptly.
     pub events_waiting: Arc<Notify>,
+    /// Task definitions never change after creation, so each process keeps the ones it read.
+    defs: std::sync::Mutex<std::collections::HashMap<String, Value>>,
 }
+
+/// Definitions kept in memory before the cache starts over.
+const DEF_CACHE_MAX: usize = 10_000;
 
 fn internal(e: StoreError) -> ApiError {
     match e {
@@ -147,6 +152,7 @@ impl Queue {
             issuer,
             cfg,
             events_waiting: Arc::new(Notify::new()),
+            defs: Default::default(),
         }
     }
 
@@ -163,12 +169,22 @@ impl Queue {
     }
 
     async fn load_def(&self, task_id: &str) -> ApiResult<Option<Value>> {
-        Ok(self
+        if let Some(def) = self.defs.lock().ok().and_then(|c| c.get(task_id).cloned()) {
+            return Ok(Some(def));
+        }
+        let def = self
             .store
             .get(keys::TASKS, task_id, keys::SK_DEF)
             .await
             .map_err(internal)?
-            .map(|i| i.data))
+            .map(|i| i.data);
+        if let (Some(d), Ok(mut cache)) = (&def, self.defs.lock()) {
+            if cache.len() >= DEF_CACHE_MAX {
+                cache.clear();
+            }
+            cache.insert(task_id.to_string(), d.clone());
+        }
+        Ok(def)
     }
 
     fn status_item(rec: &TaskRecord) -> ApiResult<Item> {
@@ -206,9 +222,9 @@ impl Queue {
             let Some((mut rec, version)) = self.load(task_id).await? else {
                 return Err(ApiError::not_found(format!("Task {task_id} not found")));
             };
-            let before = serde_json::to_value(&rec).map_err(ApiError::internal)?;
+            let before = rec.clone();
             let out = f(&mut rec)?;
-            if serde_json::to_value(&rec).map_err(ApiError::internal)? == before {
+            if rec == before {
                 return Ok((rec, out));
             }
             let op = WriteOp::Put {
@@ -295,9 +311,6 @@ impl Queue {
         for attempt in 0..MAX_ATTEMPTS {
             // Task group: schedulerId must agree and the group must not be sealed.
             let group_op = self.group_op(&rec, &def).await?;
-            if let Some(existing) = self.load_def(task_id.as_str()).await? {
-                return self.repeat_create(task_id, &existing, &def).await;
-            }
             let mut fresh = rec.clone();
             fresh.emit_created();
             let ops = vec![
@@ -318,6 +331,15 @@ impl Queue {
                     self.after_write(&fresh);
                     return Ok(fresh);
                 }
+                // The definition exists: an idempotent repeat, or a conflict.
+                Err(StoreError::TransactionCancelled { reasons })
+                    if reasons.first() == Some(&true) =>
+                {
+                    if let Some(existing) = self.load_def(task_id.as_str()).await? {
+                        return self.repeat_create(task_id, &existing, &def).await;
+                    }
+                }
+                // The group changed meanwhile (or the task vanished again): look again.
                 Err(e) if e.is_condition_failed() => backoff(attempt).await,
                 Err(e) => return Err(internal(e)),
             }
@@ -361,16 +383,7 @@ impl Queue {
         let priority = Priority::parse(def["priority"].as_str().unwrap_or("lowest"))
             .unwrap_or(Priority::Lowest);
         let retries = def["retries"].as_u64().unwrap_or(5) as u32;
-        let strings = |k: &str| -> Vec<String> {
-            def[k]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|v| v.as_str().map(String::from))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
+        let strings = |k: &str| -> Vec<String> { crate::model::string_list(&def[k]) };
         let mut rec = TaskRecord {
             task_id: task_id.to_string(),
             task_queue_id: s("taskQueueId"),
@@ -523,14 +536,7 @@ impl Queue {
             .definition_for_claim(&rec.task_id.clone(), &rec)
             .await?;
         let run = &rec.runs[run_id as usize];
-        let scopes: Vec<String> = task["scopes"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|s| s.as_str().map(String::from))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let scopes: Vec<String> = crate::model::string_list(&task["scopes"]);
         let credentials = creds::for_claim(&self.issuer, &rec.task_id, run, &scopes, now);
         Ok(Claim {
             record: rec,
@@ -791,39 +797,38 @@ impl Queue {
             .1)
     }
 
-    /// One pass of the claim reaper over every shard; returns how many claims expired.
-    pub async fn reap_claims_once(&self, now: Ts, batch: usize) -> ApiResult<usize> {
-        let mut n = 0;
+    /// Every entry of a sharded time-ordered index that is due at `now` (up to `batch` per
+    /// shard), as the index reports it.
+    async fn due(&self, idx: &'static str, now: Ts, batch: usize) -> ApiResult<Vec<Item>> {
+        let mut out = Vec::new();
         for shard in 0..SHARDS {
             let range = SkRange {
                 upto: Some(keys::due_upto(now)),
                 ..Default::default()
             };
+            let pk = keys::shard_pk(idx, shard);
             let page = self
                 .store
-                .query_index(
-                    keys::TASKS,
-                    index::CLAIMS,
-                    &keys::shard_pk(index::CLAIMS, shard),
-                    &range,
-                    None,
-                    batch,
-                )
+                .query_index(keys::TASKS, idx, &pk, &range, None, batch)
                 .await
                 .map_err(internal)?;
-            for item in page.items {
-                let rec: TaskRecord = decode(item.data)?;
-                let Some(run) = rec.runs.last() else { continue };
-                let Some(taken_until) = run.taken_until else {
-                    continue;
-                };
-                if self
-                    .reap_claim(&rec.task_id, run.run_id, taken_until, now)
-                    .await?
-                {
-                    n += 1;
-                }
-            }
+            out.extend(page.items);
+        }
+        Ok(out)
+    }
+
+    /// One pass of the claim reaper over every shard; returns how many claims expired.
+    pub async fn reap_claims_once(&self, now: Ts, batch: usize) -> ApiResult<usize> {
+        let mut n = 0;
+        for item in self.due(index::CLAIMS, now, batch).await? {
+            let rec: TaskRecord = decode(item.data)?;
+            let Some(run) = rec.runs.last() else { continue };
+            let Some(taken_until) = run.taken_until else {
+                continue;
+            };
+            n += self
+                .reap_claim(&rec.task_id, run.run_id, taken_until, now)
+                .await? as usize;
         }
         Ok(n)
     }
@@ -831,28 +836,8 @@ impl Queue {
     /// One pass of the deadline reaper over every shard; returns how many tasks it resolved.
     pub async fn reap_deadlines_once(&self, now: Ts, batch: usize) -> ApiResult<usize> {
         let mut n = 0;
-        for shard in 0..SHARDS {
-            let range = SkRange {
-                upto: Some(keys::due_upto(now)),
-                ..Default::default()
-            };
-            let page = self
-                .store
-                .query_index(
-                    keys::TASKS,
-                    index::DEADLINE,
-                    &keys::shard_pk(index::DEADLINE, shard),
-                    &range,
-                    None,
-                    batch,
-                )
-                .await
-                .map_err(internal)?;
-            for item in page.items {
-                if self.reap_deadline(&item.pk, now).await? {
-                    n += 1;
-                }
-            }
+        for item in self.due(index::DEADLINE, now, batch).await? {
+            n += self.reap_deadline(&item.pk, now).await? as usize;
         }
         Ok(n)
     }

@@ -29,16 +29,7 @@ pub fn many(ids: &[String], statuses: bool) -> ScopeExpr {
 
 /// createTask (and defineTask). Needs the body; an unusable body is an input error.
 pub fn create_task(body: &Value) -> Result<ScopeExpr, String> {
-    let list = |k: &str| -> Vec<String> {
-        body[k]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|v| v.as_str().map(String::from))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+    let list = |k: &str| -> Vec<String> { crate::model::string_list(&body[k]) };
     let queue = match (
         body["taskQueueId"].as_str(),
         body["provisionerId"].as_str(),

@@ -4,7 +4,7 @@
 use super::{Api, Call};
 use crate::error::{ApiError, ApiResult};
 use crate::ids::{parse_run_id, TaskId, TaskQueueId};
-use crate::model::{Priority, ReasonResolved, TaskRecord};
+use crate::model::{string_list, Priority, ReasonResolved, TaskRecord};
 use crate::queue::{PageReq, MAX_PAGE};
 use crate::routes_scopes::*;
 use crate::time::Ts;
@@ -65,16 +65,6 @@ fn queue_id(call: &Call) -> ApiResult<TaskQueueId> {
 
 fn body_str<'a>(call: &'a Call, key: &str) -> &'a str {
     call.body[key].as_str().unwrap_or_default()
-}
-
-fn string_list(v: &Value) -> Vec<String> {
-    v.as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|s| s.as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// Routes a matched call to its handler.
