@@ -1,12 +1,27 @@
 #!/usr/bin/env bash
-# The project's test command: everything the tests need, then every test.
-# Usage: bash scripts/test.sh   (from the repo root; works on a fresh machine with rustup)
+# The project's test command: brings up everything the tests need, then runs every test.
+# Usage: bash scripts/test.sh   (from the repo root, on a fresh machine with rustup, Python,
+# Java 17+ and npm; see localstack/localstack.sh for what it installs)
+#   1. unit tests, the store conformance suite and the black-box suite on the embedded backend;
+#   2. LocalStack (host mode without Docker), then the conformance suite against DynamoDB and
+#      the whole black-box suite again with every server on DynamoDB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 command -v cargo >/dev/null || { echo "cargo is required (rustup)" >&2; exit 1; }
+THREADS="${TEST_THREADS:-4}"
 
-# The embedded backend needs nothing external: SQLite is compiled in (rusqlite "bundled").
-# Build every target first so that compile errors and test failures are reported apart.
 cargo build --workspace --all-targets --locked
-cargo test --workspace --locked -- --test-threads="${TEST_THREADS:-4}"
+cargo test --workspace --locked -- --test-threads="$THREADS"
+
+# LocalStack: start it unless it already runs; stop it again only if we started it.
+if ! bash localstack/localstack.sh status >/dev/null 2>&1; then
+  bash localstack/localstack.sh start
+  trap 'bash localstack/localstack.sh stop' EXIT
+else
+  bash localstack/localstack.sh resources
+fi
+export AWS_ENDPOINT_URL=http://127.0.0.1:4566 AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1 \
+       AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test TCQ_LOCALSTACK=1
+cargo test -p blackbox --locked --test localstack_store -- --test-threads="$THREADS"
+TCQ_TEST_BACKEND=localstack cargo test -p blackbox --locked --tests -- --test-threads="$THREADS"

@@ -14,7 +14,9 @@ use shared::error::{ApiError, ErrorCode};
 use shared::events::EventSink;
 use shared::queue::{Queue, QueueConfig};
 use shared::signal::LocalSignal;
+use shared::store::dynamodb;
 use shared::store::sqlite::SqliteStore;
+use shared::store::Store;
 use shared::time::Ts;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -64,6 +66,16 @@ pub struct LocalConfig {
     /// accessToken of that client; generated and kept in the data directory when unset.
     #[arg(long, env = "TCQ_QUEUE_ACCESS_TOKEN", hide_env_values = true)]
     pub queue_access_token: Option<String>,
+    /// Storage backend: `embedded` (SQLite under the data directory) or `aws` (DynamoDB,
+    /// configured by the standard AWS environment: AWS_REGION, AWS_ENDPOINT_URL, credentials).
+    #[arg(long, env = "TCQ_BACKEND", default_value = "embedded", value_parser = ["embedded", "aws"])]
+    pub backend: String,
+    /// Prefix of the DynamoDB table names (`<prefix>tasks`, `<prefix>task-groups`).
+    #[arg(long, env = "TCQ_TABLE_PREFIX", default_value = "tcq-")]
+    pub table_prefix: String,
+    /// With the aws backend: create missing tables at start (for LocalStack and tests).
+    #[arg(long, env = "TCQ_CREATE_TABLES", default_value_t = false)]
+    pub create_tables: bool,
 }
 
 impl LocalConfig {
@@ -148,15 +160,33 @@ fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
     opts.open(path)?.write_all(text.as_bytes())
 }
 
+/// Opens the configured backend.
+pub async fn open_store(
+    cfg: &LocalConfig,
+) -> Result<Arc<dyn Store>, Box<dyn std::error::Error + Send + Sync>> {
+    if cfg.backend == "aws" {
+        let sdk = dynamodb::sdk_config().await?;
+        let client = dynamodb::client(&sdk);
+        if cfg.create_tables {
+            dynamodb::create_tables(&client, &cfg.table_prefix, false).await?;
+        }
+        return Ok(Arc::new(dynamodb::DynamoStore::new(
+            client,
+            cfg.table_prefix.clone(),
+        )));
+    }
+    Ok(Arc::new(SqliteStore::open(&cfg.data_dir.join("queue.db"))?))
+}
+
 /// Starts the server and its background loops; events go to `sink`.
 pub async fn start(
     cfg: LocalConfig,
     sink: Arc<dyn EventSink>,
 ) -> Result<Running, Box<dyn std::error::Error + Send + Sync>> {
     std::fs::create_dir_all(&cfg.data_dir)?;
-    let store = SqliteStore::open(&cfg.data_dir.join("queue.db"))?;
+    let store = open_store(&cfg).await?;
     let queue = Arc::new(Queue::new(
-        Arc::new(store),
+        store,
         Arc::new(LocalSignal::default()),
         issuer(&cfg)?,
         cfg.queue_config(),

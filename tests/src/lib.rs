@@ -34,6 +34,16 @@ pub async fn spawn_app_with(f: impl FnOnce(&mut LocalConfig)) -> TestServer {
     cfg.data_dir = dir.path().to_path_buf();
     cfg.claim_work_timeout_ms = 2_000;
     cfg.reaper_interval_ms = 100;
+    if on_localstack() {
+        // Each server gets tables of its own, so that one test's reapers and publisher never
+        // see another's tasks.
+        cfg.backend = "aws".into();
+        cfg.table_prefix = format!(
+            "bb{}-",
+            slugid().to_ascii_lowercase().replace(['-', '_'], "x")
+        );
+        cfg.create_tables = true;
+    }
     f(&mut cfg);
     let events = RecordingSink::default();
     let sink = Arc::new(FanoutSink(vec![
@@ -146,6 +156,12 @@ pub fn task_def(task_queue_id: &str) -> Value {
     })
 }
 
+/// True when the suite runs against DynamoDB on LocalStack (`TCQ_TEST_BACKEND=localstack`,
+/// set by `scripts/test.sh` for its second pass) instead of the embedded backend.
+pub fn on_localstack() -> bool {
+    std::env::var("TCQ_TEST_BACKEND").as_deref() == Ok("localstack")
+}
+
 /// Environment variable that marks a re-executed test binary as a server process.
 pub const CHILD_ENV: &str = "TCQ_TEST_CHILD_SERVER";
 
@@ -173,6 +189,19 @@ pub fn spawn_child_server(
     .env("TCQ_BIND", "127.0.0.1")
     .stdout(Stdio::null())
     .stderr(Stdio::inherit());
+    if on_localstack() {
+        // The same data directory always maps to the same tables, so a restarted child
+        // finds what its predecessor stored.
+        let h = data_dir
+            .to_string_lossy()
+            .bytes()
+            .fold(0xcbf29ce484222325u64, |h, b| {
+                (h ^ b as u64).wrapping_mul(0x100000001b3)
+            });
+        cmd.env("TCQ_BACKEND", "aws")
+            .env("TCQ_TABLE_PREFIX", format!("child{h:x}-"))
+            .env("TCQ_CREATE_TABLES", "true");
+    }
     for (k, v) in envs {
         cmd.env(k, v);
     }

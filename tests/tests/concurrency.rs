@@ -99,7 +99,6 @@ async fn twenty_workers_claim_five_hundred_tasks_exactly_once() {
     assert_eq!(claims.len(), TASKS, "every task claimed");
     assert!(claims.keys().all(|id| created.contains(id)));
     assert!(busy_workers > 1, "work was shared between workers");
-    assert!(took < Duration::from_secs(60), "draining took {took:?}");
 
     // Every task is completed with exactly one run.
     let ids: Vec<&String> = created.iter().collect();

@@ -11,6 +11,8 @@
 //! "read, compute, write with `Cond::Version(read_version)`".
 
 pub mod conformance;
+#[cfg(feature = "aws")]
+pub mod dynamodb;
 pub mod sqlite;
 
 use async_trait::async_trait;

@@ -1,0 +1,667 @@
+//! The DynamoDB adapter of the storage port.
+//!
+//! Each item is stored as `pk`, `sk`, `v` (version), `d` (the data as a JSON string) and, per
+//! index entry, `<index>_pk` / `<index>_sk`; each port index is a GSI over those two
+//! attributes, so a put that omits them removes the item from the index (sparse GSIs).
+//! Every request asks for its consumed capacity, which [`DynamoStore::usage`] adds up.
+
+use super::*;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ConditionCheck, Delete, Put, ReturnConsumedCapacity, Select, TransactWriteItem,
+};
+use aws_sdk_dynamodb::Client;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+type Attrs = HashMap<String, AttributeValue>;
+
+/// Capacity units consumed so far, in thousandths of a unit.
+#[derive(Debug, Default)]
+pub struct Usage {
+    /// Read capacity units × 1000.
+    pub read_milli: AtomicU64,
+    /// Write capacity units × 1000.
+    pub write_milli: AtomicU64,
+    /// Requests sent.
+    pub requests: AtomicU64,
+}
+
+/// DynamoDB-backed [`Store`].
+#[derive(Clone)]
+pub struct DynamoStore {
+    client: Client,
+    prefix: String,
+    usage: Arc<Usage>,
+}
+
+fn other<E: std::fmt::Debug>(e: E) -> StoreError {
+    StoreError::Other(format!("{e:?}"))
+}
+
+fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+fn is_throttle(code: Option<&str>) -> bool {
+    matches!(
+        code,
+        Some(
+            "ProvisionedThroughputExceededException"
+                | "ThrottlingException"
+                | "RequestLimitExceeded"
+        )
+    )
+}
+
+/// Maps an SDK error: throttling and validation get their own kinds.
+fn sdk_err<E, R>(e: SdkError<E, R>) -> StoreError
+where
+    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::fmt::Debug,
+    R: std::fmt::Debug,
+{
+    let code = e
+        .as_service_error()
+        .and_then(|s| s.code())
+        .map(String::from);
+    if is_throttle(code.as_deref()) {
+        return StoreError::Throttled;
+    }
+    if code.as_deref() == Some("ConditionalCheckFailedException") {
+        return StoreError::ConditionFailed;
+    }
+    if code.as_deref() == Some("ValidationException") {
+        let msg = e
+            .as_service_error()
+            .and_then(|s| s.message())
+            .unwrap_or_default()
+            .to_string();
+        return StoreError::Validation(msg);
+    }
+    other(e)
+}
+
+/// A condition as DynamoDB expression parts.
+fn condition(cond: Cond) -> Option<(String, Option<(String, AttributeValue)>)> {
+    match cond {
+        Cond::None => None,
+        Cond::NotExists => Some(("attribute_not_exists(pk)".into(), None)),
+        Cond::Exists => Some(("attribute_exists(pk)".into(), None)),
+        Cond::Version(v) => Some((
+            "#v = :expected".into(),
+            Some((":expected".into(), AttributeValue::N(v.to_string()))),
+        )),
+    }
+}
+
+impl DynamoStore {
+    /// A store over `client`; physical table names are `<prefix><table>`.
+    pub fn new(client: Client, prefix: impl Into<String>) -> Self {
+        DynamoStore {
+            client,
+            prefix: prefix.into(),
+            usage: Arc::new(Usage::default()),
+        }
+    }
+
+    /// Capacity consumed through this store so far.
+    pub fn usage(&self) -> Arc<Usage> {
+        self.usage.clone()
+    }
+
+    fn table(&self, t: &str) -> String {
+        format!("{}{t}", self.prefix)
+    }
+
+    fn count(&self, cc: Option<&aws_sdk_dynamodb::types::ConsumedCapacity>, write: bool) {
+        self.usage.requests.fetch_add(1, Ordering::Relaxed);
+        if let Some(units) = cc.and_then(|c| c.capacity_units()) {
+            let slot = if write {
+                &self.usage.write_milli
+            } else {
+                &self.usage.read_milli
+            };
+            slot.fetch_add((units * 1000.0).round() as u64, Ordering::Relaxed);
+        }
+    }
+
+    fn encode(&self, item: &Item, version: u64) -> Result<Attrs, StoreError> {
+        let data = encode_item(item)?;
+        let mut m = Attrs::new();
+        m.insert("pk".into(), s(&item.pk));
+        m.insert("sk".into(), s(&item.sk));
+        m.insert("v".into(), AttributeValue::N(version.to_string()));
+        m.insert("d".into(), s(String::from_utf8(data).map_err(other)?));
+        for e in &item.indexes {
+            m.insert(format!("{}_pk", e.index), s(&e.pk));
+            m.insert(format!("{}_sk", e.index), s(&e.sk));
+        }
+        Ok(m)
+    }
+
+    fn decode(m: &Attrs) -> Result<Item, StoreError> {
+        let get = |k: &str| {
+            m.get(k)
+                .and_then(|v| v.as_s().ok())
+                .cloned()
+                .ok_or_else(|| StoreError::Other(format!("item lacks {k}")))
+        };
+        let version = m
+            .get("v")
+            .and_then(|v| v.as_n().ok())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        let data = serde_json::from_str(&get("d")?).map_err(other)?;
+        Ok(Item {
+            pk: get("pk")?,
+            sk: get("sk")?,
+            version,
+            data,
+            indexes: vec![],
+        })
+    }
+
+    async fn current_version(
+        &self,
+        table: &str,
+        pk: &str,
+        sk: &str,
+    ) -> Result<Option<u64>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(self.table(table))
+            .key("pk", s(pk))
+            .key("sk", s(sk))
+            .projection_expression("#v")
+            .expression_attribute_names("#v", "v")
+            .consistent_read(true)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(sdk_err)?;
+        self.count(out.consumed_capacity(), false);
+        Ok(out.item().map(|m| {
+            m.get("v")
+                .and_then(|v| v.as_n().ok())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0)
+        }))
+    }
+
+    /// DynamoDB puts replace blindly, so a put that must bump the version but has no version
+    /// condition first learns the current version, then writes conditionally on it.
+    async fn resolve_put_cond(
+        &self,
+        table: &str,
+        item: &Item,
+        cond: Cond,
+    ) -> Result<(Cond, u64), StoreError> {
+        match cond {
+            Cond::Version(v) => Ok((cond, v + 1)),
+            Cond::NotExists => Ok((cond, 1)),
+            Cond::None | Cond::Exists => {
+                match self.current_version(table, &item.pk, &item.sk).await? {
+                    Some(v) => Ok((Cond::Version(v), v + 1)),
+                    None if cond == Cond::Exists => Err(StoreError::ConditionFailed),
+                    None => Ok((Cond::NotExists, 1)),
+                }
+            }
+        }
+    }
+
+    fn sk_condition(range: &SkRange, values: &mut Attrs) -> Option<String> {
+        let hi_of_prefix = |p: &str| format!("{p}\u{10FFFF}");
+        match (&range.prefix, &range.upto) {
+            (None, None) => None,
+            (Some(p), None) => {
+                values.insert(":p".into(), s(p));
+                Some("begins_with(#sk, :p)".into())
+            }
+            (None, Some(u)) => {
+                values.insert(":u".into(), s(u));
+                Some("#sk <= :u".into())
+            }
+            (Some(p), Some(u)) => {
+                let hi = std::cmp::min(u.clone(), hi_of_prefix(p));
+                values.insert(":p".into(), s(p));
+                values.insert(":u".into(), s(hi));
+                Some("#sk BETWEEN :p AND :u".into())
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn query_inner(
+        &self,
+        table: &str,
+        index: Option<&str>,
+        pk: &str,
+        range: &SkRange,
+        after: Option<&Cursor>,
+        limit: usize,
+        count_only: bool,
+    ) -> Result<(Page, u64), StoreError> {
+        let (pk_attr, sk_attr) = match index {
+            Some(i) => (format!("{i}_pk"), format!("{i}_sk")),
+            None => ("pk".to_string(), "sk".to_string()),
+        };
+        let mut values = Attrs::new();
+        values.insert(":pk".into(), s(pk));
+        let mut key_cond = "#pk = :pk".to_string();
+        if let Some(c) = Self::sk_condition(range, &mut values) {
+            key_cond = format!("{key_cond} AND {c}");
+        }
+        let mut start = after.map(|(isk, ipk_item, isk_item)| {
+            let mut k = Attrs::new();
+            k.insert("pk".into(), s(ipk_item));
+            k.insert("sk".into(), s(isk_item));
+            if index.is_some() {
+                k.insert(pk_attr.clone(), s(pk));
+                k.insert(sk_attr.clone(), s(isk));
+            }
+            k
+        });
+        let mut items = Vec::new();
+        let mut cursors = Vec::new();
+        let mut total = 0u64;
+        loop {
+            let mut q = self
+                .client
+                .query()
+                .table_name(self.table(table))
+                .key_condition_expression(&key_cond)
+                .expression_attribute_names("#pk", &pk_attr)
+                .set_expression_attribute_values(Some(values.clone()))
+                .set_exclusive_start_key(start.take())
+                .return_consumed_capacity(ReturnConsumedCapacity::Total);
+            if key_cond.contains("#sk") {
+                q = q.expression_attribute_names("#sk", &sk_attr);
+            }
+            q = match index {
+                Some(i) => q.index_name(i),
+                None => q.consistent_read(true),
+            };
+            if count_only {
+                q = q.select(Select::Count);
+            } else {
+                q = q.limit((limit + 1 - items.len()).min(1000) as i32);
+            }
+            let out = q.send().await.map_err(sdk_err)?;
+            self.count(out.consumed_capacity(), false);
+            total += out.count() as u64;
+            for m in out.items() {
+                let it = Self::decode(m)?;
+                let isk = m
+                    .get(&sk_attr)
+                    .and_then(|v| v.as_s().ok())
+                    .cloned()
+                    .unwrap_or_default();
+                cursors.push((isk, it.pk.clone(), it.sk.clone()));
+                items.push(it);
+            }
+            match out.last_evaluated_key() {
+                Some(k) if count_only || items.len() <= limit => start = Some(k.clone()),
+                _ => break,
+            }
+        }
+        let next = if items.len() > limit {
+            items.truncate(limit);
+            cursors.into_iter().nth(limit.saturating_sub(1))
+        } else {
+            None
+        };
+        Ok((Page { items, next }, total))
+    }
+
+    /// Builds the transaction item for one op (puts learn their version first if needed).
+    async fn transact_item(&self, op: &WriteOp) -> Result<TransactWriteItem, StoreError> {
+        let (table, pk, sk) = op.key();
+        let key = |b: &mut Attrs| {
+            b.insert("pk".into(), s(pk));
+            b.insert("sk".into(), s(sk));
+        };
+        let (cond, put_version) = match op {
+            WriteOp::Put { item, cond, .. } => {
+                let (c, v) = self.resolve_put_cond(table, item, *cond).await?;
+                (c, Some(v))
+            }
+            _ => (op.cond(), None),
+        };
+        let (expr, value) = condition(cond).unwrap_or((
+            "attribute_exists(pk) OR attribute_not_exists(pk)".into(),
+            None,
+        ));
+        let names = matches!(cond, Cond::Version(_))
+            .then(|| HashMap::from([("#v".to_string(), "v".to_string())]));
+        let values = value.map(|(k, v)| HashMap::from([(k, v)]));
+        let built = match op {
+            WriteOp::Put { item, .. } => {
+                let p = Put::builder()
+                    .table_name(self.table(table))
+                    .set_item(Some(self.encode(item, put_version.unwrap_or(1))?))
+                    .condition_expression(expr)
+                    .set_expression_attribute_names(names)
+                    .set_expression_attribute_values(values)
+                    .build()
+                    .map_err(other)?;
+                TransactWriteItem::builder().put(p).build()
+            }
+            WriteOp::Delete { .. } => {
+                let mut k = Attrs::new();
+                key(&mut k);
+                let d = Delete::builder()
+                    .table_name(self.table(table))
+                    .set_key(Some(k))
+                    .condition_expression(expr)
+                    .set_expression_attribute_names(names)
+                    .set_expression_attribute_values(values)
+                    .build()
+                    .map_err(other)?;
+                TransactWriteItem::builder().delete(d).build()
+            }
+            WriteOp::Check { .. } => {
+                let mut k = Attrs::new();
+                key(&mut k);
+                let c = ConditionCheck::builder()
+                    .table_name(self.table(table))
+                    .set_key(Some(k))
+                    .condition_expression(expr)
+                    .set_expression_attribute_names(names)
+                    .set_expression_attribute_values(values)
+                    .build()
+                    .map_err(other)?;
+                TransactWriteItem::builder().condition_check(c).build()
+            }
+        };
+        Ok(built)
+    }
+}
+
+#[async_trait]
+impl Store for DynamoStore {
+    async fn get(
+        &self,
+        table: &'static str,
+        pk: &str,
+        sk: &str,
+    ) -> Result<Option<Item>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(self.table(table))
+            .key("pk", s(pk))
+            .key("sk", s(sk))
+            .consistent_read(true)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(sdk_err)?;
+        self.count(out.consumed_capacity(), false);
+        out.item().map(Self::decode).transpose()
+    }
+
+    async fn query(
+        &self,
+        table: &'static str,
+        pk: &str,
+        range: &SkRange,
+        after: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        Ok(self
+            .query_inner(table, None, pk, range, after, limit, false)
+            .await?
+            .0)
+    }
+
+    async fn query_index(
+        &self,
+        table: &'static str,
+        index: &'static str,
+        pk: &str,
+        range: &SkRange,
+        after: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        Ok(self
+            .query_inner(table, Some(index), pk, range, after, limit, false)
+            .await?
+            .0)
+    }
+
+    async fn count_index(
+        &self,
+        table: &'static str,
+        index: &'static str,
+        pk: &str,
+        range: &SkRange,
+    ) -> Result<u64, StoreError> {
+        Ok(self
+            .query_inner(table, Some(index), pk, range, None, 0, true)
+            .await?
+            .1)
+    }
+
+    async fn write(&self, op: WriteOp) -> Result<u64, StoreError> {
+        match &op {
+            WriteOp::Check { .. } => Err(StoreError::Validation(
+                "a condition check only exists inside a transaction".into(),
+            )),
+            WriteOp::Put { table, item, cond } => {
+                let (cond, version) = self.resolve_put_cond(table, item, *cond).await?;
+                let mut req = self
+                    .client
+                    .put_item()
+                    .table_name(self.table(table))
+                    .set_item(Some(self.encode(item, version)?))
+                    .return_consumed_capacity(ReturnConsumedCapacity::Total);
+                if let Some((expr, value)) = condition(cond) {
+                    req = req.condition_expression(expr);
+                    if let Some((k, v)) = value {
+                        req = req
+                            .expression_attribute_names("#v", "v")
+                            .expression_attribute_values(k, v);
+                    }
+                }
+                let out = req.send().await.map_err(sdk_err)?;
+                self.count(out.consumed_capacity(), true);
+                Ok(version)
+            }
+            WriteOp::Delete {
+                table,
+                pk,
+                sk,
+                cond,
+            } => {
+                let mut req = self
+                    .client
+                    .delete_item()
+                    .table_name(self.table(table))
+                    .key("pk", s(pk))
+                    .key("sk", s(sk))
+                    .return_consumed_capacity(ReturnConsumedCapacity::Total);
+                if let Some((expr, value)) = condition(*cond) {
+                    req = req.condition_expression(expr);
+                    if let Some((k, v)) = value {
+                        req = req
+                            .expression_attribute_names("#v", "v")
+                            .expression_attribute_values(k, v);
+                    }
+                }
+                let out = req.send().await.map_err(sdk_err)?;
+                self.count(out.consumed_capacity(), true);
+                Ok(0)
+            }
+        }
+    }
+
+    async fn transact(&self, ops: Vec<WriteOp>) -> Result<(), StoreError> {
+        check_transaction(&ops)?;
+        let mut items = Vec::with_capacity(ops.len());
+        for op in &ops {
+            match self.transact_item(op).await {
+                Ok(i) => items.push(i),
+                // A put whose Exists condition failed while learning its version.
+                Err(StoreError::ConditionFailed) => {
+                    let reasons = ops.iter().map(|o| std::ptr::eq(o, op)).collect();
+                    return Err(StoreError::TransactionCancelled { reasons });
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let res = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        match res {
+            Ok(out) => {
+                for cc in out.consumed_capacity() {
+                    self.count(Some(cc), true);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                if let Some(aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(t)) =
+                    e.as_service_error()
+                {
+                    let reasons: Vec<bool> =
+                        t.cancellation_reasons().iter().map(|r| r.code() == Some("ConditionalCheckFailed")).collect();
+                    if reasons.iter().any(|&r| r) {
+                        return Err(StoreError::TransactionCancelled { reasons });
+                    }
+                    let throttled = t.cancellation_reasons().iter().any(|r| is_throttle(r.code()) || r.code() == Some("TransactionConflict"));
+                    if throttled {
+                        return Err(StoreError::Throttled);
+                    }
+                }
+                Err(sdk_err(e))
+            }
+        }
+    }
+}
+
+/// The resource declarations shared with LocalStack and the SAM template.
+pub const RESOURCES_JSON: &str = include_str!("../../../infra/resources.json");
+
+/// Builds the SDK configuration from the standard AWS environment (`AWS_REGION`,
+/// `AWS_ENDPOINT_URL*`, credentials). A missing region is named at once, not at first use.
+pub async fn sdk_config() -> Result<aws_config::SdkConfig, String> {
+    let cfg = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    if cfg.region().is_none() {
+        return Err("AWS_REGION (or AWS_DEFAULT_REGION) is not set".into());
+    }
+    Ok(cfg)
+}
+
+/// A DynamoDB client; set `AWS_ENDPOINT_URL` (or `AWS_ENDPOINT_URL_DYNAMODB`) for LocalStack.
+pub fn client(cfg: &aws_config::SdkConfig) -> Client {
+    Client::new(cfg)
+}
+
+/// Creates every table of `infra/resources.json` (plus the test tables if `with_test_tables`)
+/// under `prefix`, with their GSIs, and waits until they are active. Existing tables are kept.
+pub async fn create_tables(
+    client: &Client,
+    prefix: &str,
+    with_test_tables: bool,
+) -> Result<(), StoreError> {
+    use aws_sdk_dynamodb::types::{
+        AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType,
+        Projection, ProjectionType, ScalarAttributeType,
+    };
+    let spec: serde_json::Value = serde_json::from_str(RESOURCES_JSON).map_err(other)?;
+    let mut tables: Vec<serde_json::Value> = spec["tables"].as_array().cloned().unwrap_or_default();
+    if with_test_tables {
+        tables.extend(spec["test_tables"].as_array().cloned().unwrap_or_default());
+    }
+    let key = |name: &str, kind: KeyType| {
+        KeySchemaElement::builder()
+            .attribute_name(name)
+            .key_type(kind)
+            .build()
+            .map_err(other)
+    };
+    let attr = |name: &str| {
+        AttributeDefinition::builder()
+            .attribute_name(name)
+            .attribute_type(ScalarAttributeType::S)
+            .build()
+            .map_err(other)
+    };
+    for t in tables {
+        let name = format!("{prefix}{}", t["name"].as_str().unwrap_or_default());
+        let mut attrs = vec![attr("pk")?, attr("sk")?];
+        let mut gsis = Vec::new();
+        for g in t["indexes"].as_array().cloned().unwrap_or_default() {
+            let (n, pk, sk) = (
+                g["name"].as_str().unwrap_or_default(),
+                g["pk"].as_str().unwrap_or_default(),
+                g["sk"].as_str().unwrap_or_default(),
+            );
+            attrs.push(attr(pk)?);
+            attrs.push(attr(sk)?);
+            gsis.push(
+                GlobalSecondaryIndex::builder()
+                    .index_name(n)
+                    .key_schema(key(pk, KeyType::Hash)?)
+                    .key_schema(key(sk, KeyType::Range)?)
+                    .projection(
+                        Projection::builder()
+                            .projection_type(ProjectionType::All)
+                            .build(),
+                    )
+                    .build()
+                    .map_err(other)?,
+            );
+        }
+        let res = client
+            .create_table()
+            .table_name(&name)
+            .set_attribute_definitions(Some(attrs))
+            .key_schema(key("pk", KeyType::Hash)?)
+            .key_schema(key("sk", KeyType::Range)?)
+            .set_global_secondary_indexes((!gsis.is_empty()).then_some(gsis))
+            .billing_mode(BillingMode::PayPerRequest)
+            .send()
+            .await;
+        match res {
+            Ok(_) => {}
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_resource_in_use_exception()) => {}
+            Err(e) => return Err(sdk_err(e)),
+        }
+        wait_active(client, &name).await?;
+    }
+    Ok(())
+}
+
+/// Waits (up to a minute) until a table and its indexes are active.
+async fn wait_active(client: &Client, name: &str) -> Result<(), StoreError> {
+    use aws_sdk_dynamodb::types::{IndexStatus, TableStatus};
+    for _ in 0..600 {
+        let d = client
+            .describe_table()
+            .table_name(name)
+            .send()
+            .await
+            .map_err(sdk_err)?;
+        let Some(t) = d.table() else { continue };
+        let indexes_ready = t
+            .global_secondary_indexes()
+            .iter()
+            .all(|g| g.index_status() == Some(&IndexStatus::Active));
+        if t.table_status() == Some(&TableStatus::Active) && indexes_ready {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    Err(StoreError::Other(format!(
+        "table {name} did not become active"
+    )))
+}
