@@ -11,7 +11,9 @@ def main(path, prefix):
     spec = json.load(open(path))
     tables = spec.get("tables", []) + spec.get("test_tables", [])
     ddb = boto3.client("dynamodb")
-    existing = set(ddb.list_tables()["TableNames"])
+    existing = set()
+    for page in ddb.get_paginator("list_tables").paginate():
+        existing.update(page["TableNames"])
     for t in tables:
         name = prefix + t["name"]
         if name not in existing:
@@ -35,7 +37,12 @@ def main(path, prefix):
             )
             if gsis:
                 args["GlobalSecondaryIndexes"] = gsis
-            ddb.create_table(**args)
+            try:
+                ddb.create_table(**args)
+            except ClientError as e:
+                if e.response["Error"]["Code"] != "ResourceInUseException":
+                    raise
+                continue
             ddb.get_waiter("table_exists").wait(TableName=name)
             if t.get("ttl"):
                 ddb.update_time_to_live(TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": t["ttl"]})

@@ -582,7 +582,25 @@ impl Queue {
         count: usize,
         now: Ts,
     ) -> ApiResult<Vec<Claim>> {
-        let limit = (count * 4).max(32);
+        Ok(self
+            .claim_pass(q, worker_group, worker_id, count, now)
+            .await?
+            .0)
+    }
+
+    /// One claim pass; also returns how many claimable candidates were lost to other
+    /// claimers (work exists, so the caller should look again at once rather than wait).
+    async fn claim_pass(
+        &self,
+        q: &TaskQueueId,
+        worker_group: &str,
+        worker_id: &str,
+        count: usize,
+        now: Ts,
+    ) -> ApiResult<(Vec<Claim>, usize)> {
+        // A few spare candidates beyond `count` absorb lost races without reading (and
+        // decoding) a long stretch of the index on every call.
+        let limit = count + 8;
         let page = self
             .store
             .query_index(
@@ -601,6 +619,7 @@ impl Queue {
         // workers spread out instead of all fighting over the next item.
         let mut candidates: std::collections::VecDeque<Item> = page.items.into();
         let mut spread = false;
+        let mut lost = 0;
         let taken_until = now.plus(self.cfg.claim_timeout_ms);
         let mut claims = Vec::new();
         while let Some(item) = candidates.pop_front() {
@@ -629,13 +648,14 @@ impl Queue {
             {
                 Some(rec) => claims.push(self.finish_claim(rec, run_id, now).await?),
                 None if !spread => {
+                    lost += 1;
                     spread = true;
                     spread_head(candidates.make_contiguous(), count);
                 }
-                None => {}
+                None => lost += 1,
             }
         }
-        Ok(claims)
+        Ok((claims, lost))
     }
 
     /// Claims a candidate seen in the (eventually consistent) index. `None` if someone else
@@ -701,12 +721,17 @@ impl Queue {
             Instant::now() + Duration::from_millis(self.cfg.claim_work_timeout_ms.max(0) as u64);
         loop {
             let token = self.signal.token(q.as_str());
-            let claims = self
-                .try_claim_work(q, worker_group, worker_id, count, clock())
+            let (claims, lost) = self
+                .claim_pass(q, worker_group, worker_id, count, clock())
                 .await?;
             let left = until.saturating_duration_since(Instant::now());
             if !claims.is_empty() || left.is_zero() {
                 return Ok(claims);
+            }
+            if lost > 0 {
+                // Others won this pass but work remains: look again after a short jitter.
+                tokio::time::sleep(Duration::from_millis(rand::random::<u64>() % 10)).await;
+                continue;
             }
             let recheck = Duration::from_millis(self.cfg.claim_work_recheck_ms.max(10) as u64);
             self.signal.wait(q.as_str(), token, left.min(recheck)).await;
