@@ -3,8 +3,9 @@
 # Usage: bash scripts/test.sh   (from the repo root, on a fresh machine with rustup, Python,
 # Java 17+ and npm; see localstack/localstack.sh for what it installs)
 #   1. unit tests, the store conformance suite and the black-box suite on the embedded backend;
-#   2. LocalStack (host mode without Docker), then the conformance suite against DynamoDB and
-#      the whole black-box suite again with every server on DynamoDB.
+#   2. LocalStack (host mode without Docker), then the whole black-box suite again with every
+#      server on DynamoDB, the conformance suite against DynamoDB, and real Lambda binaries
+#      run through a Runtime API emulator.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,5 +24,6 @@ else
 fi
 export AWS_ENDPOINT_URL=http://127.0.0.1:4566 AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1 \
        AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test TCQ_LOCALSTACK=1
-cargo test -p blackbox --locked --test localstack_store -- --test-threads="$THREADS"
+# Every black-box test again, each server on its own DynamoDB tables; plus the tests that need
+# LocalStack (store conformance on DynamoDB, Lambda binaries through a Runtime API emulator).
 TCQ_TEST_BACKEND=localstack cargo test -p blackbox --locked --tests -- --test-threads="$THREADS"

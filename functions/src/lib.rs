@@ -2,6 +2,8 @@
 //! axum on 127.0.0.1 over the embedded SQLite backend, with the reapers and the outbox
 //! publisher on timers.
 
+pub mod lambda;
+
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{Request, Response, StatusCode};
@@ -84,7 +86,8 @@ impl LocalConfig {
         LocalConfig::parse_from(["tc-queue"])
     }
 
-    fn queue_config(&self) -> QueueConfig {
+    /// The queue tunables this configuration selects.
+    pub fn queue_config(&self) -> QueueConfig {
         QueueConfig {
             claim_timeout_ms: (self.claim_timeout_secs * 1000) as i64,
             claim_work_timeout_ms: self.claim_work_timeout_ms as i64,

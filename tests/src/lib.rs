@@ -9,6 +9,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub mod runtime_api;
+
 pub use shared::ids::new_slugid as slugid;
 
 /// A server under test.

@@ -547,21 +547,25 @@ async fn bodies_over_ten_megabytes_are_413() {
 }
 
 #[tokio::test]
-async fn large_but_acceptable_or_oversized_tasks_never_give_500() {
+async fn tasks_over_the_400_kb_item_limit_are_413_and_leave_nothing() {
     let app = spawn_app().await;
     let tq = task_queue_id();
-    for size in [100 * 1024, 500 * 1024, 2 * 1024 * 1024, 9 * 1024 * 1024] {
+    for (size, fits) in [
+        (100 * 1024, true),
+        (500 * 1024, false),
+        (2 * 1024 * 1024, false),
+        (9 * 1024 * 1024, false),
+    ] {
         let mut def = task_def(&tq);
         def["payload"] = json!({ "blob": "y".repeat(size) });
-        let got = raw(&app, "PUT", &put_task(&slugid()), Some(&def)).await;
-        assert!(
-            got.0 == 200 || got.0 == 413,
-            "payload of {size} bytes: {} {:#}",
-            got.0,
-            got.1["code"]
-        );
-        if got.0 != 200 {
+        let id = slugid();
+        let got = raw(&app, "PUT", &put_task(&id), Some(&def)).await;
+        if fits {
+            assert_eq!(got.0, 200, "payload of {size} bytes: {:#}", got.1);
+        } else {
             assert_error(&got, 413, "InputTooLarge");
+            let after = raw(&app, "GET", &format!("/task/{id}"), None).await;
+            assert_eq!(after.0, 404, "nothing of an oversized task is stored");
         }
     }
 }

@@ -511,13 +511,35 @@ impl Store for DynamoStore {
                 Err(e) => return Err(e),
             }
         }
-        let res = self
-            .client
-            .transact_write_items()
-            .set_transact_items(Some(items))
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await;
+        // TransactionConflict (a concurrent transaction on the same item) is not retried by
+        // the SDK; retry it here with backoff, as AWS advises.
+        let mut attempt = 0u32;
+        let res = loop {
+            let res = self
+                .client
+                .transact_write_items()
+                .set_transact_items(Some(items.clone()))
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+                .await;
+            let conflict = res.as_ref().err().and_then(|e| e.as_service_error()).is_some_and(|e| match e {
+                aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(t) => {
+                    t.cancellation_reasons().iter().any(|r| r.code() == Some("TransactionConflict"))
+                        && !t.cancellation_reasons().iter().any(|r| r.code() == Some("ConditionalCheckFailed"))
+                }
+                _ => false,
+            });
+            if conflict && attempt < 6 {
+                attempt += 1;
+                let ms = (10u64 << attempt).min(500);
+                tokio::time::sleep(std::time::Duration::from_millis(
+                    rand::random::<u64>() % ms + 1,
+                ))
+                .await;
+                continue;
+            }
+            break res;
+        };
         match res {
             Ok(out) => {
                 for cc in out.consumed_capacity() {

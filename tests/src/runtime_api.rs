@@ -1,0 +1,173 @@
+//! A Lambda Runtime API emulator: enough of `/2018-06-01/runtime/...` to run a real function
+//! binary locally, hand it events one by one and collect its responses.
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use axum::Router;
+use serde_json::Value;
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+
+#[derive(Default)]
+struct Shared {
+    events: Mutex<VecDeque<(String, Value)>>,
+    responses: Mutex<Vec<(String, Result<Value, Value>)>>,
+    first_poll: Mutex<Option<Instant>>,
+    queued: Notify,
+    answered: Notify,
+}
+
+/// A running emulator.
+pub struct RuntimeApi {
+    /// `host:port`, for `AWS_LAMBDA_RUNTIME_API`.
+    pub addr: SocketAddr,
+    shared: Arc<Shared>,
+}
+
+async fn next(State(s): State<Arc<Shared>>) -> (StatusCode, HeaderMap, String) {
+    s.first_poll
+        .lock()
+        .map(|mut f| f.get_or_insert_with(Instant::now).to_owned())
+        .ok();
+    loop {
+        let notified = s.queued.notified();
+        if let Some((id, ev)) = s.events.lock().ok().and_then(|mut q| q.pop_front()) {
+            let mut h = HeaderMap::new();
+            h.insert("lambda-runtime-aws-request-id", id.parse().expect("header"));
+            let deadline = (std::time::SystemTime::now() + Duration::from_secs(60))
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis())
+                .unwrap_or_default();
+            h.insert(
+                "lambda-runtime-deadline-ms",
+                deadline.to_string().parse().expect("header"),
+            );
+            h.insert(
+                "lambda-runtime-invoked-function-arn",
+                "arn:aws:lambda:us-east-1:000000000000:function:test"
+                    .parse()
+                    .expect("header"),
+            );
+            h.insert(
+                "lambda-runtime-trace-id",
+                "Root=1-00000000-000000000000000000000000"
+                    .parse()
+                    .expect("header"),
+            );
+            return (StatusCode::OK, h, ev.to_string());
+        }
+        notified.await;
+    }
+}
+
+async fn respond(State(s): State<Arc<Shared>>, Path(id): Path<String>, body: String) -> StatusCode {
+    let v = serde_json::from_str(&body).unwrap_or(Value::String(body));
+    s.responses.lock().expect("lock").push((id, Ok(v)));
+    s.answered.notify_waiters();
+    StatusCode::ACCEPTED
+}
+
+async fn fail(State(s): State<Arc<Shared>>, Path(id): Path<String>, body: String) -> StatusCode {
+    let v = serde_json::from_str(&body).unwrap_or(Value::String(body));
+    s.responses.lock().expect("lock").push((id, Err(v)));
+    s.answered.notify_waiters();
+    StatusCode::ACCEPTED
+}
+
+async fn init_error(State(s): State<Arc<Shared>>, body: String) -> StatusCode {
+    s.responses
+        .lock()
+        .expect("lock")
+        .push(("init".into(), Err(Value::String(body))));
+    s.answered.notify_waiters();
+    StatusCode::ACCEPTED
+}
+
+impl RuntimeApi {
+    /// Starts the emulator on 127.0.0.1.
+    pub async fn start() -> RuntimeApi {
+        let shared = Arc::new(Shared::default());
+        let app = Router::new()
+            .route("/2018-06-01/runtime/invocation/next", get(next))
+            .route(
+                "/2018-06-01/runtime/invocation/{id}/response",
+                post(respond),
+            )
+            .route("/2018-06-01/runtime/invocation/{id}/error", post(fail))
+            .route("/2018-06-01/runtime/init/error", post(init_error))
+            .with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        RuntimeApi { addr, shared }
+    }
+
+    /// When the function first asked for an event (its init is done by then).
+    pub fn first_poll(&self) -> Option<Instant> {
+        *self.shared.first_poll.lock().expect("lock")
+    }
+
+    /// Invokes the function with `event` and waits for its answer (Ok) or error (Err).
+    pub async fn invoke(&self, event: Value, timeout: Duration) -> Result<Value, Value> {
+        let id = crate::slugid();
+        self.shared
+            .events
+            .lock()
+            .expect("lock")
+            .push_back((id.clone(), event));
+        self.shared.queued.notify_waiters();
+        let until = Instant::now() + timeout;
+        loop {
+            let answered = self.shared.answered.notified();
+            {
+                let responses = self.shared.responses.lock().expect("lock");
+                if let Some((_, r)) = responses
+                    .iter()
+                    .find(|(rid, _)| *rid == id || rid == "init")
+                {
+                    return r.clone();
+                }
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Value::String("no answer in time".into()));
+            }
+            let _ = tokio::time::timeout(left.min(Duration::from_millis(100)), answered).await;
+        }
+    }
+}
+
+/// An API Gateway HTTP API (payload v2) event, with the path as the gateway passes it.
+pub fn apigw_v2_event(method: &str, raw_path: &str, body: Option<&Value>) -> Value {
+    serde_json::json!({
+        "version": "2.0",
+        "routeKey": "$default",
+        "rawPath": raw_path,
+        "rawQueryString": "",
+        "headers": { "content-type": "application/json", "host": "queue.example.com" },
+        "requestContext": {
+            "accountId": "000000000000", "apiId": "api", "domainName": "queue.example.com",
+            "domainPrefix": "queue", "requestId": "req", "routeKey": "$default", "stage": "$default",
+            "time": "22/Nov/2026:00:00:00 +0000", "timeEpoch": 1_795_000_000_000u64,
+            "http": { "method": method, "path": raw_path, "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1", "userAgent": "test" }
+        },
+        "body": body.map(|b| b.to_string()),
+        "isBase64Encoded": false
+    })
+}
+
+/// Path of a binary built by `cargo build` in this workspace's target directory.
+pub fn built_binary(name: &str) -> std::path::PathBuf {
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    target.join("debug").join(name)
+}

@@ -1,0 +1,134 @@
+//! Real Lambda function binaries, run through a Runtime API emulator against DynamoDB on
+//! LocalStack: an HTTP endpoint answering API Gateway v2 events (with `%2F` in the path) and a
+//! scheduled job answering an EventBridge event.
+use blackbox::runtime_api::{apigw_v2_event, built_binary, RuntimeApi};
+use blackbox::*;
+use shared::store::dynamodb;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn localstack() -> bool {
+    let on = std::env::var("TCQ_LOCALSTACK").as_deref() == Ok("1");
+    if !on {
+        eprintln!("TCQ_LOCALSTACK is not 1: run through scripts/test.sh, which starts LocalStack");
+    }
+    on
+}
+
+async fn tables() -> String {
+    let sdk = dynamodb::sdk_config().await.expect("AWS environment");
+    let prefix = format!(
+        "fn{}-",
+        slugid().to_ascii_lowercase().replace(['-', '_'], "x")
+    );
+    dynamodb::create_tables(&dynamodb::client(&sdk), &prefix, false)
+        .await
+        .expect("tables");
+    prefix
+}
+
+/// Starts a function binary against the emulator; returns it and its spawn time.
+fn start_function(name: &str, api: &RuntimeApi, prefix: &str) -> (Child, Instant) {
+    let path = built_binary(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build the workspace first",
+        path.display()
+    );
+    let started = Instant::now();
+    let child = Command::new(path)
+        .env("AWS_LAMBDA_RUNTIME_API", api.addr.to_string())
+        .env("AWS_LAMBDA_FUNCTION_NAME", name)
+        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
+        .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+        .env("AWS_LAMBDA_LOG_STREAM_NAME", "test")
+        .env("AWS_LAMBDA_LOG_GROUP_NAME", "test")
+        .env("TCQ_TABLE_PREFIX", prefix)
+        .env("TCQ_QUEUE_ACCESS_TOKEN", "test-queue-token")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn function");
+    (child, started)
+}
+
+#[tokio::test]
+async fn http_functions_answer_api_gateway_events() {
+    if !localstack() {
+        return;
+    }
+    let prefix = tables().await;
+    let tq = task_queue_id();
+    let id = slugid();
+
+    let api = RuntimeApi::start().await;
+    let (mut create, spawned) = start_function("create-task", &api, &prefix);
+    let event = apigw_v2_event(
+        "PUT",
+        &format!("/api/queue/v1/task/{id}"),
+        Some(&task_def(&tq)),
+    );
+    let reply = api
+        .invoke(event, Duration::from_secs(30))
+        .await
+        .expect("createTask answered");
+    let init = api.first_poll().map(|t| t.duration_since(spawned));
+    eprintln!("create-task init (spawn to first /next): {init:?}");
+    assert_eq!(reply["statusCode"], 200, "{reply}");
+    let body: serde_json::Value =
+        serde_json::from_str(reply["body"].as_str().unwrap_or_default()).expect("JSON body");
+    assert_eq!(body["status"]["state"], "pending");
+    // The function serves only its own endpoint.
+    let other = api
+        .invoke(
+            apigw_v2_event("GET", "/api/queue/v1/ping", None),
+            Duration::from_secs(30),
+        )
+        .await
+        .expect("answered");
+    assert_eq!(other["statusCode"], 404);
+    create.kill().ok();
+
+    // The gateway passes taskQueueId's slash percent-encoded; the function must decode it.
+    let api = RuntimeApi::start().await;
+    let (mut pending, _) = start_function("pending-tasks", &api, &prefix);
+    let encoded = tq.replace('/', "%2F");
+    let reply = api
+        .invoke(
+            apigw_v2_event("GET", &format!("/api/queue/v1/pending/{encoded}"), None),
+            Duration::from_secs(30),
+        )
+        .await
+        .expect("pendingTasks answered");
+    let body: serde_json::Value =
+        serde_json::from_str(reply["body"].as_str().unwrap_or_default()).expect("JSON body");
+    assert_eq!(body["taskQueueId"], tq.as_str());
+    assert_eq!(body["pendingTasks"], 1);
+    pending.kill().ok();
+}
+
+#[tokio::test]
+async fn scheduled_functions_answer_eventbridge_events() {
+    if !localstack() {
+        return;
+    }
+    let prefix = tables().await;
+    let api = RuntimeApi::start().await;
+    let (mut reaper, spawned) = start_function("claim-reaper", &api, &prefix);
+    let event = serde_json::json!({
+        "version": "0", "id": "e", "detail-type": "Scheduled Event", "source": "aws.events",
+        "account": "000000000000", "time": "2026-11-22T00:00:00Z", "region": "us-east-1",
+        "resources": ["arn:aws:events:us-east-1:000000000000:rule/claim-reaper"], "detail": {}
+    });
+    let reply = api
+        .invoke(event, Duration::from_secs(30))
+        .await
+        .expect("reaper answered");
+    eprintln!(
+        "claim-reaper init (spawn to first /next): {:?}",
+        api.first_poll().map(|t| t.duration_since(spawned))
+    );
+    assert_eq!(reply["job"], "ClaimReaper");
+    assert_eq!(reply["resolved"], 0);
+    reaper.kill().ok();
+}
