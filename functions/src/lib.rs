@@ -253,14 +253,22 @@ async fn publisher_loop(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut backoff = Duration::from_millis(100);
+    let sweep_every = Duration::from_secs(1);
+    let mut last_sweep = std::time::Instant::now() - sweep_every;
     loop {
         let waiting = queue.events_waiting.clone();
         let woken = waiting.notified();
-        let pause = match shared::reaper::outbox(&queue, sink.as_ref()).await {
+        // Fast path: the tasks just written. Every second, also sweep the whole outbox index
+        // (events left by a crash, a restart or another process).
+        let mut result = shared::reaper::outbox_recent(&queue, sink.as_ref()).await;
+        if result.is_ok() && last_sweep.elapsed() >= sweep_every {
+            last_sweep = std::time::Instant::now();
+            result = shared::reaper::outbox(&queue, sink.as_ref()).await;
+        }
+        let pause = match result {
             Ok(_) => {
                 backoff = Duration::from_millis(100);
-                // Swept at least every second even without a wake-up (events from a restart).
-                Duration::from_secs(1)
+                sweep_every
             }
             Err(e) => {
                 tracing::warn!(error = %e, "publishing failed; will retry");

@@ -60,6 +60,9 @@ pub struct Queue {
     pub cfg: QueueConfig,
     /// Notified whenever new events sit in an outbox, so a publisher can drain promptly.
     pub events_waiting: Arc<Notify>,
+    /// Tasks written with events since the publisher last looked (a hint, not the record:
+    /// the outbox index is, so nothing is lost if this process dies).
+    dirty: std::sync::Mutex<Vec<String>>,
     /// Task definitions never change after creation, so each process keeps the ones it read.
     defs: std::sync::Mutex<std::collections::HashMap<String, Value>>,
 }
@@ -152,6 +155,7 @@ impl Queue {
             issuer,
             cfg,
             events_waiting: Arc::new(Notify::new()),
+            dirty: Default::default(),
             defs: Default::default(),
         }
     }
@@ -207,6 +211,9 @@ impl Queue {
             self.signal.notify(&rec.task_queue_id);
         }
         if !rec.outbox.is_empty() {
+            if let Ok(mut d) = self.dirty.lock() {
+                d.push(rec.task_id.clone());
+            }
             self.events_waiting.notify_one();
         }
     }
@@ -600,7 +607,7 @@ impl Queue {
     ) -> ApiResult<(Vec<Claim>, usize)> {
         // A few spare candidates beyond `count` absorb lost races without reading (and
         // decoding) a long stretch of the index on every call.
-        let limit = count + 8;
+        let limit = count + 4;
         let page = self
             .store
             .query_index(
@@ -798,6 +805,18 @@ impl Queue {
             out.push(Value::Object(entry));
         }
         Ok((out, res.next.as_ref().map(encode_token)))
+    }
+
+    /// Takes the ids of tasks written with events since the last call (deduplicated).
+    pub fn take_dirty(&self) -> Vec<String> {
+        let mut ids = self
+            .dirty
+            .lock()
+            .map(|mut d| std::mem::take(&mut *d))
+            .unwrap_or_default();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
     }
 
     /// Claim reaper, one task: expires its claim if still due. True if resolved.

@@ -1,1 +1,597 @@
-fn main() {}
+//! Core-queue benchmark against the local server (embedded SQLite backend), in-process.
+//!
+//! Run: `cargo bench -p blackbox --bench lifecycle`
+//!
+//! Two phases:
+//! 1. **Life cycles per second**: `BENCH_CLIENTS` concurrent clients (default 16), each on its
+//!    own task queue, loop createTask → claimWork (tasks: 1) → reportCompleted until
+//!    `BENCH_LIFECYCLES` (default 5000) life cycles are done in total.
+//! 2. **Pickup latency**: `BENCH_PICKUP_SAMPLES` (default 300) times, a claimWork long poll is
+//!    started, left parked for `BENCH_PARK_MS` (default 20 ms), then a task is created; we time
+//!    how long after createTask the parked claimWork returns that task.
+//!
+//! The server and the load generator run on two separate tokio runtimes (threads named
+//! `srv-*` and `load-*`), so the CPU each side burns can be read from `/proc/self/task`.
+//! Other knobs: `BENCH_WARMUP` (life cycles before measuring, default 200),
+//! `BENCH_MAX_SECS` (time bound per phase, default 120), `BENCH_SERVER_THREADS` and
+//! `BENCH_LOAD_THREADS` (tokio worker threads per side, default 2 each).
+//! No tracing subscriber is installed, so the server does not log.
+
+use serde_json::{json, Value};
+use shared::events::{Event, EventSink};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Discards every event (no memory growth, no logging).
+struct NullSink;
+
+impl EventSink for NullSink {
+    fn publish<'a, 'b, 'f>(
+        &'a self,
+        _events: &'b [Event],
+    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'f>>
+    where
+        'a: 'f,
+        'b: 'f,
+        Self: 'f,
+    {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+fn env_num<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+/// Latency samples in microseconds.
+#[derive(Default)]
+struct Samples(Vec<i64>);
+
+impl Samples {
+    fn push(&mut self, d: Duration) {
+        self.0.push(d.as_micros() as i64);
+    }
+    /// Nearest-rank percentile, in milliseconds.
+    fn pct(&self, p: f64) -> f64 {
+        if self.0.is_empty() {
+            return f64::NAN;
+        }
+        let mut v = self.0.clone();
+        v.sort_unstable();
+        let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
+        v[rank.clamp(1, v.len()) - 1] as f64 / 1000.0
+    }
+    fn mean(&self) -> f64 {
+        if self.0.is_empty() {
+            return f64::NAN;
+        }
+        self.0.iter().sum::<i64>() as f64 / self.0.len() as f64 / 1000.0
+    }
+    fn max(&self) -> f64 {
+        self.0
+            .iter()
+            .copied()
+            .max()
+            .map_or(f64::NAN, |m| m as f64 / 1000.0)
+    }
+}
+
+#[derive(Default)]
+struct CallStats {
+    create: Samples,
+    claim: Samples,
+    complete: Samples,
+    errors: usize,
+    empty_claims: usize,
+}
+
+/// CPU seconds per thread-name prefix (`srv`, `load`, other), from /proc (Linux only).
+#[derive(Default, Clone, Copy, Debug)]
+struct Cpu {
+    srv: f64,
+    load: f64,
+    other: f64,
+}
+
+fn cpu_by_thread() -> Cpu {
+    // Clock ticks are 100 Hz on every mainstream Linux build (sysconf(_SC_CLK_TCK)).
+    const HZ: f64 = 100.0;
+    let mut cpu = Cpu::default();
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return cpu;
+    };
+    for entry in dir.flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let comm = &stat[open + 1..close];
+        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        // fields[0] is field 3 (state); utime is field 14, stime field 15.
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|f| f.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        let secs = (ticks(11) + ticks(12)) / HZ;
+        if comm.starts_with("srv") {
+            cpu.srv += secs;
+        } else if comm.starts_with("load") {
+            cpu.load += secs;
+        } else {
+            cpu.other += secs;
+        }
+    }
+    cpu
+}
+
+/// (busy, total) CPU seconds of the whole machine, from /proc/stat.
+fn machine_cpu() -> (f64, f64) {
+    const HZ: f64 = 100.0;
+    let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
+        return (0.0, 0.0);
+    };
+    let Some(line) = stat.lines().next() else {
+        return (0.0, 0.0);
+    };
+    // cpu user nice system idle iowait irq softirq steal ...
+    let v: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    if v.len() < 5 {
+        return (0.0, 0.0);
+    }
+    let total: f64 = v.iter().sum();
+    let idle = v[3] + v[4];
+    ((total - idle) / HZ, total / HZ)
+}
+
+fn task_body(tq: &str) -> Vec<u8> {
+    serde_json::to_vec(&blackbox::task_def(tq)).expect("task definition serializes")
+}
+
+#[derive(Clone)]
+struct Client {
+    http: reqwest::Client,
+    api: String,
+}
+
+impl Client {
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<Vec<u8>, String> {
+        let mut rb = self.http.request(method, format!("{}{path}", self.api));
+        if let Some(b) = body {
+            rb = rb
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(b);
+        }
+        let res = rb.send().await.map_err(|e| e.to_string())?;
+        let status = res.status();
+        let bytes = res.bytes().await.map_err(|e| e.to_string())?;
+        if !status.is_success() {
+            return Err(format!(
+                "{path}: HTTP {status}: {}",
+                String::from_utf8_lossy(&bytes[..bytes.len().min(300)])
+            ));
+        }
+        Ok(bytes.to_vec())
+    }
+
+    async fn create(&self, task_id: &str, tq: &str) -> Result<(), String> {
+        self.call(
+            reqwest::Method::PUT,
+            &format!("/task/{task_id}"),
+            Some(task_body(tq)),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// claimWork for one task; returns (taskId, runId) if one was claimed.
+    async fn claim(&self, tq: &str, worker: &str) -> Result<Option<(String, u64)>, String> {
+        let body = json!({ "workerGroup": "bench", "workerId": worker, "tasks": 1 });
+        let bytes = self
+            .call(
+                reqwest::Method::POST,
+                &format!("/claim-work/{tq}"),
+                Some(serde_json::to_vec(&body).expect("serializes")),
+            )
+            .await?;
+        let v: Value = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
+        Ok(v["tasks"].get(0).map(|t| {
+            (
+                t["status"]["taskId"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                t["runId"].as_u64().unwrap_or(0),
+            )
+        }))
+    }
+
+    async fn complete(&self, task_id: &str, run_id: u64) -> Result<(), String> {
+        self.call(
+            reqwest::Method::POST,
+            &format!("/task/{task_id}/runs/{run_id}/completed"),
+            None,
+        )
+        .await
+        .map(|_| ())
+    }
+}
+
+/// One client's loop: take a ticket, run a full life cycle, record latencies.
+async fn lifecycle_worker(
+    c: Client,
+    idx: usize,
+    tickets: Arc<AtomicUsize>,
+    total: usize,
+    deadline: Instant,
+    stats: Arc<Mutex<CallStats>>,
+) -> usize {
+    let tq = blackbox::task_queue_id();
+    let worker = format!("w{idx}");
+    let mut local = CallStats::default();
+    let mut done = 0;
+    let mut first_error: Option<String> = None;
+    while Instant::now() < deadline && tickets.fetch_add(1, Ordering::Relaxed) < total {
+        let id = blackbox::slugid();
+        let t0 = Instant::now();
+        if let Err(e) = c.create(&id, &tq).await {
+            local.errors += 1;
+            first_error.get_or_insert(e);
+            continue;
+        }
+        let t1 = Instant::now();
+        local.create.push(t1 - t0);
+        // The task was pending before the claim started, so one claimWork should get it;
+        // retry a bounded number of times if not.
+        let mut claimed = None;
+        for _ in 0..3 {
+            let t = Instant::now();
+            match c.claim(&tq, &worker).await {
+                Ok(Some(x)) => {
+                    local.claim.push(t.elapsed());
+                    claimed = Some(x);
+                    break;
+                }
+                Ok(None) => local.empty_claims += 1,
+                Err(e) => {
+                    local.errors += 1;
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        let Some((task_id, run_id)) = claimed else {
+            continue;
+        };
+        if task_id != id {
+            local.errors += 1;
+            first_error.get_or_insert(format!("claimed {task_id}, expected {id}"));
+        }
+        let t2 = Instant::now();
+        match c.complete(&task_id, run_id).await {
+            Ok(()) => {
+                local.complete.push(t2.elapsed());
+                done += 1;
+            }
+            Err(e) => {
+                local.errors += 1;
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = first_error {
+        eprintln!("client {idx}: first error: {e}");
+    }
+    let mut s = stats.lock().unwrap();
+    s.create.0.extend(local.create.0);
+    s.claim.0.extend(local.claim.0);
+    s.complete.0.extend(local.complete.0);
+    s.errors += local.errors;
+    s.empty_claims += local.empty_claims;
+    done
+}
+
+/// Runs `total` life cycles with `clients` concurrent clients; returns (done, wall, stats).
+async fn run_lifecycles(
+    c: &Client,
+    clients: usize,
+    total: usize,
+    max: Duration,
+) -> (usize, Duration, CallStats) {
+    let tickets = Arc::new(AtomicUsize::new(0));
+    let stats = Arc::new(Mutex::new(CallStats::default()));
+    let start = Instant::now();
+    let deadline = start + max;
+    let handles: Vec<_> = (0..clients)
+        .map(|i| {
+            tokio::spawn(lifecycle_worker(
+                c.clone(),
+                i,
+                tickets.clone(),
+                total,
+                deadline,
+                stats.clone(),
+            ))
+        })
+        .collect();
+    let mut done = 0;
+    for h in handles {
+        done += h.await.unwrap_or(0);
+    }
+    let wall = start.elapsed();
+    let stats = std::mem::take(&mut *stats.lock().unwrap());
+    (done, wall, stats)
+}
+
+struct Pickup {
+    from_create_start: Samples,
+    from_create_response: Samples,
+    create: Samples,
+    misses: usize,
+    /// Samples where claimWork returned before the createTask response arrived.
+    claim_first: usize,
+}
+
+/// Parked-claimWork pickup latency.
+async fn run_pickup(c: &Client, samples: usize, park: Duration, max: Duration) -> Pickup {
+    let tq = blackbox::task_queue_id();
+    let mut out = Pickup {
+        from_create_start: Samples::default(),
+        from_create_response: Samples::default(),
+        create: Samples::default(),
+        misses: 0,
+        claim_first: 0,
+    };
+    let deadline = Instant::now() + max;
+    for _ in 0..samples {
+        if Instant::now() >= deadline {
+            break;
+        }
+        let cc = c.clone();
+        let tq2 = tq.clone();
+        let waiter = tokio::spawn(async move {
+            let r = cc.claim(&tq2, "pickup").await;
+            (Instant::now(), r)
+        });
+        tokio::time::sleep(park).await;
+        let id = blackbox::slugid();
+        let t0 = Instant::now();
+        let created = c.create(&id, &tq).await;
+        let t1 = Instant::now();
+        let Ok((t2, claimed)) = waiter.await else {
+            out.misses += 1;
+            continue;
+        };
+        if let Err(e) = created {
+            eprintln!("pickup: createTask failed: {e}");
+            out.misses += 1;
+            continue;
+        }
+        match claimed {
+            Ok(Some((task_id, run_id))) if task_id == id => {
+                out.create.push(t1 - t0);
+                out.from_create_start.push(t2 - t0);
+                if t2 < t1 {
+                    out.claim_first += 1;
+                    out.from_create_response
+                        .0
+                        .push(-((t1 - t2).as_micros() as i64));
+                } else {
+                    out.from_create_response.push(t2 - t1);
+                }
+                let _ = c.complete(&task_id, run_id).await;
+            }
+            Ok(Some((task_id, run_id))) => {
+                out.misses += 1;
+                let _ = c.complete(&task_id, run_id).await;
+            }
+            Ok(None) => out.misses += 1,
+            Err(e) => {
+                eprintln!("pickup: claimWork failed: {e}");
+                out.misses += 1;
+            }
+        }
+    }
+    out
+}
+
+fn runtime(name: &'static str, threads: usize) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads.max(1))
+        .thread_name(name)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+fn main() {
+    let clients: usize = env_num("BENCH_CLIENTS", 16usize).max(1);
+    let total: usize = env_num("BENCH_LIFECYCLES", 5000usize);
+    let warmup: usize = env_num("BENCH_WARMUP", 200usize);
+    let pickup_samples: usize = env_num("BENCH_PICKUP_SAMPLES", 300usize);
+    let park = Duration::from_millis(env_num("BENCH_PARK_MS", 20u64));
+    let max = Duration::from_secs(env_num("BENCH_MAX_SECS", 120u64));
+    let srv_threads: usize = env_num("BENCH_SERVER_THREADS", 2usize);
+    let load_threads: usize = env_num("BENCH_LOAD_THREADS", 2usize);
+    let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let profile = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release (bench)"
+    };
+
+    // Server: its own runtime, its own threads (`srv-*`), its own data directory.
+    let srv_rt = runtime("srv", srv_threads);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut cfg = functions::LocalConfig::defaults();
+    cfg.port = 0;
+    cfg.bind = "127.0.0.1".into();
+    cfg.data_dir = dir.path().to_path_buf();
+    // Always the embedded backend, whatever TCQ_BACKEND says.
+    cfg.backend = "embedded".into();
+    cfg.claim_work_timeout_ms = 5_000;
+    let running = srv_rt
+        .block_on(functions::start(cfg, Arc::new(NullSink)))
+        .expect("server starts");
+    let api = format!("{}/api/queue/v1", running.root_url());
+
+    // Load generator: one shared connection pool.
+    let load_rt = runtime("load", load_threads);
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(clients + 8)
+        .tcp_nodelay(true)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("http client");
+    let client = Client { http, api };
+
+    println!("== tc-queue core benchmark: local server, embedded SQLite backend ==");
+    println!(
+        "nproc={nproc} profile={profile} clients={clients} lifecycles={total} warmup={warmup} \
+         server_threads={srv_threads} load_threads={load_threads}"
+    );
+
+    let (lc, pickup, cpu0, cpu1) = load_rt.block_on(async {
+        if warmup > 0 {
+            let (_, _, w) = run_lifecycles(&client, clients, warmup, max).await;
+            if w.errors > 0 {
+                eprintln!("warm-up: {} errors", w.errors);
+            }
+        }
+        let cpu0 = (cpu_by_thread(), machine_cpu());
+        let lc = run_lifecycles(&client, clients, total, max).await;
+        let cpu1 = (cpu_by_thread(), machine_cpu());
+        let pickup = run_pickup(&client, pickup_samples, park, max).await;
+        (lc, pickup, cpu0, cpu1)
+    });
+    let (done, wall, stats) = lc;
+
+    let rate = done as f64 / wall.as_secs_f64();
+    let ((cpu0, m0), (cpu1, m1)) = (cpu0, cpu1);
+    let cpu = Cpu {
+        srv: cpu1.srv - cpu0.srv,
+        load: cpu1.load - cpu0.load,
+        other: cpu1.other - cpu0.other,
+    };
+    let (m_busy, m_total) = (m1.0 - m0.0, m1.1 - m0.1);
+    let others = (m_busy - cpu.srv - cpu.load - cpu.other).max(0.0);
+    let secs = wall.as_secs_f64();
+
+    println!();
+    println!("Life cycles (createTask -> claimWork -> reportCompleted)");
+    println!("  completed life cycles : {done} of {total}");
+    println!(
+        "  errors / empty claims : {} / {}",
+        stats.errors, stats.empty_claims
+    );
+    println!("  total time            : {secs:.3} s");
+    println!("  throughput            : {rate:.0} life cycles/s");
+    println!(
+        "  CPU during phase      : server {:.2} s ({:.0}% of a core), load generator {:.2} s \
+         ({:.0}%), other {:.2} s; per life cycle: server {:.0} us, load {:.0} us",
+        cpu.srv,
+        100.0 * cpu.srv / secs,
+        cpu.load,
+        100.0 * cpu.load / secs,
+        cpu.other,
+        1e6 * cpu.srv / done.max(1) as f64,
+        1e6 * cpu.load / done.max(1) as f64,
+    );
+    println!(
+        "  machine CPU           : {:.0}% busy of {nproc} cores; other processes used {:.2} s \
+         ({:.0}% of a core){}",
+        100.0 * m_busy / m_total.max(1e-9),
+        others,
+        100.0 * others / secs,
+        if others / secs > 0.2 {
+            "  <-- machine not idle, figures are pessimistic"
+        } else {
+            ""
+        }
+    );
+    println!();
+    println!("  | call            |  count |  p50 ms |  p99 ms | mean ms |  max ms |");
+    println!("  |-----------------|--------|---------|---------|---------|---------|");
+    for (name, s) in [
+        ("createTask", &stats.create),
+        ("claimWork", &stats.claim),
+        ("reportCompleted", &stats.complete),
+    ] {
+        println!(
+            "  | {name:<15} | {:>6} | {:>7.2} | {:>7.2} | {:>7.2} | {:>7.2} |",
+            s.0.len(),
+            s.pct(50.0),
+            s.pct(99.0),
+            s.mean(),
+            s.max()
+        );
+    }
+
+    println!();
+    println!(
+        "Pickup latency (claimWork parked {} ms before createTask)",
+        park.as_millis()
+    );
+    println!(
+        "  samples {} (misses {}, claim returned before create response {})",
+        pickup.from_create_start.0.len(),
+        pickup.misses,
+        pickup.claim_first
+    );
+    println!("  | measure                         |  p50 ms |  p99 ms |  max ms |");
+    println!("  |---------------------------------|---------|---------|---------|");
+    for (name, s) in [
+        ("createTask call", &pickup.create),
+        ("pickup from createTask start", &pickup.from_create_start),
+        (
+            "pickup from createTask response",
+            &pickup.from_create_response,
+        ),
+    ] {
+        println!(
+            "  | {name:<31} | {:>7.2} | {:>7.2} | {:>7.2} |",
+            s.pct(50.0),
+            s.pct(99.0),
+            s.max()
+        );
+    }
+
+    let p50_pickup = pickup.from_create_start.pct(50.0);
+    println!();
+    println!("Summary");
+    println!("  | metric                         | target   | measured     | result |");
+    println!("  |--------------------------------|----------|--------------|--------|");
+    println!(
+        "  | life cycles/s ({clients:>3} clients)    | >= 1000  | {rate:>9.0}/s  | {:<6} |",
+        if rate >= 1000.0 { "met" } else { "MISSED" }
+    );
+    println!(
+        "  | pickup p50 (from create start) | <= 20 ms | {p50_pickup:>9.2} ms | {:<6} |",
+        if p50_pickup <= 20.0 { "met" } else { "MISSED" }
+    );
+
+    drop(client);
+    srv_rt.block_on(async {
+        let _ = tokio::time::timeout(Duration::from_secs(5), running.stop()).await;
+    });
+    drop(load_rt);
+    drop(srv_rt);
+}

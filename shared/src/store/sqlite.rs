@@ -111,14 +111,12 @@ fn current_version(
     pk: &str,
     sk: &str,
 ) -> Result<Option<u64>, StoreError> {
-    tx.query_row(
-        "SELECT version FROM items WHERE tbl=?1 AND pk=?2 AND sk=?3",
-        params![table, pk, sk],
-        |r| r.get::<_, i64>(0),
-    )
-    .optional()
-    .map(|v| v.map(|v| v as u64))
-    .map_err(other)
+    tx.prepare_cached("SELECT version FROM items WHERE tbl=?1 AND pk=?2 AND sk=?3")
+        .map_err(other)?
+        .query_row(params![table, pk, sk], |r| r.get::<_, i64>(0))
+        .optional()
+        .map(|v| v.map(|v| v as u64))
+        .map_err(other)
 }
 
 fn cond_holds(cond: Cond, current: Option<u64>) -> bool {
@@ -141,33 +139,28 @@ fn apply(
     match op {
         WriteOp::Check { .. } => Ok(current.unwrap_or(0)),
         WriteOp::Delete { .. } => {
-            tx.execute(
-                "DELETE FROM items WHERE tbl=?1 AND pk=?2 AND sk=?3",
-                params![table, pk, sk],
-            )
-            .map_err(other)?;
-            tx.execute(
-                "DELETE FROM idx WHERE tbl=?1 AND pk=?2 AND sk=?3",
-                params![table, pk, sk],
-            )
-            .map_err(other)?;
+            tx.prepare_cached("DELETE FROM items WHERE tbl=?1 AND pk=?2 AND sk=?3")
+                .map_err(other)?
+                .execute(params![table, pk, sk])
+                .map_err(other)?;
+            tx.prepare_cached("DELETE FROM idx WHERE tbl=?1 AND pk=?2 AND sk=?3")
+                .map_err(other)?
+                .execute(params![table, pk, sk])
+                .map_err(other)?;
             Ok(0)
         }
         WriteOp::Put { item, .. } => {
             let version = current.unwrap_or(0) + 1;
-            tx.execute(
-                "INSERT OR REPLACE INTO items (tbl, pk, sk, version, data) VALUES (?1, ?2, ?3, ?4, ?5)",
+            tx.prepare_cached("INSERT OR REPLACE INTO items (tbl, pk, sk, version, data) VALUES (?1, ?2, ?3, ?4, ?5)").map_err(other)?.execute(
                 params![table, pk, sk, version as i64, encoded.unwrap_or_default()],
             )
             .map_err(other)?;
-            tx.execute(
-                "DELETE FROM idx WHERE tbl=?1 AND pk=?2 AND sk=?3",
-                params![table, pk, sk],
-            )
-            .map_err(other)?;
+            tx.prepare_cached("DELETE FROM idx WHERE tbl=?1 AND pk=?2 AND sk=?3")
+                .map_err(other)?
+                .execute(params![table, pk, sk])
+                .map_err(other)?;
             for e in &item.indexes {
-                tx.execute(
-                    "INSERT OR REPLACE INTO idx (tbl, idx, ipk, isk, pk, sk) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                tx.prepare_cached("INSERT OR REPLACE INTO idx (tbl, idx, ipk, isk, pk, sk) VALUES (?1, ?2, ?3, ?4, ?5, ?6)").map_err(other)?.execute(
                     params![table, e.index, e.pk, e.sk, pk, sk],
                 )
                 .map_err(other)?;
@@ -234,11 +227,11 @@ impl Store for SqliteStore {
         let (pk, sk) = (pk.to_string(), sk.to_string());
         self.read(move |c| {
             let row = c
-                .query_row(
-                    "SELECT version, data FROM items WHERE tbl=?1 AND pk=?2 AND sk=?3",
-                    params![table, pk, sk],
-                    |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?)),
-                )
+                .prepare_cached("SELECT version, data FROM items WHERE tbl=?1 AND pk=?2 AND sk=?3")
+                .map_err(other)?
+                .query_row(params![table, pk, sk], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?))
+                })
                 .optional()
                 .map_err(other)?;
             row.map(|(v, d)| row_to_item(pk, sk, v, d)).transpose()
