@@ -218,6 +218,22 @@ impl Queue {
         }
     }
 
+    /// Writes a status item if its stored version is still `version`, then wakes claimers and
+    /// the publisher. The outer error is a failure to build the item; the inner one is the
+    /// store's answer (a failed condition means someone else changed the task first).
+    async fn save(&self, rec: &TaskRecord, version: u64) -> ApiResult<Result<(), StoreError>> {
+        let op = WriteOp::Put {
+            table: keys::TASKS,
+            item: Self::status_item(rec)?,
+            cond: Cond::Version(version),
+        };
+        let res = self.store.write(op).await.map(|_| ());
+        if res.is_ok() {
+            self.after_write(rec);
+        }
+        Ok(res)
+    }
+
     /// Read, apply `f`, write conditionally; retries on concurrent changes. Returns the new
     /// record and `f`'s result. Nothing is written if `f` changed nothing.
     async fn mutate<T>(
@@ -234,14 +250,8 @@ impl Queue {
             if rec == before {
                 return Ok((rec, out));
             }
-            let op = WriteOp::Put {
-                table: keys::TASKS,
-                item: Self::status_item(&rec)?,
-                cond: Cond::Version(version),
-            };
-            match self.store.write(op).await {
-                Ok(_) => {
-                    self.after_write(&rec);
+            match self.save(&rec, version).await? {
+                Ok(()) => {
                     return Ok((rec, out));
                 }
                 Err(e) if e.is_condition_failed() => backoff(attempt).await,
@@ -691,14 +701,8 @@ impl Queue {
             {
                 return Ok(None);
             }
-            let op = WriteOp::Put {
-                table: keys::TASKS,
-                item: Self::status_item(&rec)?,
-                cond: Cond::Version(version),
-            };
-            match self.store.write(op).await {
-                Ok(_) => {
-                    self.after_write(&rec);
+            match self.save(&rec, version).await? {
+                Ok(()) => {
                     return Ok(Some(rec));
                 }
                 Err(e) if e.is_condition_failed() => match self.load(&task_id).await? {
