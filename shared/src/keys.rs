@@ -92,11 +92,6 @@ pub fn pending_entry(
     }
 }
 
-/// Sort-key prefix of every pending entry of one priority.
-pub fn pending_priority_prefix(priority: Priority) -> String {
-    format!("{}:", priority.rank())
-}
-
 /// The claimed-by-queue entry of a running run.
 pub fn claimed_entry(task_queue_id: &str, started: Ts, task_id: &str) -> IndexEntry {
     IndexEntry {

@@ -4,7 +4,7 @@ use crate::creds::{self, IssuerCredentials};
 use crate::error::{ApiError, ApiResult};
 use crate::ids::{TaskId, TaskQueueId};
 use crate::keys::{self, index, SHARDS};
-use crate::model::{ClaimOutcome, Priority, ReasonResolved, RunState, TaskRecord};
+use crate::model::{ClaimOutcome, Priority, ReasonResolved, Run, RunState, TaskRecord};
 use crate::signal::WorkSignal;
 use crate::store::{Cond, Cursor, Item, SkRange, Store, StoreError, WriteOp};
 use crate::time::{Ts, DAY, MINUTE};
@@ -67,6 +67,9 @@ pub struct Queue {
     defs: std::sync::Mutex<std::collections::HashMap<String, Value>>,
 }
 
+/// Publisher hints kept before further ones are dropped.
+const DIRTY_MAX: usize = 10_000;
+
 /// Definitions kept in memory before the cache starts over.
 const DEF_CACHE_MAX: usize = 10_000;
 
@@ -117,21 +120,29 @@ pub fn decode_token(t: &str) -> ApiResult<Cursor> {
 pub struct Claim {
     /// The status after the claim.
     pub record: TaskRecord,
-    /// The claimed run.
-    pub run_id: u32,
+    /// The claimed run, as it stands after the claim.
+    pub run: Run,
     /// The task definition.
     pub task: Value,
     /// Temporary credentials for the run.
     pub credentials: creds::TempCredentials,
 }
 
+/// What one claim pass did.
+pub struct ClaimPass {
+    /// The runs claimed.
+    pub claims: Vec<Claim>,
+    /// Claimable candidates lost to concurrent claimers.
+    pub lost: usize,
+}
+
 impl Claim {
     /// The claim-work/claim-task response item.
     pub fn to_json(&self) -> Value {
-        let run = &self.record.runs[self.run_id as usize];
+        let run = &self.run;
         json!({
             "status": self.record.status_json(),
-            "runId": self.run_id,
+            "runId": run.run_id,
             "workerGroup": run.worker_group,
             "workerId": run.worker_id,
             "takenUntil": run.taken_until,
@@ -211,8 +222,12 @@ impl Queue {
             self.signal.notify(&rec.task_queue_id);
         }
         if !rec.outbox.is_empty() {
+            // Hints only: where nothing drains them (a Lambda without a publisher loop) they
+            // must not pile up; the outbox index sweep delivers whatever is dropped here.
             if let Ok(mut d) = self.dirty.lock() {
-                d.push(rec.task_id.clone());
+                if d.len() < DIRTY_MAX {
+                    d.push(rec.task_id.clone());
+                }
             }
             self.events_waiting.notify_one();
         }
@@ -327,7 +342,7 @@ impl Queue {
         let rec = self.initial_record(task_id, &def, define_only, now).await?;
         for attempt in 0..MAX_ATTEMPTS {
             // Task group: schedulerId must agree and the group must not be sealed.
-            let group_op = self.group_op(&rec, &def).await?;
+            let group_op = self.group_op(&rec).await?;
             let mut fresh = rec.clone();
             fresh.emit_created();
             let ops = vec![
@@ -446,7 +461,7 @@ impl Queue {
     }
 
     /// The task-group write that goes into the creating transaction.
-    async fn group_op(&self, rec: &TaskRecord, def: &Value) -> ApiResult<WriteOp> {
+    async fn group_op(&self, rec: &TaskRecord) -> ApiResult<WriteOp> {
         let gid = rec.task_group_id.as_str();
         let wanted_expires = rec.expires.plus(60 * MINUTE);
         let group = self
@@ -471,7 +486,6 @@ impl Queue {
         }
         if group.data.get("sealed").is_some_and(|s| !s.is_null()) {
             // An identical repeat of an existing task is still a conflict once sealed, as upstream.
-            let _ = def;
             return Err(ApiError::conflict(format!(
                 "Task group {gid} is sealed; no tasks can be added"
             )));
@@ -552,12 +566,17 @@ impl Queue {
         let task = self
             .definition_for_claim(&rec.task_id.clone(), &rec)
             .await?;
-        let run = &rec.runs[run_id as usize];
+        let run = rec.runs.get(run_id as usize).cloned().ok_or_else(|| {
+            ApiError::internal(format!(
+                "claimed run {run_id} of task {} is missing",
+                rec.task_id
+            ))
+        })?;
         let scopes: Vec<String> = crate::model::string_list(&task["scopes"]);
-        let credentials = creds::for_claim(&self.issuer, &rec.task_id, run, &scopes, now);
+        let credentials = creds::for_claim(&self.issuer, &rec.task_id, &run, &scopes, now);
         Ok(Claim {
             record: rec,
-            run_id,
+            run,
             task,
             credentials,
         })
@@ -591,6 +610,8 @@ impl Queue {
     }
 
     /// One pass over the head of a task queue's pending index: claims up to `count` runs.
+    /// `lost` counts claimable candidates that other claimers won meanwhile (work exists, so
+    /// a long poll should look again at once rather than wait).
     pub async fn try_claim_work(
         &self,
         q: &TaskQueueId,
@@ -598,23 +619,7 @@ impl Queue {
         worker_id: &str,
         count: usize,
         now: Ts,
-    ) -> ApiResult<Vec<Claim>> {
-        Ok(self
-            .claim_pass(q, worker_group, worker_id, count, now)
-            .await?
-            .0)
-    }
-
-    /// One claim pass; also returns how many claimable candidates were lost to other
-    /// claimers (work exists, so the caller should look again at once rather than wait).
-    async fn claim_pass(
-        &self,
-        q: &TaskQueueId,
-        worker_group: &str,
-        worker_id: &str,
-        count: usize,
-        now: Ts,
-    ) -> ApiResult<(Vec<Claim>, usize)> {
+    ) -> ApiResult<ClaimPass> {
         // A few spare candidates beyond `count` absorb lost races without reading (and
         // decoding) a long stretch of the index on every call.
         let limit = count + 4;
@@ -672,7 +677,7 @@ impl Queue {
                 None => lost += 1,
             }
         }
-        Ok((claims, lost))
+        Ok(ClaimPass { claims, lost })
     }
 
     /// Claims a candidate seen in the (eventually consistent) index. `None` if someone else
@@ -732,8 +737,8 @@ impl Queue {
             Instant::now() + Duration::from_millis(self.cfg.claim_work_timeout_ms.max(0) as u64);
         loop {
             let token = self.signal.token(q.as_str());
-            let (claims, lost) = self
-                .claim_pass(q, worker_group, worker_id, count, clock())
+            let ClaimPass { claims, lost } = self
+                .try_claim_work(q, worker_group, worker_id, count, clock())
                 .await?;
             let left = until.saturating_duration_since(Instant::now());
             if !claims.is_empty() || left.is_zero() {
@@ -913,10 +918,6 @@ async fn backoff(attempt: usize) {
     tokio::time::sleep(Duration::from_millis(rand::random::<u64>() % (cap + 1))).await;
 }
 
-fn reject(msg: String) -> ApiError {
-    ApiError::input(msg)
-}
-
 /// One calendar year after `t`, as upstream's `setFullYear(getFullYear() + 1)` (29 February
 /// becomes 1 March).
 fn one_year_after(t: Ts) -> Ts {
@@ -957,22 +958,22 @@ pub fn normalize_definition(
         .map(String::from);
     let q = match (tq, prov, wt) {
         (Some(tq), p, w) => {
-            let q = TaskQueueId::parse(&tq).map_err(|e| reject(e.message))?;
+            let q = TaskQueueId::parse(&tq).map_err(|e| ApiError::input(e.message))?;
             if p.as_deref().is_some_and(|p| p != q.provisioner_id())
                 || w.as_deref().is_some_and(|w| w != q.worker_type())
             {
-                return Err(reject(format!(
+                return Err(ApiError::input(format!(
                     "taskQueueId {tq} does not agree with provisionerId/workerType"
                 )));
             }
             q
         }
         (None, Some(p), Some(w)) => {
-            TaskQueueId::from_parts(&p, &w).map_err(|e| reject(e.message))?
+            TaskQueueId::from_parts(&p, &w).map_err(|e| ApiError::input(e.message))?
         }
         _ => {
-            return Err(reject(
-                "A task needs a taskQueueId, or both provisionerId and workerType".into(),
+            return Err(ApiError::input(
+                "A task needs a taskQueueId, or both provisionerId and workerType",
             ))
         }
     };
@@ -987,32 +988,34 @@ pub fn normalize_definition(
             None => Ok(None),
             Some(s) => Ts::parse(s)
                 .map(Some)
-                .ok_or_else(|| reject(format!("{k} is not a valid date-time: {s}"))),
+                .ok_or_else(|| ApiError::input(format!("{k} is not a valid date-time: {s}"))),
         }
     };
-    let created = date(obj, "created")?.ok_or_else(|| reject("created is required".into()))?;
-    let deadline = date(obj, "deadline")?.ok_or_else(|| reject("deadline is required".into()))?;
+    let created = date(obj, "created")?.ok_or_else(|| ApiError::input("created is required"))?;
+    let deadline = date(obj, "deadline")?.ok_or_else(|| ApiError::input("deadline is required"))?;
     let expires = date(obj, "expires")?.unwrap_or(one_year_after(deadline));
     if (created.millis() - now.millis()).abs() > DRIFT_MS {
-        return Err(reject(format!(
+        return Err(ApiError::input(format!(
             "created {created} must be within 15 minutes of the current time {now}"
         )));
     }
     if deadline < created {
-        return Err(reject(format!(
+        return Err(ApiError::input(format!(
             "deadline {deadline} must not be before created {created}"
         )));
     }
     if deadline <= now {
-        return Err(reject(format!("deadline {deadline} is in the past")));
+        return Err(ApiError::input(format!(
+            "deadline {deadline} is in the past"
+        )));
     }
     if deadline > now.plus(max_deadline_days * DAY + DRIFT_MS) {
-        return Err(reject(format!(
+        return Err(ApiError::input(format!(
             "deadline {deadline} is more than {max_deadline_days} days in the future"
         )));
     }
     if expires < deadline {
-        return Err(reject(format!(
+        return Err(ApiError::input(format!(
             "expires {expires} must not be before deadline {deadline}"
         )));
     }
@@ -1024,7 +1027,7 @@ pub fn normalize_definition(
             .filter_map(Value::as_str)
             .find(|s| s.ends_with("**"))
     }) {
-        return Err(reject(format!(
+        return Err(ApiError::input(format!(
             "scope {bad:?} ends with '**', which is not allowed"
         )));
     }

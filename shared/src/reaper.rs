@@ -5,17 +5,6 @@ use crate::events::{drain_all, EventSink};
 use crate::queue::Queue;
 use crate::time::Ts;
 
-/// What one pass of every background job did.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct PassReport {
-    /// Claims expired.
-    pub claims_expired: usize,
-    /// Tasks resolved by their deadline.
-    pub deadlines_exceeded: usize,
-    /// Events delivered.
-    pub events_delivered: usize,
-}
-
 /// Items each job handles per shard and pass.
 pub const BATCH: usize = 100;
 

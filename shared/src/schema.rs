@@ -13,7 +13,10 @@ pub const SCHEMA_BASE: &str = "https://taskcluster-queue.invalid/schemas/queue/v
 
 struct Registry {
     docs: HashMap<&'static str, Value>,
-    validators: HashMap<&'static str, jsonschema::Validator>,
+    /// Every schema by `$id`, shared by all validators for resolving `$ref`s.
+    refs: jsonschema::Registry,
+    /// Compiled on first use, so a process compiles only the schemas it validates against.
+    validators: HashMap<&'static str, OnceLock<jsonschema::Validator>>,
 }
 
 fn registry() -> &'static Registry {
@@ -26,24 +29,32 @@ fn registry() -> &'static Registry {
                 .unwrap_or_else(|e| panic!("schema {name} is not JSON: {e}"));
             docs.insert(*name, doc);
         }
-        let mut validators = HashMap::new();
-        for (name, doc) in &docs {
-            let mut opts = jsonschema::options().should_validate_formats(true);
-            for (other, odoc) in &docs {
-                if other != name {
-                    let uri = format!("{SCHEMA_BASE}{other}.json");
-                    let res = jsonschema::Resource::from_contents(odoc.clone())
-                        .unwrap_or_else(|e| panic!("schema {other}: {e}"));
-                    opts = opts.with_resource(uri, res);
-                }
-            }
-            let v = opts
-                .build(doc)
-                .unwrap_or_else(|e| panic!("schema {name} does not compile: {e}"));
-            validators.insert(*name, v);
+        let resources = docs.iter().map(|(name, doc)| {
+            let res = jsonschema::Resource::from_contents(doc.clone())
+                .unwrap_or_else(|e| panic!("schema {name}: {e}"));
+            (format!("{SCHEMA_BASE}{name}.json"), res)
+        });
+        let refs = jsonschema::Registry::try_from_resources(resources)
+            .unwrap_or_else(|e| panic!("schema registry: {e}"));
+        let validators = docs.keys().map(|n| (*n, OnceLock::new())).collect();
+        Registry {
+            docs,
+            refs,
+            validators,
         }
-        Registry { docs, validators }
     })
+}
+
+fn validator(name: &str) -> Option<&'static jsonschema::Validator> {
+    let reg = registry();
+    let (key, slot) = reg.validators.get_key_value(name)?;
+    Some(slot.get_or_init(|| {
+        jsonschema::options()
+            .should_validate_formats(true)
+            .with_registry(reg.refs.clone())
+            .build(&reg.docs[key])
+            .unwrap_or_else(|e| panic!("schema {key} does not compile: {e}"))
+    }))
 }
 
 /// Names of every embedded schema.
@@ -53,7 +64,7 @@ pub fn names() -> Vec<&'static str> {
 
 /// Validates `value` against schema `name`; returns one line per violation, naming the field.
 pub fn check(name: &str, value: &Value) -> Result<(), Vec<String>> {
-    let Some(v) = registry().validators.get(name) else {
+    let Some(v) = validator(name) else {
         return Err(vec![format!("no schema named {name}")]);
     };
     // The common case (valid) skips building error values.
@@ -143,7 +154,7 @@ mod tests {
     fn every_schema_compiles() {
         assert!(names().len() > 20);
         for n in names() {
-            assert!(registry().validators.contains_key(n), "{n}");
+            assert!(validator(n).is_some(), "{n}");
         }
     }
 

@@ -90,7 +90,7 @@ async fn main() {
             .try_claim_work(&tq, "g", "w", 1, Ts::now())
             .await
             .expect("claim");
-        assert_eq!(claims.len(), 1);
+        assert_eq!(claims.claims.len(), 1);
         phases[2] = snap(&usage);
         queue
             .resolve(&id, 0, ReasonResolved::Completed, Ts::now())

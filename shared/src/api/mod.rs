@@ -140,7 +140,7 @@ impl Api {
 
     async fn serve(&self, req: ApiRequest, only: Option<&str>) -> ApiResponse {
         let now = Ts::now();
-        let mut info = json!({ "method": "unknown", "params": {}, "payload": {}, "time": now });
+        let mut seen = Seen::default();
         if req.method == Method::OPTIONS {
             return ApiResponse {
                 status: 204,
@@ -148,10 +148,20 @@ impl Api {
                 body: vec![],
             };
         }
-        let result = self.serve_inner(&req, only, now, &mut info).await;
+        let result = self.serve_inner(&req, only, now, &mut seen).await;
         match result {
             Ok((status, body)) => ApiResponse::json(status, &body),
-            Err(e) => error_response(&e, &req.method, info),
+            Err(e) => {
+                // Built only on the error path: re-reading the body here is cheaper than
+                // copying every request's body in case an error needs it.
+                let payload = seen
+                    .body_parsed
+                    .then(|| serde_json::from_slice::<Value>(&req.body).ok())
+                    .flatten()
+                    .unwrap_or_else(|| json!({}));
+                let info = json!({ "method": seen.method, "params": seen.params, "payload": payload, "time": now });
+                error_response(&e, &req.method, info)
+            }
         }
     }
 
@@ -160,7 +170,7 @@ impl Api {
         req: &ApiRequest,
         only: Option<&str>,
         now: Ts,
-        info: &mut Value,
+        seen: &mut Seen,
     ) -> Result<(u16, Value), ApiError> {
         let Some(rest) = req.path.strip_prefix(PREFIX) else {
             return Err(ApiError::not_found(format!("No such path {}", req.path)));
@@ -170,8 +180,8 @@ impl Api {
             .ok_or_else(|| {
                 ApiError::not_found(format!("No such endpoint: {} {}", req.method, req.path))
             })?;
-        info["method"] = json!(route.name);
-        info["params"] = json!(raw_params);
+        seen.method = route.name;
+        seen.params = json!(raw_params);
         if req.body.len() > MAX_BODY_BYTES {
             return Err(ApiError::new(
                 ErrorCode::InputTooLarge,
@@ -179,7 +189,7 @@ impl Api {
             ));
         }
         let mut body = parse_body(route, req)?;
-        info["payload"] = body.clone();
+        seen.body_parsed = true;
         let caller = self.auth.authenticate(req).await?;
         let params = routes::check_params(route, raw_params)?;
         let query = parse_query(req.query.as_deref())?;
@@ -206,6 +216,23 @@ impl Api {
             }
         }
         Ok((status, out))
+    }
+}
+
+/// How far a request got, for the `requestInfo` of an error.
+struct Seen {
+    method: &'static str,
+    params: Value,
+    body_parsed: bool,
+}
+
+impl Default for Seen {
+    fn default() -> Self {
+        Seen {
+            method: "unknown",
+            params: json!({}),
+            body_parsed: false,
+        }
     }
 }
 

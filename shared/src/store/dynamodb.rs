@@ -336,44 +336,33 @@ impl DynamoStore {
         let names = matches!(cond, Cond::Version(_))
             .then(|| HashMap::from([("#v".to_string(), "v".to_string())]));
         let values = value.map(|(k, v)| HashMap::from([(k, v)]));
+        // Put, Delete and ConditionCheck are different SDK types with the same builder calls.
+        macro_rules! conditioned {
+            ($builder:expr) => {
+                $builder
+                    .table_name(self.table(table))
+                    .condition_expression(expr)
+                    .set_expression_attribute_names(names)
+                    .set_expression_attribute_values(values)
+                    .build()
+                    .map_err(other)?
+            };
+        }
+        let mut k = Attrs::new();
+        key(&mut k);
         let built = match op {
             WriteOp::Put { item, .. } => {
-                let p = Put::builder()
-                    .table_name(self.table(table))
-                    .set_item(Some(self.encode(item, put_version.unwrap_or(1))?))
-                    .condition_expression(expr)
-                    .set_expression_attribute_names(names)
-                    .set_expression_attribute_values(values)
+                let attrs = self.encode(item, put_version.unwrap_or(1))?;
+                TransactWriteItem::builder()
+                    .put(conditioned!(Put::builder().set_item(Some(attrs))))
                     .build()
-                    .map_err(other)?;
-                TransactWriteItem::builder().put(p).build()
             }
-            WriteOp::Delete { .. } => {
-                let mut k = Attrs::new();
-                key(&mut k);
-                let d = Delete::builder()
-                    .table_name(self.table(table))
-                    .set_key(Some(k))
-                    .condition_expression(expr)
-                    .set_expression_attribute_names(names)
-                    .set_expression_attribute_values(values)
-                    .build()
-                    .map_err(other)?;
-                TransactWriteItem::builder().delete(d).build()
-            }
-            WriteOp::Check { .. } => {
-                let mut k = Attrs::new();
-                key(&mut k);
-                let c = ConditionCheck::builder()
-                    .table_name(self.table(table))
-                    .set_key(Some(k))
-                    .condition_expression(expr)
-                    .set_expression_attribute_names(names)
-                    .set_expression_attribute_values(values)
-                    .build()
-                    .map_err(other)?;
-                TransactWriteItem::builder().condition_check(c).build()
-            }
+            WriteOp::Delete { .. } => TransactWriteItem::builder()
+                .delete(conditioned!(Delete::builder().set_key(Some(k))))
+                .build(),
+            WriteOp::Check { .. } => TransactWriteItem::builder()
+                .condition_check(conditioned!(ConditionCheck::builder().set_key(Some(k))))
+                .build(),
         };
         Ok(built)
     }
