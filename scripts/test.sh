@@ -2,7 +2,8 @@
 # The project's test command: brings up everything the tests need, then runs every test.
 # Usage: bash scripts/test.sh   (from the repo root, on a fresh machine with rustup, Python,
 # Java 17+ and npm; see localstack/localstack.sh for what it installs)
-#   1. unit tests, the store conformance suite and the black-box suite on the embedded backend;
+#   1. unit tests, the store conformance suite and the black-box suite on the embedded backend
+#      (with RabbitMQ, started if needed, and the official Python client in a venv);
 #   2. LocalStack (host mode without Docker), then the whole black-box suite again with every
 #      server on DynamoDB, the conformance suite against DynamoDB, and real Lambda binaries
 #      run through a Runtime API emulator.
@@ -13,6 +14,16 @@ command -v cargo >/dev/null || { echo "cargo is required (rustup)" >&2; exit 1; 
 THREADS="${TEST_THREADS:-4}"
 
 cargo build --workspace --all-targets --locked
+
+# The official Python client, for the black-box test that drives a worker loop with it.
+VENV="${TCQ_VENV:-target/py-venv}"
+if [ ! -x "$VENV/bin/python" ]; then
+  python3 -m venv "$VENV"
+fi
+"$VENV/bin/pip" install --quiet --disable-pip-version-check taskcluster
+export TCQ_PYTHON="$PWD/$VENV/bin/python"
+# RabbitMQ, for the tests that consume the queue's events from real exchanges.
+bash scripts/rabbitmq.sh
 cargo test --workspace --locked -- --test-threads="$THREADS"
 
 # LocalStack: start it unless it already runs; stop it again only if we started it.

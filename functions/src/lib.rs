@@ -9,11 +9,12 @@ use axum::extract::State;
 use axum::http::{Request, Response, StatusCode};
 use clap::Parser;
 use serde_json::json;
-use shared::api::auth::OpenAccess;
+use shared::amqp::AmqpSink;
 use shared::api::{error_response, Api, ApiRequest, MAX_BODY_BYTES};
+use shared::auth::{AuthService, ClientRecord, DEFAULT_ANONYMOUS_SCOPES, ROOT_CLIENT_ID};
 use shared::creds::IssuerCredentials;
 use shared::error::{ApiError, ErrorCode};
-use shared::events::EventSink;
+use shared::events::{EventSink, FanoutSink};
 use shared::queue::{Queue, QueueConfig};
 use shared::signal::LocalSignal;
 use shared::store::dynamodb;
@@ -68,22 +69,49 @@ pub struct LocalConfig {
     /// accessToken of that client; generated and kept in the data directory when unset.
     #[arg(long, env = "TCQ_QUEUE_ACCESS_TOKEN", hide_env_values = true)]
     pub queue_access_token: Option<String>,
+    /// accessToken of the root client `static/taskcluster/root` (scopes `*`); generated and
+    /// kept in the data directory (`root-credentials.json`, owner-only) when unset.
+    #[arg(long, env = "TCQ_ROOT_ACCESS_TOKEN", hide_env_values = true)]
+    pub root_access_token: Option<String>,
+    /// Scopes of the `anonymous` role (what unsigned requests may do) until a role named
+    /// `anonymous` is stored through the auth API; comma- or space-separated.
+    #[arg(long, env = "TCQ_ANONYMOUS_SCOPES")]
+    pub anonymous_scopes: Option<String>,
     /// Storage backend: `embedded` (SQLite under the data directory) or `aws` (DynamoDB,
     /// configured by the standard AWS environment: AWS_REGION, AWS_ENDPOINT_URL, credentials).
     #[arg(long, env = "TCQ_BACKEND", default_value = "embedded", value_parser = ["embedded", "aws"])]
     pub backend: String,
-    /// Prefix of the DynamoDB table names (`<prefix>tasks`, `<prefix>task-groups`).
+    /// Prefix of the DynamoDB table names (`<prefix>tasks`, `<prefix>task-groups`, `<prefix>auth`).
     #[arg(long, env = "TCQ_TABLE_PREFIX", default_value = "tcq-")]
     pub table_prefix: String,
     /// With the aws backend: create missing tables at start (for LocalStack and tests).
     #[arg(long, env = "TCQ_CREATE_TABLES", default_value_t = false)]
     pub create_tables: bool,
+    /// Publish events to this RabbitMQ broker (e.g. `amqp://guest:guest@127.0.0.1:5672`), as
+    /// well as to the given sink.
+    #[arg(long, env = "TCQ_AMQP_URL", hide_env_values = true)]
+    pub amqp_url: Option<String>,
 }
 
 impl LocalConfig {
     /// The defaults, as `tc-queue` with no flags and no environment would use.
     pub fn defaults() -> Self {
         LocalConfig::parse_from(["tc-queue"])
+    }
+
+    /// Scopes of the default `anonymous` role.
+    pub fn anonymous_scopes(&self) -> Vec<String> {
+        match &self.anonymous_scopes {
+            Some(s) => s
+                .split([',', ' ', '\n'])
+                .filter(|x| !x.is_empty())
+                .map(String::from)
+                .collect(),
+            None => DEFAULT_ANONYMOUS_SCOPES
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+        }
     }
 
     /// The queue tunables this configuration selects.
@@ -104,6 +132,8 @@ pub struct Running {
     pub addr: SocketAddr,
     /// The API it serves.
     pub api: Arc<Api>,
+    /// The root client's credentials (for the `TASKCLUSTER_*` lines the binary prints).
+    pub root: IssuerCredentials,
     stop: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -125,33 +155,91 @@ impl Running {
 
 /// Loads the queue's issuer credentials, creating them on first start (owner-only file).
 fn issuer(cfg: &LocalConfig) -> std::io::Result<IssuerCredentials> {
-    if let Some(token) = &cfg.queue_access_token {
-        return Ok(IssuerCredentials {
-            client_id: cfg.queue_client_id.clone(),
-            access_token: token.clone(),
-        });
+    credentials(
+        &cfg.data_dir.join("queue-credentials.json"),
+        &cfg.queue_client_id,
+        cfg.queue_access_token.as_deref(),
+    )
+}
+
+/// Loads the root client's credentials, creating them on first start (owner-only file).
+fn root(cfg: &LocalConfig) -> std::io::Result<IssuerCredentials> {
+    credentials(
+        &cfg.data_dir.join("root-credentials.json"),
+        ROOT_CLIENT_ID,
+        cfg.root_access_token.as_deref(),
+    )
+}
+
+/// Credentials from configuration, else from `path`, else generated and saved to `path`.
+fn credentials(
+    path: &Path,
+    client_id: &str,
+    configured: Option<&str>,
+) -> std::io::Result<IssuerCredentials> {
+    let make = |token: String| IssuerCredentials {
+        client_id: client_id.to_string(),
+        access_token: token,
+    };
+    if let Some(token) = configured {
+        return Ok(make(token.to_string()));
     }
-    let path = cfg.data_dir.join("queue-credentials.json");
-    if let Ok(text) = std::fs::read_to_string(&path) {
+    if let Ok(text) = std::fs::read_to_string(path) {
         if let Some(token) = serde_json::from_str::<serde_json::Value>(&text)
             .ok()
             .and_then(|v| v["accessToken"].as_str().map(String::from))
         {
-            return Ok(IssuerCredentials {
-                client_id: cfg.queue_client_id.clone(),
-                access_token: token,
-            });
+            return Ok(make(token));
         }
     }
-    let token = format!("{}{}", shared::ids::new_slugid(), shared::ids::new_slugid());
+    let token = shared::auth::new_access_token();
     write_private(
-        &path,
-        &json!({ "clientId": cfg.queue_client_id, "accessToken": token }).to_string(),
+        path,
+        &json!({ "clientId": client_id, "accessToken": token }).to_string(),
     )?;
-    Ok(IssuerCredentials {
-        client_id: cfg.queue_client_id.clone(),
-        access_token: token,
-    })
+    Ok(make(token))
+}
+
+/// The auth service with the static clients: root and the queue's own (both `*`: the queue
+/// issues credentials for any task's scopes).
+pub fn auth_service(
+    store: Arc<dyn Store>,
+    root: Option<&IssuerCredentials>,
+    queue: &IssuerCredentials,
+    anonymous_scopes: Vec<String>,
+) -> AuthService {
+    let mut statics = vec![ClientRecord::static_client(
+        &queue.client_id,
+        &queue.access_token,
+        &["*"],
+    )];
+    if let Some(r) = root {
+        statics.push(ClientRecord::static_client(
+            &r.client_id,
+            &r.access_token,
+            &["*"],
+        ));
+    }
+    AuthService::new(store, statics, anonymous_scopes)
+}
+
+/// Owner-only permissions on the database files and, if we created it, the data directory
+/// (an existing directory such as `/tmp` is left as it is).
+fn restrict(dir: &Path, created: bool) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if created {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        }
+        for name in ["queue.db", "queue.db-wal", "queue.db-shm"] {
+            let p = dir.join(name);
+            if p.exists() {
+                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
@@ -181,20 +269,25 @@ pub async fn open_store(
     Ok(Arc::new(SqliteStore::open(&cfg.data_dir.join("queue.db"))?))
 }
 
-/// Starts the server and its background loops; events go to `sink`.
+/// Starts the server and its background loops; events go to `sink` (and to RabbitMQ first,
+/// when an AMQP URL is configured).
 pub async fn start(
     cfg: LocalConfig,
     sink: Arc<dyn EventSink>,
 ) -> Result<Running, Box<dyn std::error::Error + Send + Sync>> {
+    let created = !cfg.data_dir.exists();
     std::fs::create_dir_all(&cfg.data_dir)?;
     let store = open_store(&cfg).await?;
+    restrict(&cfg.data_dir, created)?;
+    let (issuer, root) = (issuer(&cfg)?, root(&cfg)?);
+    let auth = auth_service(store.clone(), Some(&root), &issuer, cfg.anonymous_scopes());
     let queue = Arc::new(Queue::new(
         store,
         Arc::new(LocalSignal::default()),
-        issuer(&cfg)?,
+        issuer,
         cfg.queue_config(),
     ));
-    let api = Arc::new(Api::new(queue.clone(), Arc::new(OpenAccess::default())));
+    let api = Arc::new(Api::new(queue.clone(), Arc::new(auth)));
     let listener = tokio::net::TcpListener::bind((cfg.bind.as_str(), cfg.port)).await?;
     let addr = listener.local_addr()?;
     let (stop, stopped) = watch::channel(false);
@@ -217,11 +310,19 @@ pub async fn start(
         Duration::from_millis(cfg.reaper_interval_ms.max(10)),
         stopped.clone(),
     ));
+    let sink: Arc<dyn EventSink> = match &cfg.amqp_url {
+        Some(url) => Arc::new(FanoutSink(vec![
+            Arc::new(AmqpSink::new(url.clone(), cfg.exchange_prefix.clone())),
+            sink,
+        ])),
+        None => sink,
+    };
     let publisher = tokio::spawn(publisher_loop(queue.clone(), sink, stopped));
     tracing::info!(%addr, data_dir = %cfg.data_dir.display(), "queue listening");
     Ok(Running {
         addr,
         api,
+        root,
         stop,
         tasks: vec![http, reapers, publisher],
     })

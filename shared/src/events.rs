@@ -81,6 +81,42 @@ impl EventSink for FanoutSink {
     }
 }
 
+/// A bounded set of recently published event ids (the oldest are forgotten first).
+#[derive(Default)]
+pub struct RecentIds {
+    inner: Mutex<(
+        std::collections::HashSet<String>,
+        std::collections::VecDeque<String>,
+    )>,
+}
+
+impl RecentIds {
+    /// Ids kept; far more than one publisher pass can have in flight.
+    const CAPACITY: usize = 50_000;
+
+    /// True if `id` was published recently.
+    pub fn contains(&self, id: &str) -> bool {
+        self.inner.lock().is_ok_and(|g| g.0.contains(id))
+    }
+
+    /// Remembers published ids.
+    pub fn extend<'a>(&self, ids: impl IntoIterator<Item = &'a str>) {
+        if let Ok(mut g) = self.inner.lock() {
+            let (set, order) = &mut *g;
+            for id in ids {
+                if set.insert(id.to_string()) {
+                    order.push_back(id.to_string());
+                }
+            }
+            while order.len() > Self::CAPACITY {
+                if let Some(old) = order.pop_front() {
+                    set.remove(&old);
+                }
+            }
+        }
+    }
+}
+
 /// What one drain step did.
 #[derive(Debug, PartialEq, Eq)]
 pub enum DrainOutcome {
@@ -99,59 +135,141 @@ fn to_event(prefix: &str, e: &OutboxEvent) -> Event {
     }
 }
 
-/// Delivers the outbox of one task: publish, then remove exactly what was published.
-pub async fn drain_task(
+fn decode(item: Item) -> Result<(TaskRecord, u64), StoreError> {
+    let rec = serde_json::from_value(item.data).map_err(|e| StoreError::Other(e.to_string()))?;
+    Ok((rec, item.version))
+}
+
+/// Removes the events `published` from a task's outbox, starting from a copy of the record
+/// believed current at `version`; on a concurrent change, re-reads and tries again.
+async fn remove_published(
     store: &dyn Store,
-    sink: &dyn EventSink,
-    prefix: &str,
-    task_id: &str,
-) -> Result<DrainOutcome, StoreError> {
-    let Some(item) = store.get(keys::TASKS, task_id, keys::SK_STATUS).await? else {
-        return Ok(DrainOutcome::Empty);
-    };
-    let rec: TaskRecord =
-        serde_json::from_value(item.data).map_err(|e| StoreError::Other(e.to_string()))?;
-    if rec.outbox.is_empty() {
-        return Ok(DrainOutcome::Empty);
-    }
-    let events: Vec<Event> = rec.outbox.iter().map(|e| to_event(prefix, e)).collect();
-    if let Err(e) = sink.publish(&events).await {
-        tracing::warn!(task_id, error = %e, "publishing failed; events stay in the outbox");
-        return Err(StoreError::Other(format!("publish failed: {e}")));
-    }
-    let published: Vec<String> = rec.outbox.iter().map(|e| e.id.clone()).collect();
-    let (mut rec, mut version) = (rec, item.version);
+    mut rec: TaskRecord,
+    mut version: u64,
+    published: &[String],
+) -> Result<(), StoreError> {
     loop {
         rec.outbox.retain(|e| !published.contains(&e.id));
         let data = serde_json::to_value(&rec).map_err(|e| StoreError::Other(e.to_string()))?;
-        let new_item = Item::new(task_id, keys::SK_STATUS, data, rec.index_entries());
+        let item = Item::new(
+            rec.task_id.clone(),
+            keys::SK_STATUS,
+            data,
+            rec.index_entries(),
+        );
         let op = WriteOp::Put {
             table: keys::TASKS,
-            item: new_item,
+            item,
             cond: Cond::Version(version),
         };
         match store.write(op).await {
-            Ok(_) => return Ok(DrainOutcome::Delivered(published.len())),
+            Ok(_) => return Ok(()),
             Err(e) if e.is_condition_failed() => {
                 // The task changed meanwhile; re-read and remove only what we published.
-                let Some(item) = store.get(keys::TASKS, task_id, keys::SK_STATUS).await? else {
-                    return Ok(DrainOutcome::Delivered(published.len()));
-                };
-                rec = serde_json::from_value(item.data)
-                    .map_err(|e| StoreError::Other(e.to_string()))?;
-                version = item.version;
+                match store
+                    .get(keys::TASKS, &rec.task_id, keys::SK_STATUS)
+                    .await?
+                {
+                    Some(item) => (rec, version) = decode(item)?,
+                    None => return Ok(()),
+                }
             }
             Err(e) => return Err(e),
         }
     }
 }
 
-/// One pass over every outbox shard; returns the number of events delivered.
+/// Delivers the outboxes of tasks whose status records (at the given versions) the caller
+/// has just written: publishes all their events in one call (except those in `published`,
+/// which went out already), then removes them, writing the tasks concurrently. Without the
+/// read this saves, it is [`drain_task`] for many tasks.
+pub async fn drain_written(
+    store: &dyn Store,
+    sink: &dyn EventSink,
+    prefix: &str,
+    written: Vec<(TaskRecord, u64)>,
+    published: &RecentIds,
+) -> Result<DrainOutcome, StoreError> {
+    let written: Vec<_> = written
+        .into_iter()
+        .filter(|(rec, _)| !rec.outbox.is_empty())
+        .collect();
+    if written.is_empty() {
+        return Ok(DrainOutcome::Empty);
+    }
+    let mut events = Vec::new();
+    for (rec, _) in &written {
+        for e in rec.outbox.iter().filter(|e| !published.contains(&e.id)) {
+            match crate::schema::check(&format!("{}-message", e.exchange), &e.payload) {
+                Ok(()) => events.push(to_event(prefix, e)),
+                Err(errors) => keep_dead_letter(store, &rec.task_id, e, errors).await?,
+            }
+        }
+    }
+    if let Err(e) = sink.publish(&events).await {
+        tracing::warn!(error = %e, "publishing failed; events stay in the outbox");
+        return Err(StoreError::Other(format!("publish failed: {e}")));
+    }
+    published.extend(
+        written
+            .iter()
+            .flat_map(|(rec, _)| rec.outbox.iter().map(|e| e.id.as_str())),
+    );
+    let removals = written.into_iter().map(|(rec, version)| async move {
+        let published: Vec<String> = rec.outbox.iter().map(|e| e.id.clone()).collect();
+        remove_published(store, rec, version, &published).await
+    });
+    for result in futures_util::future::join_all(removals).await {
+        result?;
+    }
+    Ok(DrainOutcome::Delivered(events.len()))
+}
+
+/// An event that fails its message schema is a bug: it is logged loudly and moved aside (its
+/// removal from the outbox follows with the published ones), so that it blocks nothing.
+async fn keep_dead_letter(
+    store: &dyn Store,
+    task_id: &str,
+    event: &OutboxEvent,
+    errors: Vec<String>,
+) -> Result<(), StoreError> {
+    tracing::error!(task_id, exchange = %event.exchange, event_id = %event.id, ?errors,
+        "BUG: an event does not match its schema; kept as a dead letter instead of published");
+    let data = serde_json::json!({ "event": event, "errors": errors });
+    let item = Item::new(task_id, keys::sk_dead_letter(&event.id), data, vec![]);
+    store
+        .write(WriteOp::Put {
+            table: keys::TASKS,
+            item,
+            cond: Cond::None,
+        })
+        .await
+        .map(|_| ())
+}
+
+/// Delivers the outbox of one task: publish, then remove exactly what was published.
+pub async fn drain_task(
+    store: &dyn Store,
+    sink: &dyn EventSink,
+    prefix: &str,
+    task_id: &str,
+    published: &RecentIds,
+) -> Result<DrainOutcome, StoreError> {
+    match store.get(keys::TASKS, task_id, keys::SK_STATUS).await? {
+        Some(item) => drain_written(store, sink, prefix, vec![decode(item)?], published).await,
+        None => Ok(DrainOutcome::Empty),
+    }
+}
+
+/// One pass over every outbox shard, leaving out the tasks for which `skip` is true (a faster
+/// path will deliver them); returns the number of events delivered.
 pub async fn drain_all(
     store: &dyn Store,
     sink: &dyn EventSink,
     prefix: &str,
     batch: usize,
+    skip: &(dyn Fn(&str) -> bool + Sync),
+    published: &RecentIds,
 ) -> Result<usize, StoreError> {
     let mut delivered = 0;
     for shard in 0..SHARDS {
@@ -165,11 +283,93 @@ pub async fn drain_all(
                 batch,
             )
             .await?;
-        for item in page.items {
-            if let DrainOutcome::Delivered(n) = drain_task(store, sink, prefix, &item.pk).await? {
+        for item in page.items.into_iter().filter(|i| !skip(&i.pk)) {
+            if let DrainOutcome::Delivered(n) =
+                drain_task(store, sink, prefix, &item.pk, published).await?
+            {
                 delivered += n;
             }
         }
     }
     Ok(delivered)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Priority;
+    use crate::store::sqlite::SqliteStore;
+    use crate::time::Ts;
+    use serde_json::json;
+
+    #[tokio::test]
+    async fn an_event_failing_its_schema_is_kept_aside_and_blocks_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("db")).unwrap();
+        let id = crate::ids::new_slugid();
+        let mut rec = TaskRecord {
+            task_id: id.clone(),
+            task_queue_id: "prov/wt".into(),
+            scheduler_id: "-".into(),
+            project_id: "none".into(),
+            task_group_id: id.clone(),
+            priority: Priority::Lowest,
+            deadline: Ts(100_000),
+            expires: Ts(1_000_000),
+            retries: 0,
+            retries_left: 0,
+            runs: vec![],
+            routes: vec![],
+            tags: json!({}),
+            outbox: vec![],
+        };
+        rec.start_first_run(Ts(0));
+        rec.emit_created();
+        assert_eq!(rec.outbox.len(), 2, "task-defined and task-pending");
+        let mut bad = rec.outbox[0].clone();
+        bad.id = "bad".into();
+        bad.payload = json!({ "version": 2 });
+        rec.outbox.insert(0, bad);
+        let item = Item::new(
+            &id,
+            keys::SK_STATUS,
+            serde_json::to_value(&rec).unwrap(),
+            vec![],
+        );
+        let version = store
+            .write(WriteOp::Put {
+                table: keys::TASKS,
+                item,
+                cond: Cond::NotExists,
+            })
+            .await
+            .unwrap();
+
+        let sink = RecordingSink::default();
+        let out = drain_written(
+            &store,
+            &sink,
+            "x/",
+            vec![(rec, version)],
+            &RecentIds::default(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(out, DrainOutcome::Delivered(2));
+        let sent: Vec<String> = sink.events().into_iter().map(|e| e.exchange).collect();
+        assert_eq!(sent, ["x/task-defined", "x/task-pending"]);
+        let kept = store
+            .get(keys::TASKS, &id, &keys::sk_dead_letter("bad"))
+            .await
+            .unwrap()
+            .expect("the bad event is kept for inspection");
+        assert_eq!(kept.data["event"]["payload"]["version"], 2);
+        assert!(!kept.data["errors"].as_array().unwrap().is_empty());
+        let status = store
+            .get(keys::TASKS, &id, keys::SK_STATUS)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(status.data["outbox"], json!([]), "both left the outbox");
+    }
 }

@@ -5,6 +5,11 @@
 //! | `tasks`       | taskId        | `def`      | the immutable task definition          |
 //! | `tasks`       | taskId        | `status`   | runs, retries, priority, event outbox  |
 //! | `task-groups` | taskGroupId   | `group`    | schedulerId, expires, sealed           |
+//! | `auth`        | `clients`     | clientId   | a client of the auth API (with secret) |
+//! | `auth`        | `roles`       | roleId     | a role of the auth API                 |
+//!
+//! Clients and roles each sit in one partition so that listing them is one query; they are
+//! few and read through caches (roles) or by key (clients).
 //!
 //! Sparse indexes over `tasks/status` (present only while the condition holds):
 //!
@@ -28,10 +33,32 @@ pub const TASKS: &str = "tasks";
 /// Task groups.
 pub const TASK_GROUPS: &str = "task-groups";
 
+/// Clients and roles of the auth API.
+pub const AUTH: &str = "auth";
+/// Partition of every client in [`AUTH`].
+pub const PK_CLIENTS: &str = "clients";
+/// Partition of every role in [`AUTH`].
+pub const PK_ROLES: &str = "roles";
+
+/// `(pk, sk)` of a client's item in [`AUTH`].
+pub fn client_key(client_id: &str) -> (&'static str, String) {
+    (PK_CLIENTS, client_id.to_string())
+}
+
+/// `(pk, sk)` of a role's item in [`AUTH`].
+pub fn role_key(role_id: &str) -> (&'static str, String) {
+    (PK_ROLES, role_id.to_string())
+}
+
 /// Sort key of a task's definition item.
 pub const SK_DEF: &str = "def";
 /// Sort key of a task's status item.
 pub const SK_STATUS: &str = "status";
+/// Sort key under which an event that failed its schema is kept for inspection, in the
+/// task's partition of [`TASKS`].
+pub fn sk_dead_letter(event_id: &str) -> String {
+    format!("dead-letter#{event_id}")
+}
 /// Sort key of a task group item.
 pub const SK_GROUP: &str = "group";
 

@@ -4,12 +4,16 @@
 //! - [`queue`]: operations over the ports.
 //! - [`store`]: the DynamoDB-shaped storage port and its embedded SQLite adapter.
 //! - [`events`], [`signal`]: the event and work-signal ports.
-//! - [`api`]: the HTTP API, independent of any server.
+//! - [`api`]: the HTTP API (queue and auth services), independent of any server.
+//! - [`auth`]: Hawk, temporary credentials, clients and roles.
 //! - [`keys`], [`routing`]: every storage key and routing key, each built in one place.
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "amqp")]
+pub mod amqp;
 pub mod api;
+pub mod auth;
 pub mod creds;
 pub mod error;
 pub mod events;

@@ -62,7 +62,10 @@ pub struct Queue {
     pub events_waiting: Arc<Notify>,
     /// Tasks written with events since the publisher last looked (a hint, not the record:
     /// the outbox index is, so nothing is lost if this process dies).
-    dirty: std::sync::Mutex<Vec<String>>,
+    dirty: std::sync::Mutex<std::collections::HashMap<String, (TaskRecord, u64)>>,
+    /// Events this process published recently: a record written while its earlier events
+    /// were still being removed carries them again, and they must not go out twice.
+    pub published: crate::events::RecentIds,
     /// Task definitions never change after creation, so each process keeps the ones it read.
     defs: std::sync::Mutex<std::collections::HashMap<String, Value>>,
 }
@@ -167,6 +170,7 @@ impl Queue {
             cfg,
             events_waiting: Arc::new(Notify::new()),
             dirty: Default::default(),
+            published: Default::default(),
             defs: Default::default(),
         }
     }
@@ -212,8 +216,9 @@ impl Queue {
         ))
     }
 
-    /// After a successful write: wake claimers and the publisher as needed.
-    fn after_write(&self, rec: &TaskRecord) {
+    /// After a successful write (the stored record is now `rec` at `version`): wake claimers
+    /// and the publisher as needed.
+    fn after_write(&self, rec: &TaskRecord, version: u64) {
         if rec
             .runs
             .last()
@@ -225,8 +230,9 @@ impl Queue {
             // Hints only: where nothing drains them (a Lambda without a publisher loop) they
             // must not pile up; the outbox index sweep delivers whatever is dropped here.
             if let Ok(mut d) = self.dirty.lock() {
-                if d.len() < DIRTY_MAX {
-                    d.push(rec.task_id.clone());
+                let newer = d.get(&rec.task_id).is_none_or(|(_, v)| *v < version);
+                if newer && (d.len() < DIRTY_MAX || d.contains_key(&rec.task_id)) {
+                    d.insert(rec.task_id.clone(), (rec.clone(), version));
                 }
             }
             self.events_waiting.notify_one();
@@ -242,11 +248,7 @@ impl Queue {
             item: Self::status_item(rec)?,
             cond: Cond::Version(version),
         };
-        let res = self.store.write(op).await.map(|_| ());
-        if res.is_ok() {
-            self.after_write(rec);
-        }
-        Ok(res)
+        Ok(self.store.write(op).await.map(|v| self.after_write(rec, v)))
     }
 
     /// Read, apply `f`, write conditionally; retries on concurrent changes. Returns the new
@@ -360,7 +362,8 @@ impl Queue {
             ];
             match self.store.transact(ops).await {
                 Ok(()) => {
-                    self.after_write(&fresh);
+                    // A created item's first version is 1 (the store port's promise).
+                    self.after_write(&fresh, 1);
                     return Ok(fresh);
                 }
                 // The definition exists: an idempotent repeat, or a conflict.
@@ -816,16 +819,18 @@ impl Queue {
         Ok((out, res.next.as_ref().map(encode_token)))
     }
 
-    /// Takes the ids of tasks written with events since the last call (deduplicated).
-    pub fn take_dirty(&self) -> Vec<String> {
-        let mut ids = self
-            .dirty
+    /// True if a record of this task waits in the publisher hints.
+    pub fn is_dirty(&self, task_id: &str) -> bool {
+        self.dirty.lock().is_ok_and(|d| d.contains_key(task_id))
+    }
+
+    /// Takes the records written with events since the last call, with their versions: the
+    /// latest per task.
+    pub fn take_dirty(&self) -> Vec<(TaskRecord, u64)> {
+        self.dirty
             .lock()
-            .map(|mut d| std::mem::take(&mut *d))
-            .unwrap_or_default();
-        ids.sort_unstable();
-        ids.dedup();
-        ids
+            .map(|mut d| std::mem::take(&mut *d).into_values().collect())
+            .unwrap_or_default()
     }
 
     /// Claim reaper, one task: expires its claim if still due. True if resolved.

@@ -27,17 +27,20 @@ pub async fn deadlines(queue: &Queue, now: Ts) -> Result<usize, String> {
 /// Delivers the events of the tasks this process just wrote (the fast path; the full pass
 /// below remains the safety net for anything else).
 pub async fn outbox_recent(queue: &Queue, sink: &dyn EventSink) -> Result<usize, String> {
-    let mut n = 0;
-    for id in queue.take_dirty() {
-        match crate::events::drain_task(queue.store.as_ref(), sink, &queue.cfg.exchange_prefix, &id)
-            .await
-        {
-            Ok(crate::events::DrainOutcome::Delivered(k)) => n += k,
-            Ok(crate::events::DrainOutcome::Empty) => {}
-            Err(e) => return Err(e.to_string()),
-        }
+    let written = queue.take_dirty();
+    match crate::events::drain_written(
+        queue.store.as_ref(),
+        sink,
+        &queue.cfg.exchange_prefix,
+        written,
+        &queue.published,
+    )
+    .await
+    {
+        Ok(crate::events::DrainOutcome::Delivered(n)) => Ok(n),
+        Ok(crate::events::DrainOutcome::Empty) => Ok(0),
+        Err(e) => Err(e.to_string()),
     }
-    Ok(n)
 }
 
 /// One pass of the outbox publisher over every shard of the outbox index.
@@ -47,6 +50,10 @@ pub async fn outbox(queue: &Queue, sink: &dyn EventSink) -> Result<usize, String
         sink,
         &queue.cfg.exchange_prefix,
         BATCH,
+        // The fast path above holds these (with their events) and will deliver them; draining
+        // them here too would publish their events twice.
+        &|task_id| queue.is_dirty(task_id),
+        &queue.published,
     )
     .await
     .map_err(|e| e.to_string())

@@ -1,5 +1,20 @@
 //! Exchange names and routing keys, built in this one module.
 
+/// The short names of every exchange the queue publishes to.
+pub const EXCHANGES: [&str; 11] = [
+    "task-defined",
+    "task-pending",
+    "task-running",
+    "artifact-created",
+    "task-completed",
+    "task-failed",
+    "task-exception",
+    "task-group-resolved",
+    "task-group-sealed",
+    "task-priority-changed",
+    "task-group-priority-changed",
+];
+
 /// The default exchange prefix.
 pub const DEFAULT_EXCHANGE_PREFIX: &str = "exchange/taskcluster-queue/v1/";
 

@@ -97,9 +97,15 @@ async fn main() {
             .await
             .expect("complete");
         phases[3] = snap(&usage);
-        shared::events::drain_task(queue.store.as_ref(), &sink, "x/", id.as_str())
-            .await
-            .expect("drain");
+        shared::events::drain_task(
+            queue.store.as_ref(),
+            &sink,
+            "x/",
+            id.as_str(),
+            &queue.published,
+        )
+        .await
+        .expect("drain");
         let end = snap(&usage);
         for (i, (a, b)) in [
             (phases[0], phases[1]),

@@ -123,7 +123,8 @@ fn cpu_by_thread() -> Cpu {
                 .unwrap_or(0.0)
         };
         let secs = (ticks(11) + ticks(12)) / HZ;
-        if comm.starts_with("srv") {
+        // The SQLite writer thread works for the server too.
+        if comm.starts_with("srv") || comm.starts_with("sqlite") {
             cpu.srv += secs;
         } else if comm.starts_with("load") {
             cpu.load += secs;
@@ -175,7 +176,13 @@ impl Client {
         path: &str,
         body: Option<Vec<u8>>,
     ) -> Result<Vec<u8>, String> {
-        let mut rb = self.http.request(method, format!("{}{path}", self.api));
+        let url = format!("{}{path}", self.api);
+        // Signed as the official clients sign: Hawk with the root client's credentials.
+        let authorization = blackbox::root_authorization(method.as_str(), &url);
+        let mut rb = self
+            .http
+            .request(method, url)
+            .header(reqwest::header::AUTHORIZATION, authorization);
         if let Some(b) = body {
             rb = rb
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
@@ -448,6 +455,7 @@ fn main() {
     // Always the embedded backend, whatever TCQ_BACKEND says.
     cfg.backend = "embedded".into();
     cfg.claim_work_timeout_ms = 5_000;
+    cfg.root_access_token = Some(blackbox::ROOT_ACCESS_TOKEN.into());
     let running = srv_rt
         .block_on(functions::start(cfg, Arc::new(NullSink)))
         .expect("server starts");

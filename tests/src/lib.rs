@@ -13,6 +13,16 @@ pub mod runtime_api;
 
 pub use shared::ids::new_slugid as slugid;
 
+/// The root client every test server is configured with.
+pub const ROOT_CLIENT_ID: &str = shared::auth::ROOT_CLIENT_ID;
+/// Its accessToken (a test fixture, not a secret).
+pub const ROOT_ACCESS_TOKEN: &str = "test-root-access-token-not-a-secret-000000";
+
+/// The root client's credentials, for the official clients.
+pub fn root_credentials() -> taskcluster::Credentials {
+    taskcluster::Credentials::new(ROOT_CLIENT_ID, ROOT_ACCESS_TOKEN)
+}
+
 /// A server under test.
 pub struct TestServer {
     running: Option<Running>,
@@ -36,6 +46,7 @@ pub async fn spawn_app_with(f: impl FnOnce(&mut LocalConfig)) -> TestServer {
     cfg.data_dir = dir.path().to_path_buf();
     cfg.claim_work_timeout_ms = 2_000;
     cfg.reaper_interval_ms = 100;
+    cfg.root_access_token = Some(ROOT_ACCESS_TOKEN.into());
     if on_localstack() {
         // Each server gets tables of its own, so that one test's reapers and publisher never
         // see another's tasks.
@@ -69,9 +80,25 @@ impl TestServer {
             .unwrap_or_default()
     }
 
-    /// An official client without credentials, without retries (so 5xx surface at once).
+    /// An official client with the root credentials, without retries (so 5xx surface at
+    /// once).
     pub fn queue(&self) -> taskcluster::Queue {
         queue_client(&self.root_url())
+    }
+
+    /// An official queue client with the given credentials (`None`: unsigned).
+    pub fn queue_as(&self, creds: Option<taskcluster::Credentials>) -> taskcluster::Queue {
+        taskcluster::Queue::new(builder(&self.root_url(), creds)).expect("client")
+    }
+
+    /// An official auth client with the root credentials.
+    pub fn auth(&self) -> taskcluster::Auth {
+        self.auth_as(Some(root_credentials()))
+    }
+
+    /// An official auth client with the given credentials (`None`: unsigned).
+    pub fn auth_as(&self, creds: Option<taskcluster::Credentials>) -> taskcluster::Auth {
+        taskcluster::Auth::new(builder(&self.root_url(), creds)).expect("client")
     }
 
     /// Full URL of an API path such as `/task/<id>`.
@@ -110,15 +137,57 @@ impl TestServer {
     }
 }
 
-/// An official client for `root_url`, without credentials or retries.
-pub fn queue_client(root_url: &str) -> taskcluster::Queue {
-    let builder = taskcluster::ClientBuilder::new(root_url)
+/// A client builder for `root_url` without retries, signing with `creds` if given.
+pub fn builder(
+    root_url: &str,
+    creds: Option<taskcluster::Credentials>,
+) -> taskcluster::ClientBuilder {
+    let b = taskcluster::ClientBuilder::new(root_url)
         .retry(taskcluster::Retry {
             retries: 0,
             ..Default::default()
         })
         .timeout(Duration::from_secs(60));
-    taskcluster::Queue::new(builder).expect("client")
+    match creds {
+        Some(c) => b.credentials(c),
+        None => b,
+    }
+}
+
+/// An official client for `root_url` with the root credentials, without retries.
+pub fn queue_client(root_url: &str) -> taskcluster::Queue {
+    taskcluster::Queue::new(builder(root_url, Some(root_credentials()))).expect("client")
+}
+
+/// An `Authorization` header signing `method url` with the root credentials (for raw HTTP
+/// calls).
+pub fn root_authorization(method: &str, url: &str) -> String {
+    hawk_authorization(ROOT_CLIENT_ID, ROOT_ACCESS_TOKEN, method, url, None)
+}
+
+/// An `Authorization` header for `method url` made by the `hawk` crate (an implementation
+/// independent of the server's), with a payload hash over `(content type, body)` if given.
+pub fn hawk_authorization(
+    client_id: &str,
+    access_token: &str,
+    method: &str,
+    url: &str,
+    payload: Option<(&str, &[u8])>,
+) -> String {
+    let url = reqwest::Url::parse(url).expect("URL");
+    let creds = hawk::Credentials {
+        id: client_id.into(),
+        key: hawk::Key::new(access_token, hawk::SHA256).expect("key"),
+    };
+    let hash = payload
+        .map(|(ct, body)| hawk::PayloadHasher::hash(ct, hawk::SHA256, body).expect("payload hash"));
+    let header = hawk::RequestBuilder::from_url(method, &url)
+        .expect("request")
+        .hash(hash.as_deref())
+        .request()
+        .make_header(&creds)
+        .expect("header");
+    format!("Hawk {header}")
 }
 
 /// The HTTP status of a failed client call.
@@ -186,6 +255,7 @@ pub fn spawn_child_server(
         "--test-threads=1",
     ])
     .env(CHILD_ENV, "1")
+    .env("TCQ_ROOT_ACCESS_TOKEN", ROOT_ACCESS_TOKEN)
     .env("TCQ_DATA_DIR", data_dir)
     .env("TCQ_PORT", port.to_string())
     .env("TCQ_BIND", "127.0.0.1")

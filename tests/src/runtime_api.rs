@@ -146,13 +146,20 @@ impl RuntimeApi {
 }
 
 /// An API Gateway HTTP API (payload v2) event, with the path as the gateway passes it.
+/// The event is signed with the root credentials, as API Gateway would pass them on.
 pub fn apigw_v2_event(method: &str, raw_path: &str, body: Option<&Value>) -> Value {
+    let authorization =
+        crate::root_authorization(method, &format!("http://queue.example.com{raw_path}"));
     serde_json::json!({
         "version": "2.0",
         "routeKey": "$default",
         "rawPath": raw_path,
         "rawQueryString": "",
-        "headers": { "content-type": "application/json", "host": "queue.example.com" },
+        "headers": {
+            "content-type": "application/json",
+            "host": "queue.example.com",
+            "authorization": authorization
+        },
         "requestContext": {
             "accountId": "000000000000", "apiId": "api", "domainName": "queue.example.com",
             "domainPrefix": "queue", "requestId": "req", "routeKey": "$default", "stage": "$default",

@@ -45,6 +45,7 @@ fn start_function(name: &str, api: &RuntimeApi, prefix: &str) -> (Child, Instant
         .env("AWS_LAMBDA_LOG_GROUP_NAME", "test")
         .env("TCQ_TABLE_PREFIX", prefix)
         .env("TCQ_QUEUE_ACCESS_TOKEN", "test-queue-token")
+        .env("TCQ_ROOT_ACCESS_TOKEN", ROOT_ACCESS_TOKEN)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .spawn()
@@ -105,6 +106,30 @@ async fn http_functions_answer_api_gateway_events() {
     assert_eq!(body["taskQueueId"], tq.as_str());
     assert_eq!(body["pendingTasks"], 1);
     pending.kill().ok();
+
+    // One function serves the auth service; the events are signed with the root client.
+    let api = RuntimeApi::start().await;
+    let (mut auth, _) = start_function("auth", &api, &prefix);
+    let reply = api
+        .invoke(
+            apigw_v2_event("GET", "/api/auth/v1/scopes/current", None),
+            Duration::from_secs(30),
+        )
+        .await
+        .expect("currentScopes answered");
+    assert_eq!(reply["statusCode"], 200, "{reply}");
+    let body: serde_json::Value =
+        serde_json::from_str(reply["body"].as_str().unwrap_or_default()).expect("JSON body");
+    assert_eq!(body["scopes"], serde_json::json!(["*"]));
+    let queue_route = api
+        .invoke(
+            apigw_v2_event("GET", "/api/queue/v1/ping", None),
+            Duration::from_secs(30),
+        )
+        .await
+        .expect("answered");
+    assert_eq!(queue_route["statusCode"], 404);
+    auth.kill().ok();
 }
 
 #[tokio::test]

@@ -10,9 +10,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     init_tracing();
     let cfg = LocalConfig::parse();
     let running = start(cfg, Arc::new(LogSink)).await?;
+    // The root credentials go to stdout (never to the log) so that a local user can
+    // paste them; they are also in <data dir>/root-credentials.json (owner-only).
+    println!("Queue listening. To use it with the root client:");
+    println!("export TASKCLUSTER_ROOT_URL={}", running.root_url());
+    println!("export TASKCLUSTER_CLIENT_ID={}", running.root.client_id);
     println!(
-        "Queue listening: TASKCLUSTER_ROOT_URL={}",
-        running.root_url()
+        "export TASKCLUSTER_ACCESS_TOKEN={}",
+        running.root.access_token
     );
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {

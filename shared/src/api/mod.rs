@@ -7,14 +7,16 @@
 //! output schema.
 
 pub mod auth;
+mod auth_handlers;
 mod handlers;
 pub mod routes;
 
+use crate::auth::{AuthService, Realm, TEST_GET_SCOPES};
 use crate::error::{ApiError, ErrorCode};
 use crate::queue::Queue;
 use crate::schema;
 use crate::time::Ts;
-use auth::{Authenticator, Caller};
+use auth::Caller;
 use bytes::Bytes;
 use http::{HeaderMap, Method};
 use routes::Route;
@@ -25,8 +27,10 @@ use std::time::Instant;
 
 /// Largest accepted body (upstream's `inputLimit`).
 pub const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
-/// Every route is served under this prefix.
+/// Every queue route is served under this prefix.
 pub const PREFIX: &str = "/api/queue/v1";
+/// Every auth route is served under this prefix.
+pub const AUTH_PREFIX: &str = "/api/auth/v1";
 
 /// A request, as any server hands it over.
 #[derive(Debug, Clone)]
@@ -59,7 +63,12 @@ impl ApiResponse {
         ApiResponse {
             status,
             headers: standard_headers(),
-            body: serde_json::to_vec(body).unwrap_or_default(),
+            // 204 No Content has no body at all.
+            body: if status == 204 {
+                vec![]
+            } else {
+                serde_json::to_vec(body).unwrap_or_default()
+            },
         }
     }
 }
@@ -104,12 +113,12 @@ impl Call {
     }
 }
 
-/// The API: the queue service plus authentication.
+/// The API: the queue service plus the auth service (which also authenticates every request).
 pub struct Api {
     /// The queue service.
     pub queue: Arc<Queue>,
-    /// Authentication.
-    pub auth: Arc<dyn Authenticator>,
+    /// Clients, roles and authentication.
+    pub auth: Arc<AuthService>,
     /// Start time, for `ping`'s uptime.
     pub started: Instant,
     /// Validate every response against its schema (a violation becomes a 500).
@@ -117,8 +126,8 @@ pub struct Api {
 }
 
 impl Api {
-    /// An API over a queue, with the given authenticator.
-    pub fn new(queue: Arc<Queue>, auth: Arc<dyn Authenticator>) -> Self {
+    /// An API over a queue and an auth service.
+    pub fn new(queue: Arc<Queue>, auth: Arc<AuthService>) -> Self {
         Api {
             queue,
             auth,
@@ -129,16 +138,21 @@ impl Api {
 
     /// Serves any route.
     pub async fn handle(&self, req: ApiRequest) -> ApiResponse {
-        self.serve(req, None).await
+        self.serve(req, Serving::All).await
     }
 
-    /// Serves only the endpoint named `name` (one Lambda function per endpoint); any other
-    /// route is 404.
+    /// Serves only the queue endpoint named `name` (one Lambda function per endpoint); any
+    /// other route is 404.
     pub async fn handle_only(&self, name: &str, req: ApiRequest) -> ApiResponse {
-        self.serve(req, Some(name)).await
+        self.serve(req, Serving::QueueEndpoint(name)).await
     }
 
-    async fn serve(&self, req: ApiRequest, only: Option<&str>) -> ApiResponse {
+    /// Serves only the auth service's routes (one Lambda function for all of them).
+    pub async fn handle_auth(&self, req: ApiRequest) -> ApiResponse {
+        self.serve(req, Serving::AuthService).await
+    }
+
+    async fn serve(&self, req: ApiRequest, only: Serving<'_>) -> ApiResponse {
         let now = Ts::now();
         let mut seen = Seen::default();
         if req.method == Method::OPTIONS {
@@ -168,15 +182,24 @@ impl Api {
     async fn serve_inner(
         &self,
         req: &ApiRequest,
-        only: Option<&str>,
+        only: Serving<'_>,
         now: Ts,
         seen: &mut Seen,
     ) -> Result<(u16, Value), ApiError> {
-        let Some(rest) = req.path.strip_prefix(PREFIX) else {
+        let (table, rest) = if let Some(rest) = req.path.strip_prefix(PREFIX) {
+            (routes::ROUTES, rest)
+        } else if let Some(rest) = req.path.strip_prefix(AUTH_PREFIX) {
+            (routes::AUTH_ROUTES, rest)
+        } else {
             return Err(ApiError::not_found(format!("No such path {}", req.path)));
         };
-        let (route, raw_params) = routes::find(&req.method, rest)
-            .filter(|(r, _)| only.is_none_or(|n| n == r.name))
+        let is_auth = std::ptr::eq(table, routes::AUTH_ROUTES);
+        let (route, raw_params) = routes::find_in(table, &req.method, rest)
+            .filter(|(r, _)| match only {
+                Serving::All => true,
+                Serving::QueueEndpoint(n) => !is_auth && n == r.name,
+                Serving::AuthService => is_auth,
+            })
             .ok_or_else(|| {
                 ApiError::not_found(format!("No such endpoint: {} {}", req.method, req.path))
             })?;
@@ -190,7 +213,17 @@ impl Api {
         }
         let mut body = parse_body(route, req)?;
         seen.body_parsed = true;
-        let caller = self.auth.authenticate(req).await?;
+        // The test endpoints authenticate against upstream's fixed test client only.
+        let realm = match route.name {
+            "testAuthenticate" if is_auth => {
+                Realm::Tester(crate::model::string_list(&body["clientScopes"]))
+            }
+            "testAuthenticateGet" if is_auth => {
+                Realm::Tester(TEST_GET_SCOPES.iter().map(|s| s.to_string()).collect())
+            }
+            _ => Realm::Deployment,
+        };
+        let caller = auth::authenticate(&self.auth, req, now, &realm).await?;
         let params = routes::check_params(route, raw_params)?;
         let query = parse_query(req.query.as_deref())?;
         if let Some(input) = route.input {
@@ -203,7 +236,11 @@ impl Api {
             caller,
             now,
         };
-        let (status, out) = handlers::dispatch(self, route, call).await?;
+        let (status, out) = if is_auth {
+            auth_handlers::dispatch(self, route, call).await?
+        } else {
+            handlers::dispatch(self, route, call).await?
+        };
         if self.validate_output {
             if let Some(output) = route.output {
                 if let Err(errs) = schema::check(output, &out) {
@@ -217,6 +254,17 @@ impl Api {
         }
         Ok((status, out))
     }
+}
+
+/// Which routes a server answers; any other is 404.
+#[derive(Debug, Clone, Copy)]
+enum Serving<'a> {
+    /// Every route of both services (the local server).
+    All,
+    /// One queue endpoint (a Lambda function per endpoint).
+    QueueEndpoint(&'a str),
+    /// Every route of the auth service (one Lambda function).
+    AuthService,
 }
 
 /// How far a request got, for the `requestInfo` of an error.

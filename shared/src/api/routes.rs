@@ -175,6 +175,114 @@ pub static ROUTES: &[Route] = &[
     ),
 ];
 
+/// Every endpoint of the auth service (served under [`super::AUTH_PREFIX`]).
+pub static AUTH_ROUTES: &[Route] = &[
+    route!("ping", GET, "/ping", None, Some("ping-response")),
+    route!("lbheartbeat", GET, "/__lbheartbeat__", None, None),
+    route!("version", GET, "/__version__", None, None),
+    route!("heartbeat", GET, "/__heartbeat__", None, None),
+    route!(
+        "listClients",
+        GET,
+        "/clients/",
+        None,
+        Some("list-clients-response")
+    ),
+    route!(
+        "client",
+        GET,
+        "/clients/<clientId>",
+        None,
+        Some("get-client-response")
+    ),
+    route!(
+        "createClient",
+        PUT,
+        "/clients/<clientId>",
+        Some("create-client-request"),
+        Some("create-client-response")
+    ),
+    route!(
+        "resetAccessToken",
+        POST,
+        "/clients/<clientId>/reset",
+        None,
+        Some("create-client-response")
+    ),
+    route!(
+        "enableClient",
+        POST,
+        "/clients/<clientId>/enable",
+        None,
+        Some("get-client-response")
+    ),
+    route!(
+        "disableClient",
+        POST,
+        "/clients/<clientId>/disable",
+        None,
+        Some("get-client-response")
+    ),
+    route!("deleteClient", DELETE, "/clients/<clientId>", None, None),
+    route!(
+        "listRoles",
+        GET,
+        "/roles/",
+        None,
+        Some("list-roles-response")
+    ),
+    route!(
+        "role",
+        GET,
+        "/roles/<roleId>",
+        None,
+        Some("get-role-response")
+    ),
+    route!(
+        "createRole",
+        PUT,
+        "/roles/<roleId>",
+        Some("create-role-request"),
+        Some("get-role-response")
+    ),
+    route!("deleteRole", DELETE, "/roles/<roleId>", None, None),
+    route!(
+        "expandScopes",
+        POST,
+        "/scopes/expand",
+        Some("scopeset"),
+        Some("scopeset")
+    ),
+    route!(
+        "currentScopes",
+        GET,
+        "/scopes/current",
+        None,
+        Some("scopeset")
+    ),
+    route!(
+        "authenticateHawk",
+        POST,
+        "/authenticate-hawk",
+        Some("authenticate-hawk-request"),
+        Some("authenticate-hawk-response")
+    ),
+    route!(
+        "testAuthenticate",
+        POST,
+        "/test-authenticate",
+        Some("test-authenticate-request"),
+        Some("test-authenticate-response")
+    ),
+    route!(
+        "testAuthenticateGet",
+        GET,
+        "/test-authenticate-get/",
+        None,
+        Some("test-authenticate-response")
+    ),
+];
+
 fn decode(seg: &str) -> String {
     percent_encoding::percent_decode_str(seg)
         .decode_utf8_lossy()
@@ -228,12 +336,21 @@ fn match_route(pattern: &'static str, path: &str) -> Option<HashMap<&'static str
     (head_ok && tail_ok && bind(&mut out, pat[i], middle)).then_some(out)
 }
 
-/// Finds the endpoint for a method and raw path.
+/// Finds the queue endpoint for a method and raw path.
 pub fn find(
     method: &Method,
     path: &str,
 ) -> Option<(&'static Route, HashMap<&'static str, String>)> {
-    ROUTES
+    find_in(ROUTES, method, path)
+}
+
+/// Finds the endpoint of `table` for a method and raw path.
+pub fn find_in(
+    table: &'static [Route],
+    method: &Method,
+    path: &str,
+) -> Option<(&'static Route, HashMap<&'static str, String>)> {
+    table
         .iter()
         .filter(|r| r.method == *method)
         .find_map(|r| match_route(r.pattern, path).map(|p| (r, p)))
@@ -254,6 +371,22 @@ pub fn check_params(
             }
             "taskQueueId" => {
                 TaskQueueId::parse(v)?;
+            }
+            // Upstream's clientId and roleId patterns.
+            "clientId"
+                if v.is_empty()
+                    || !v
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"!@/:.+|_-".contains(&b)) =>
+            {
+                return Err(ApiError::bad_argument(format!(
+                    "clientId {v:?} must match ^[A-Za-z0-9!@/:.+|_-]+$"
+                )));
+            }
+            "roleId" if v.is_empty() || !v.bytes().all(|b| (0x20..0x7f).contains(&b)) => {
+                return Err(ApiError::bad_argument(format!(
+                    "roleId {v:?} must match ^[\\x20-\\x7e]+$"
+                )));
             }
             "provisionerId" | "workerType" | "workerGroup" | "workerId" if !is_identifier(v) => {
                 return Err(ApiError::bad_argument(format!(
@@ -301,6 +434,18 @@ mod tests {
             "statuses"
         );
         assert!(find(&Method::DELETE, "/task/abc").is_none());
+        let (r, p) = find_in(AUTH_ROUTES, &Method::POST, "/clients/a%2Fb/reset").unwrap();
+        assert_eq!(
+            (r.name, p["clientId"].as_str()),
+            ("resetAccessToken", "a/b")
+        );
+        assert_eq!(
+            find_in(AUTH_ROUTES, &Method::GET, "/clients/")
+                .unwrap()
+                .0
+                .name,
+            "listClients"
+        );
         assert!(find(&Method::GET, "/task/").is_none());
     }
 }

@@ -1,11 +1,12 @@
 //! The embedded adapter: SQLite in WAL mode, durable across restarts and process kills.
 //!
-//! Writes go through one connection (SQLite has one writer anyway); reads use a small pool of
-//! read connections so that they don't queue behind writes. Work runs on tokio's blocking
-//! pool so that the async runtime never waits on disk.
+//! Writes go to one writer thread (SQLite has one writer anyway), which commits every write
+//! that queued meanwhile as one group; reads use a small pool of read connections on tokio's
+//! blocking pool so that they never queue behind writes and the async runtime never waits on
+//! disk.
 
 use super::*;
-use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use rusqlite::{params, Connection, OptionalExtension};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -14,7 +15,7 @@ const READERS: usize = 4;
 /// SQLite-backed [`Store`].
 #[derive(Clone)]
 pub struct SqliteStore {
-    writer: Arc<Mutex<Connection>>,
+    writer: std::sync::mpsc::Sender<WriteJob>,
     readers: Arc<Vec<Mutex<Connection>>>,
 }
 
@@ -67,8 +68,13 @@ impl SqliteStore {
         for _ in 0..READERS {
             readers.push(Mutex::new(open(path)?));
         }
+        let (jobs, queue) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("sqlite-writer".into())
+            .spawn(move || writer_loop(writer, queue))
+            .map_err(other)?;
         Ok(SqliteStore {
-            writer: Arc::new(Mutex::new(writer)),
+            writer: jobs,
             readers: Arc::new(readers),
         })
     }
@@ -93,23 +99,102 @@ impl SqliteStore {
         .map_err(other)?
     }
 
-    async fn write_txn<T: Send + 'static>(
+    /// A point read: run in place when a reader connection is free (a cached B-tree lookup
+    /// costs less than handing it to another thread), else on the blocking pool.
+    async fn read_point<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&rusqlite::Transaction) -> Result<T, StoreError> + Send + 'static,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        let writer = self.writer.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut conn = writer.lock().map_err(other)?;
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(other)?;
-            let out = f(&tx)?;
-            tx.commit().map_err(other)?;
-            Ok(out)
-        })
-        .await
-        .map_err(other)?
+        for r in self.readers.iter() {
+            if let Ok(conn) = r.try_lock() {
+                return f(&conn);
+            }
+        }
+        self.read(f).await
     }
+
+    /// Runs `f` on the writer thread inside its own savepoint; answers once committed.
+    async fn write_txn(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<u64, StoreError> + Send + 'static,
+    ) -> Result<u64, StoreError> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.writer
+            .send(WriteJob {
+                f: Box::new(f),
+                reply,
+            })
+            .map_err(|_| other("the SQLite writer thread has stopped"))?;
+        answer
+            .await
+            .map_err(|_| other("the SQLite writer thread has stopped"))?
+    }
+}
+
+type WriteFn = Box<dyn FnOnce(&Connection) -> Result<u64, StoreError> + Send>;
+
+/// One write waiting for the writer thread.
+struct WriteJob {
+    f: WriteFn,
+    reply: tokio::sync::oneshot::Sender<Result<u64, StoreError>>,
+}
+
+/// Most writes committed together.
+const GROUP_MAX: usize = 128;
+
+/// The writer thread: group commit. Every write that queued while the previous commit ran goes
+/// into one SQLite transaction, each inside its own savepoint so that a failed condition
+/// rolls back only that write. Nobody hears back before the commit, so a caller's success is
+/// as durable as a lone commit would have made it; if the commit fails, every write in the
+/// group fails and none took effect.
+fn writer_loop(conn: Connection, jobs: std::sync::mpsc::Receiver<WriteJob>) {
+    let mut group: Vec<WriteJob> = Vec::with_capacity(GROUP_MAX);
+    while let Ok(first) = jobs.recv() {
+        group.push(first);
+        while group.len() < GROUP_MAX {
+            match jobs.try_recv() {
+                Ok(j) => group.push(j),
+                Err(_) => break,
+            }
+        }
+        let results = run_group(&conn, &mut group);
+        for (job, result) in group.drain(..).zip(results) {
+            let _ = job.reply.send(result);
+        }
+    }
+}
+
+fn run_group(conn: &Connection, group: &mut [WriteJob]) -> Vec<Result<u64, StoreError>> {
+    let n = group.len();
+    let fail_all = |e: rusqlite::Error| -> Vec<Result<u64, StoreError>> {
+        (0..n).map(|_| Err(other(&e))).collect()
+    };
+    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+        return fail_all(e);
+    }
+    let mut results = Vec::with_capacity(group.len());
+    for job in group.iter_mut() {
+        let f = std::mem::replace(&mut job.f, Box::new(|_| Ok(0)));
+        let result = conn
+            .execute_batch("SAVEPOINT w")
+            .map_err(other)
+            .and_then(|_| f(conn));
+        let end = if result.is_ok() {
+            "RELEASE w"
+        } else {
+            "ROLLBACK TO w; RELEASE w"
+        };
+        if let Err(e) = conn.execute_batch(end) {
+            let _ = conn.execute_batch("ROLLBACK");
+            return fail_all(e);
+        }
+        results.push(result);
+    }
+    if let Err(e) = conn.execute_batch("COMMIT") {
+        let _ = conn.execute_batch("ROLLBACK");
+        return fail_all(e);
+    }
+    results
 }
 
 fn current_version(
@@ -232,7 +317,7 @@ impl Store for SqliteStore {
         sk: &str,
     ) -> Result<Option<Item>, StoreError> {
         let (pk, sk) = (pk.to_string(), sk.to_string());
-        self.read(move |c| {
+        self.read_point(move |c| {
             let row = c
                 .prepare_cached("SELECT version, data FROM items WHERE tbl=?1 AND pk=?2 AND sk=?3")
                 .map_err(other)?
@@ -404,9 +489,10 @@ impl Store for SqliteStore {
             for ((op, current), enc) in ops.iter().zip(currents).zip(&encoded) {
                 apply(tx, op, current, enc.as_deref())?;
             }
-            Ok(())
+            Ok(0)
         })
         .await
+        .map(|_| ())
     }
 }
 

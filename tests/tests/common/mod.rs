@@ -136,16 +136,31 @@ pub async fn raw_bytes(
     raw_url(&app.url(path), method, content_type, body).await
 }
 
-/// Raw HTTP call to a full URL.
+/// Raw HTTP call to a full URL, signed with the root credentials.
 pub async fn raw_url(
     url: &str,
     method: &str,
     content_type: Option<&str>,
     body: Option<Vec<u8>>,
 ) -> (u16, Value) {
+    let authz = root_authorization(method, url);
+    raw_url_with(url, method, content_type, body, Some(&authz)).await
+}
+
+/// Raw HTTP call to a full URL with the given `Authorization` header (if any).
+pub async fn raw_url_with(
+    url: &str,
+    method: &str,
+    content_type: Option<&str>,
+    body: Option<Vec<u8>>,
+    authorization: Option<&str>,
+) -> (u16, Value) {
     let client = reqwest::Client::new();
     let m = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
     let mut req = client.request(m, url);
+    if let Some(a) = authorization {
+        req = req.header("authorization", a);
+    }
     if let Some(b) = body {
         if let Some(ct) = content_type {
             req = req.header("content-type", ct);

@@ -1,0 +1,127 @@
+//! The RabbitMQ (Amazon MQ) adapter of the event port: lapin, with publisher confirms.
+//!
+//! One connection and one confirm-mode channel, opened on first use and kept across calls
+//! (and across warm Lambda invocations); any failure drops them so that the next call
+//! reconnects. `publish` returns only once the broker has confirmed every message, so the
+//! outbox drainer removes nothing the broker has not taken responsibility for.
+
+use crate::events::{Event, EventSink};
+use crate::routing::{exchange_name, EXCHANGES};
+use async_trait::async_trait;
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions};
+use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
+use tokio::sync::Mutex;
+
+/// AMQP delivery mode of a persistent message.
+const PERSISTENT: u8 = 2;
+
+/// Publishes events to topic exchanges named `<prefix><exchange>`.
+pub struct AmqpSink {
+    url: String,
+    prefix: String,
+    open: Mutex<Option<(Connection, Channel)>>,
+}
+
+impl AmqpSink {
+    /// A sink for the broker at `url` (`amqp://` or `amqps://`); connects on first publish.
+    pub fn new(url: impl Into<String>, prefix: impl Into<String>) -> Self {
+        AmqpSink {
+            url: url.into(),
+            prefix: prefix.into(),
+            open: Mutex::new(None),
+        }
+    }
+
+    /// Connects, enables confirms and declares every exchange (durable topic exchanges).
+    async fn connect(&self) -> Result<(Connection, Channel), String> {
+        let conn = Connection::connect(&self.url, ConnectionProperties::default())
+            .await
+            .map_err(|e| format!("connecting to RabbitMQ: {e}"))?;
+        let channel = conn.create_channel().await.map_err(|e| e.to_string())?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        for short in EXCHANGES {
+            channel
+                .exchange_declare(
+                    ShortString::from(exchange_name(&self.prefix, short)),
+                    ExchangeKind::Topic,
+                    ExchangeDeclareOptions {
+                        durable: true,
+                        ..Default::default()
+                    },
+                    FieldTable::default(),
+                )
+                .await
+                .map_err(|e| format!("declaring exchange {short}: {e}"))?;
+        }
+        Ok((conn, channel))
+    }
+
+    async fn publish_on(channel: &Channel, events: &[Event]) -> Result<(), String> {
+        let mut confirms = Vec::with_capacity(events.len());
+        for e in events {
+            let body = serde_json::to_vec(&e.payload).map_err(|e| e.to_string())?;
+            let mut props = BasicProperties::default()
+                .with_delivery_mode(PERSISTENT)
+                .with_content_type(ShortString::from("application/json"))
+                .with_content_encoding(ShortString::from("utf-8"));
+            if !e.cc.is_empty() {
+                // RabbitMQ's sender-selected distribution: one copy per matching queue, even
+                // when several of the keys match it.
+                let cc: Vec<AMQPValue> =
+                    e.cc.iter()
+                        .map(|k| AMQPValue::LongString(LongString::from(k.as_str())))
+                        .collect();
+                let mut headers = FieldTable::default();
+                headers.insert(
+                    ShortString::from("CC"),
+                    AMQPValue::FieldArray(FieldArray::from(cc)),
+                );
+                props = props.with_headers(headers);
+            }
+            let confirm = channel
+                .basic_publish(
+                    ShortString::from(e.exchange.as_str()),
+                    ShortString::from(e.routing_key.as_str()),
+                    BasicPublishOptions::default(),
+                    &body,
+                    props,
+                )
+                .await
+                .map_err(|err| format!("publishing to {}: {err}", e.exchange))?;
+            confirms.push(confirm);
+        }
+        for confirm in confirms {
+            let answer = confirm.await.map_err(|e| e.to_string())?;
+            if !answer.is_ack() {
+                return Err("RabbitMQ refused a message (nack)".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl EventSink for AmqpSink {
+    async fn publish(&self, events: &[Event]) -> Result<(), String> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let mut open = self.open.lock().await;
+        if !open.as_ref().is_some_and(|(c, _)| c.status().connected()) {
+            *open = Some(self.connect().await?);
+        }
+        let Some((_, channel)) = open.as_ref() else {
+            return Err("no RabbitMQ channel".into());
+        };
+        let result = Self::publish_on(channel, events).await;
+        if result.is_err() {
+            // Start over on a fresh connection next time; the events stay in the outbox.
+            *open = None;
+        }
+        result
+    }
+}

@@ -1,0 +1,477 @@
+//! Events on a real RabbitMQ (`TCQ_TEST_AMQP_URL`, default the machine's broker at
+//! 127.0.0.1:5672): what bound consumers receive for every kind of transition, one copy per
+//! queue whatever the CCs, and no loss across a broker outage or a publisher SIGKILL.
+//!
+//! Each test publishes under an exchange prefix of its own, so that tests running at once
+//! never see each other's messages; it deletes its exchanges at the end.
+mod common;
+
+use blackbox::*;
+use common::*;
+use lapin::options::{
+    BasicGetOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions,
+    QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, ShortString};
+use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::time::{Duration, Instant};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+const ALL: [&str; 11] = shared::routing::EXCHANGES;
+
+fn broker_addr() -> String {
+    std::env::var("TCQ_TEST_AMQP_ADDR").unwrap_or_else(|_| "127.0.0.1:5672".into())
+}
+
+fn amqp_url(addr: &str) -> String {
+    format!("amqp://guest:guest@{addr}/%2f")
+}
+
+/// A message as a consumer saw it.
+#[derive(Debug)]
+struct Msg {
+    exchange: String,
+    routing_key: String,
+    payload: Value,
+    persistent: bool,
+    content_type: String,
+    cc: Vec<String>,
+}
+
+/// A consumer connection with the test's own exchange prefix.
+struct Broker {
+    _conn: Connection,
+    ch: Channel,
+    prefix: String,
+}
+
+impl Broker {
+    async fn connect() -> Broker {
+        let conn = Connection::connect(&amqp_url(&broker_addr()), ConnectionProperties::default())
+            .await
+            .expect("RabbitMQ reachable (scripts/test.sh starts it)");
+        let ch = conn.create_channel().await.expect("channel");
+        let prefix = format!("exchange/tcq-test-{}/v1/", slugid());
+        // Declared here too (same arguments as the publisher) so that queues can be bound
+        // before the server publishes anything.
+        for short in ALL {
+            ch.exchange_declare(
+                ShortString::from(format!("{prefix}{short}")),
+                ExchangeKind::Topic,
+                ExchangeDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .expect("declare exchange");
+        }
+        Broker {
+            _conn: conn,
+            ch,
+            prefix,
+        }
+    }
+
+    /// A server queue bound to `exchanges` with `pattern`; returns its name.
+    async fn bind(&self, exchanges: &[&str], pattern: &str) -> String {
+        let q = self
+            .ch
+            .queue_declare(
+                ShortString::from(""),
+                QueueDeclareOptions {
+                    exclusive: true,
+                    auto_delete: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .expect("declare queue");
+        let name = q.name().to_string();
+        for short in exchanges {
+            self.ch
+                .queue_bind(
+                    ShortString::from(name.as_str()),
+                    ShortString::from(format!("{}{short}", self.prefix)),
+                    ShortString::from(pattern),
+                    QueueBindOptions::default(),
+                    FieldTable::default(),
+                )
+                .await
+                .expect("bind");
+        }
+        name
+    }
+
+    async fn get(&self, queue: &str) -> Option<Msg> {
+        let m = self
+            .ch
+            .basic_get(ShortString::from(queue), BasicGetOptions { no_ack: true })
+            .await
+            .expect("basic.get")?;
+        let props = &m.delivery.properties;
+        let cc = props
+            .headers()
+            .as_ref()
+            .and_then(|h| h.inner().get("CC").cloned())
+            .map(|v| match v {
+                AMQPValue::FieldArray(a) => a
+                    .as_slice()
+                    .iter()
+                    .filter_map(|x| match x {
+                        AMQPValue::LongString(s) => Some(s.to_string()),
+                        _ => None,
+                    })
+                    .collect(),
+                _ => vec![],
+            })
+            .unwrap_or_default();
+        Some(Msg {
+            exchange: m.delivery.exchange.to_string(),
+            routing_key: m.delivery.routing_key.to_string(),
+            payload: serde_json::from_slice(&m.delivery.data).expect("JSON body"),
+            persistent: *props.delivery_mode() == Some(2),
+            content_type: props
+                .content_type()
+                .as_ref()
+                .map(|s| s.to_string())
+                .unwrap_or_default(),
+            cc,
+        })
+    }
+
+    /// Waits for `n` messages on `queue` (panics after `timeout`).
+    async fn take(&self, queue: &str, n: usize, timeout: Duration) -> Vec<Msg> {
+        let until = Instant::now() + timeout;
+        let mut got = vec![];
+        while got.len() < n {
+            match self.get(queue).await {
+                Some(m) => got.push(m),
+                None => {
+                    assert!(
+                        Instant::now() < until,
+                        "got {} of {n} messages: {got:#?}",
+                        got.len()
+                    );
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+        got
+    }
+
+    /// Everything that arrives on `queue` within `quiet`.
+    async fn rest(&self, queue: &str, quiet: Duration) -> Vec<Msg> {
+        tokio::time::sleep(quiet).await;
+        let mut got = vec![];
+        while let Some(m) = self.get(queue).await {
+            got.push(m);
+        }
+        got
+    }
+
+    fn short<'a>(&self, m: &'a Msg) -> &'a str {
+        m.exchange.strip_prefix(&self.prefix).unwrap_or(&m.exchange)
+    }
+
+    async fn cleanup(self) {
+        for short in ALL {
+            let _ = self
+                .ch
+                .exchange_delete(
+                    ShortString::from(format!("{}{short}", self.prefix)),
+                    ExchangeDeleteOptions::default(),
+                )
+                .await;
+        }
+    }
+}
+
+/// A TCP relay to the broker that the test can take down (cutting live connections and
+/// refusing new ones) and bring back: RabbitMQ becoming unreachable, from the server's side.
+struct Relay {
+    addr: String,
+    up: watch::Sender<bool>,
+}
+
+impl Relay {
+    async fn start(up: bool) -> Relay {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind relay");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let (tx, rx) = watch::channel(up);
+        tokio::spawn(async move {
+            loop {
+                let Ok((inbound, _)) = listener.accept().await else {
+                    return;
+                };
+                if !*rx.borrow() {
+                    continue; // dropped: the connection is refused
+                }
+                let mut rx = rx.clone();
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = TcpStream::connect(broker_addr()).await else {
+                        return;
+                    };
+                    let mut inbound = inbound;
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = rx.wait_for(|up| !*up) => {}
+                    }
+                });
+            }
+        });
+        Relay { addr, up: tx }
+    }
+
+    fn url(&self) -> String {
+        amqp_url(&self.addr)
+    }
+
+    fn set(&self, up: bool) {
+        let _ = self.up.send(up);
+    }
+}
+
+async fn server_publishing_to(url: String, prefix: &str) -> TestServer {
+    let prefix = prefix.to_string();
+    spawn_app_with(move |c| {
+        c.amqp_url = Some(url);
+        c.exchange_prefix = prefix;
+    })
+    .await
+}
+
+/// The expected primary routing key of a task message.
+fn key(id: &str, run: Option<u32>, worker: Option<(&str, &str)>, tq: &str) -> String {
+    let (prov, wt) = tq.split_once('/').expect("provisioner/workerType");
+    let run = run.map(|r| r.to_string()).unwrap_or("_".into());
+    let (g, w) = worker.unwrap_or(("_", "_"));
+    format!("primary.{id}.{run}.{g}.{w}.{prov}.{wt}.-.{id}._")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bound_consumers_see_every_transition() {
+    let broker = Broker::connect().await;
+    let app = server_publishing_to(amqp_url(&broker_addr()), &broker.prefix).await;
+    let q = app.queue();
+    let tq = task_queue_id();
+    let (a, b, c) = (slugid(), slugid(), slugid());
+    let everything = broker.bind(&ALL, "primary.#").await;
+    let by_email = broker.bind(&ALL, "route.notify.by-email").await;
+    let only_a = broker
+        .bind(
+            &["task-running", "task-completed"],
+            &format!("primary.{a}.#"),
+        )
+        .await;
+
+    // a: completed, b: failed, c: cancelled while pending. Only a has routes.
+    let routed = def_with(&tq, json!({ "routes": ["notify.by-email", "other.route"] }));
+    q.createTask(&a, &routed).await.expect("create a");
+    claim_one(&app, &tq, "wg", "wi").await;
+    complete(&app, &a, 0).await;
+    q.createTask(&b, &task_def(&tq)).await.expect("create b");
+    claim_one(&app, &tq, "wg", "wi").await;
+    q.reportFailed(&b, "0").await.expect("fail b");
+    q.createTask(&c, &task_def(&tq)).await.expect("create c");
+    q.cancelTask(&c).await.expect("cancel c");
+
+    let got = broker.take(&everything, 11, Duration::from_secs(20)).await;
+    let seen = |id: &str| -> Vec<(String, String)> {
+        got.iter()
+            .filter(|m| m.payload["status"]["taskId"] == id)
+            .map(|m| (broker.short(m).to_string(), m.routing_key.clone()))
+            .collect()
+    };
+    let w = Some(("wg", "wi"));
+    let expect = |v: &[(&str, String)]| -> Vec<(String, String)> {
+        v.iter().map(|(e, k)| (e.to_string(), k.clone())).collect()
+    };
+    assert_eq!(
+        seen(&a),
+        expect(&[
+            ("task-defined", key(&a, None, None, &tq)),
+            ("task-pending", key(&a, Some(0), None, &tq)),
+            ("task-running", key(&a, Some(0), w, &tq)),
+            ("task-completed", key(&a, Some(0), w, &tq)),
+        ])
+    );
+    assert_eq!(
+        seen(&b),
+        expect(&[
+            ("task-defined", key(&b, None, None, &tq)),
+            ("task-pending", key(&b, Some(0), None, &tq)),
+            ("task-running", key(&b, Some(0), w, &tq)),
+            ("task-failed", key(&b, Some(0), w, &tq)),
+        ])
+    );
+    assert_eq!(
+        seen(&c),
+        expect(&[
+            ("task-defined", key(&c, None, None, &tq)),
+            ("task-pending", key(&c, Some(0), None, &tq)),
+            ("task-exception", key(&c, Some(0), None, &tq)),
+        ])
+    );
+    for m in &got {
+        assert!(m.persistent, "persistent delivery: {m:?}");
+        assert_eq!(m.content_type, "application/json");
+        assert_eq!(m.payload["version"], 1);
+        let schema = format!("{}-message", broker.short(m));
+        if let Err(e) = shared::schema::check(&schema, &m.payload) {
+            panic!("{schema}: {e:?} in {m:#?}");
+        }
+        let expected_cc: Vec<String> = if m.payload["status"]["taskId"] == a.as_str() {
+            vec!["route.notify.by-email".into(), "route.other.route".into()]
+        } else {
+            vec![]
+        };
+        assert_eq!(m.cc, expected_cc, "{m:?}");
+    }
+    let done = got
+        .iter()
+        .find(|m| broker.short(m) == "task-completed")
+        .expect("task-completed");
+    assert_eq!(done.payload["workerId"], "wi");
+    assert_eq!(done.payload["status"]["state"], "completed");
+
+    let routed_msgs = broker.take(&by_email, 4, Duration::from_secs(10)).await;
+    assert!(routed_msgs
+        .iter()
+        .all(|m| m.payload["status"]["taskId"] == a.as_str()));
+    let a_only = broker.take(&only_a, 2, Duration::from_secs(10)).await;
+    let names: Vec<&str> = a_only.iter().map(|m| broker.short(m)).collect();
+    assert_eq!(names, ["task-running", "task-completed"]);
+    // Nothing else arrives on the narrow bindings.
+    assert!(broker
+        .rest(&by_email, Duration::from_millis(500))
+        .await
+        .is_empty());
+    assert!(broker.rest(&only_a, Duration::ZERO).await.is_empty());
+    broker.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hash_binding_gets_one_copy_however_many_keys_match() {
+    let broker = Broker::connect().await;
+    let app = server_publishing_to(amqp_url(&broker_addr()), &broker.prefix).await;
+    let all = broker.bind(&["task-defined"], "#").await;
+    let tq = task_queue_id();
+    let id = create(
+        &app,
+        &def_with(&tq, json!({ "routes": ["one.a", "one.b", "two"] })),
+    )
+    .await;
+    let got = broker.take(&all, 1, Duration::from_secs(20)).await;
+    assert_eq!(got[0].payload["status"]["taskId"], id.as_str());
+    assert_eq!(got[0].cc.len(), 3);
+    // The primary key and three CCs all match `#`: still one copy.
+    let extra = broker.rest(&all, Duration::from_secs(1)).await;
+    assert!(extra.is_empty(), "duplicates: {extra:#?}");
+    broker.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_wait_out_a_broker_outage_and_api_calls_keep_working() {
+    let broker = Broker::connect().await;
+    let relay = Relay::start(false).await;
+    let app = server_publishing_to(relay.url(), &broker.prefix).await;
+    let all = broker.bind(&ALL, "#").await;
+    let tq = task_queue_id();
+    let mut ids = vec![];
+    for _ in 0..3 {
+        ids.push(create(&app, &task_def(&tq)).await);
+    }
+    let claimed = claim_one(&app, &tq, "wg", "wi").await;
+    let claimed_id = claimed["status"]["taskId"].as_str().unwrap_or_default();
+    complete(&app, claimed_id, 0).await;
+    assert!(
+        broker.rest(&all, Duration::from_secs(1)).await.is_empty(),
+        "nothing can arrive while the broker is unreachable"
+    );
+    relay.set(true);
+    // 3 × (defined, pending) + running + completed.
+    let got = broker.take(&all, 8, Duration::from_secs(30)).await;
+    for id in &ids {
+        let names: Vec<&str> = got
+            .iter()
+            .filter(|m| m.payload["status"]["taskId"] == id.as_str())
+            .map(|m| broker.short(m))
+            .collect();
+        let mut want = vec!["task-defined", "task-pending"];
+        if id == claimed_id {
+            want.extend(["task-running", "task-completed"]);
+        }
+        assert_eq!(names, want, "order per task is kept for {id}");
+    }
+    broker.cleanup().await;
+}
+
+/// The server process body for the kill test; only runs when re-executed by
+/// `spawn_child_server`.
+#[ignore]
+#[test]
+fn amqp_child_server() {
+    blackbox::run_child_server()
+}
+
+async fn child(dir: &Path, url: &str, prefix: &str) -> (std::process::Child, String) {
+    let port = free_port();
+    let envs = [
+        ("TCQ_AMQP_URL", url.to_string()),
+        ("TCQ_EXCHANGE_PREFIX", prefix.to_string()),
+    ];
+    let child = spawn_child_server("amqp_child_server", dir, port, &envs);
+    let root = format!("http://127.0.0.1:{port}");
+    assert!(
+        wait_until_up(&root, Duration::from_secs(30)).await,
+        "child server did not come up"
+    );
+    (child, root)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_of_a_killed_publisher_arrive_after_restart() {
+    let broker = Broker::connect().await;
+    let relay = Relay::start(false).await;
+    let all = broker.bind(&ALL, "#").await;
+    let dir = tempfile::tempdir().expect("dir");
+    let tq = task_queue_id();
+
+    // Events pile up in the outbox while the broker is unreachable; then SIGKILL.
+    let (mut first, root) = child(dir.path(), &relay.url(), &broker.prefix).await;
+    let q = queue_client(&root);
+    let mut ids = vec![];
+    for _ in 0..5 {
+        let id = slugid();
+        q.createTask(&id, &task_def(&tq)).await.expect("create");
+        ids.push(id);
+    }
+    first.kill().expect("SIGKILL");
+    let _ = first.wait();
+    assert!(broker
+        .rest(&all, Duration::from_millis(500))
+        .await
+        .is_empty());
+
+    // The restarted server finds the outbox and delivers all of it.
+    relay.set(true);
+    let (mut second, _) = child(dir.path(), &relay.url(), &broker.prefix).await;
+    let got = broker.take(&all, 10, Duration::from_secs(30)).await;
+    for id in &ids {
+        let names: Vec<&str> = got
+            .iter()
+            .filter(|m| m.payload["status"]["taskId"] == id.as_str())
+            .map(|m| broker.short(m))
+            .collect();
+        assert_eq!(names, ["task-defined", "task-pending"], "{id}");
+    }
+    let _ = second.kill();
+    let _ = second.wait();
+    broker.cleanup().await;
+}
