@@ -372,7 +372,7 @@ impl TaskRecord {
     }
 
     /// Appends an event for this task, rendered from the current status.
-    fn emit(
+    pub(crate) fn emit(
         &mut self,
         exchange: &str,
         run: Option<&Run>,
@@ -417,7 +417,7 @@ impl TaskRecord {
         self.outbox.push(event);
     }
 
-    fn tags_extra(&self) -> Map<String, Value> {
+    pub(crate) fn tags_extra(&self) -> Map<String, Value> {
         let mut m = Map::new();
         m.insert("task".into(), json!({ "tags": self.tags }));
         m

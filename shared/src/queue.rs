@@ -175,7 +175,7 @@ impl Queue {
         }
     }
 
-    async fn load(&self, task_id: &str) -> ApiResult<Option<(TaskRecord, u64)>> {
+    pub(crate) async fn load(&self, task_id: &str) -> ApiResult<Option<(TaskRecord, u64)>> {
         match self
             .store
             .get(keys::TASKS, task_id, keys::SK_STATUS)
@@ -187,7 +187,7 @@ impl Queue {
         }
     }
 
-    async fn load_def(&self, task_id: &str) -> ApiResult<Option<Value>> {
+    pub(crate) async fn load_def(&self, task_id: &str) -> ApiResult<Option<Value>> {
         if let Some(def) = self.defs.lock().ok().and_then(|c| c.get(task_id).cloned()) {
             return Ok(Some(def));
         }
@@ -206,7 +206,7 @@ impl Queue {
         Ok(def)
     }
 
-    fn status_item(rec: &TaskRecord) -> ApiResult<Item> {
+    pub(crate) fn status_item(rec: &TaskRecord) -> ApiResult<Item> {
         let data = serde_json::to_value(rec).map_err(ApiError::internal)?;
         Ok(Item::new(
             rec.task_id.clone(),
@@ -218,7 +218,7 @@ impl Queue {
 
     /// After a successful write (the stored record is now `rec` at `version`): wake claimers
     /// and the publisher as needed.
-    fn after_write(&self, rec: &TaskRecord, version: u64) {
+    pub(crate) fn after_write(&self, rec: &TaskRecord, version: u64) {
         if rec
             .runs
             .last()
@@ -242,7 +242,11 @@ impl Queue {
     /// Writes a status item if its stored version is still `version`, then wakes claimers and
     /// the publisher. The outer error is a failure to build the item; the inner one is the
     /// store's answer (a failed condition means someone else changed the task first).
-    async fn save(&self, rec: &TaskRecord, version: u64) -> ApiResult<Result<(), StoreError>> {
+    pub(crate) async fn save(
+        &self,
+        rec: &TaskRecord,
+        version: u64,
+    ) -> ApiResult<Result<(), StoreError>> {
         let op = WriteOp::Put {
             table: keys::TASKS,
             item: Self::status_item(rec)?,
@@ -253,7 +257,7 @@ impl Queue {
 
     /// Read, apply `f`, write conditionally; retries on concurrent changes. Returns the new
     /// record and `f`'s result. Nothing is written if `f` changed nothing.
-    async fn mutate<T>(
+    pub(crate) async fn mutate<T>(
         &self,
         task_id: &str,
         mut f: impl FnMut(&mut TaskRecord) -> ApiResult<T>,
