@@ -37,6 +37,8 @@ def main(path, prefix):
             )
             if gsis:
                 args["GlobalSecondaryIndexes"] = gsis
+            if t.get("stream"):
+                args["StreamSpecification"] = {"StreamEnabled": True, "StreamViewType": t["stream"]}
             try:
                 ddb.create_table(**args)
             except ClientError as e:

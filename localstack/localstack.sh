@@ -64,12 +64,12 @@ start() {
     if docker_available && [ "${LOCALSTACK_HOST_MODE:-0}" != 1 ]; then
       log "starting the LocalStack container"
       docker run -d --rm --name tcq-localstack -p "127.0.0.1:$PORT:4566" \
-        -e SERVICES=dynamodb,s3,sqs -e S3_SKIP_SIGNATURE_VALIDATION=0 -e SQS_ENDPOINT_STRATEGY=path \
+        -e SERVICES=dynamodb,dynamodbstreams,s3,sqs,secretsmanager -e S3_SKIP_SIGNATURE_VALIDATION=0 -e SQS_ENDPOINT_STRATEGY=path \
         "localstack/localstack:4" >/dev/null
     else
       install_host_mode
       log "starting LocalStack in host mode (log: $LOG)"
-      OVERRIDE_IN_DOCKER=0 GATEWAY_LISTEN="127.0.0.1:$PORT" SERVICES=dynamodb,s3,sqs DNS_ADDRESS=0 \
+      OVERRIDE_IN_DOCKER=0 GATEWAY_LISTEN="127.0.0.1:$PORT" SERVICES=dynamodb,dynamodbstreams,s3,sqs,secretsmanager DNS_ADDRESS=0 \
       DISABLE_EVENTS=1 FILESYSTEM_ROOT="$STATE" SKIP_SSL_CERT_DOWNLOAD=1 \
       S3_SKIP_SIGNATURE_VALIDATION=0 SQS_ENDPOINT_STRATEGY=path LOCALSTACK_HOST="127.0.0.1:$PORT" \
         nohup "$VENV/bin/python" -m localstack.runtime.main >"$LOG" 2>&1 &

@@ -5,28 +5,46 @@
 use crate::{init_tracing, open_store, LocalConfig};
 use clap::Parser;
 use lambda_http::{Body, Request, RequestExt, Response};
+use shared::amqp::AmqpSink;
 use shared::api::{Api, ApiRequest};
 use shared::auth::ROOT_CLIENT_ID;
 use shared::creds::IssuerCredentials;
 use shared::queue::Queue;
 use shared::signal::LocalSignal;
+use shared::store::dynamodb::DynamoStore;
 use shared::time::Ts;
 use std::sync::Arc;
 
 type Error = lambda_http::Error;
 
+/// A secret from `<var>`, else from the Secrets Manager secret named by `<var>_SECRET`.
+async fn secret(var: &str, direct: Option<String>) -> Result<Option<String>, Error> {
+    if direct.is_some() {
+        return Ok(direct);
+    }
+    match std::env::var(format!("{var}_SECRET")) {
+        Ok(name) => {
+            let sdk = shared::store::dynamodb::sdk_config().await?;
+            Ok(Some(shared::secrets::access_token(&sdk, &name).await?))
+        }
+        Err(_) => Ok(None),
+    }
+}
+
 /// The queue and auth services over DynamoDB, configured from the environment. A missing
 /// variable is named here, at cold start, rather than failing the first request.
 ///
-/// Secrets: `TCQ_QUEUE_ACCESS_TOKEN` (required) and `TCQ_ROOT_ACCESS_TOKEN` (optional; without
-/// it there is no root client, and clients must already exist in the `auth` table).
+/// Secrets: the queue's access token (required) and the root client's (optional; without it
+/// there is no root client, and clients must already exist in the `auth` table), each from
+/// `TCQ_QUEUE_ACCESS_TOKEN` / `TCQ_ROOT_ACCESS_TOKEN` or from the Secrets Manager secret named
+/// by `TCQ_QUEUE_ACCESS_TOKEN_SECRET` / `TCQ_ROOT_ACCESS_TOKEN_SECRET`.
 pub async fn api_from_env() -> Result<Api, Error> {
     let mut cfg = LocalConfig::parse_from(["tc-queue"]);
     cfg.backend = "aws".into();
-    let token = cfg
-        .queue_access_token
-        .clone()
-        .ok_or("TCQ_QUEUE_ACCESS_TOKEN is not set (the queue's credentials, used to issue workers' temporary credentials)")?;
+    let token = secret("TCQ_QUEUE_ACCESS_TOKEN", cfg.queue_access_token.clone())
+        .await?
+        .ok_or("TCQ_QUEUE_ACCESS_TOKEN or TCQ_QUEUE_ACCESS_TOKEN_SECRET is not set (the queue's credentials, used to issue workers' temporary credentials)")?;
+    cfg.root_access_token = secret("TCQ_ROOT_ACCESS_TOKEN", cfg.root_access_token.clone()).await?;
     let store = open_store(&cfg).await.map_err(|e| e.to_string())?;
     let issuer = IssuerCredentials {
         client_id: cfg.queue_client_id.clone(),
@@ -46,13 +64,18 @@ pub async fn api_from_env() -> Result<Api, Error> {
         cfg.anonymous_scopes(),
     );
     let qcfg = cfg.queue_config();
+    // The aws backend selects S3 unless TCQ_ARTIFACT_STORAGE says otherwise.
+    let blobs = crate::open_blobs(&cfg, "", &issuer.access_token)
+        .await
+        .map_err(|e| e.to_string())?
+        .port();
     let queue = Arc::new(Queue::new(
         store,
         Arc::new(LocalSignal::default()),
         issuer,
         qcfg,
     ));
-    Ok(Api::new(queue, Arc::new(auth)))
+    Ok(Api::new(queue, Arc::new(auth)).with_blobs(blobs))
 }
 
 /// The queue over DynamoDB alone (for the scheduled jobs).
@@ -126,20 +149,95 @@ pub enum Job {
     ClaimReaper,
     /// Resolves tasks whose deadline passed.
     DeadlineReaper,
+    /// Publishes events stranded in outboxes (the stream publisher's safety net).
+    OutboxSweeper,
+    /// Makes dependents of newly resolved tasks pending (one pass over the `resolved` index).
+    DependencyResolver,
+}
+
+/// The RabbitMQ sink configured by `TCQ_AMQP_URL`; it connects on first use and the
+/// connection is kept across warm invocations.
+fn amqp_sink_from_env(queue: &Queue) -> Result<Arc<AmqpSink>, Error> {
+    let url = std::env::var("TCQ_AMQP_URL").map_err(|_| "TCQ_AMQP_URL is not set")?;
+    Ok(Arc::new(AmqpSink::new(
+        url,
+        queue.cfg.exchange_prefix.clone(),
+    )))
+}
+
+/// The publisher: a DynamoDB Streams event source on the tasks table (NEW_IMAGE) invokes it
+/// with batches of changed items; it publishes their outbox events to RabbitMQ with
+/// confirms, then removes them. A failed batch is reported as a partial batch failure from
+/// its first record, so Lambda retries from there (at least once; order per task kept).
+pub async fn serve_publisher() -> Result<(), lambda_runtime::Error> {
+    init_tracing();
+    let queue = queue_from_env().await?;
+    let sink = amqp_sink_from_env(&queue)?;
+    lambda_runtime::run(lambda_runtime::service_fn(
+        move |event: lambda_runtime::LambdaEvent<serde_json::Value>| {
+            let (queue, sink) = (queue.clone(), sink.clone());
+            async move {
+                let records = event.payload["Records"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                let first = records
+                    .first()
+                    .and_then(|r| r["dynamodb"]["SequenceNumber"].as_str())
+                    .map(String::from);
+                let images = records
+                    .iter()
+                    .filter_map(|r| DynamoStore::item_from_stream_image(&r["dynamodb"]["NewImage"]))
+                    .collect();
+                let result = shared::events::drain_stream(
+                    queue.store.as_ref(),
+                    sink.as_ref(),
+                    &queue.cfg.exchange_prefix,
+                    images,
+                    &queue.published,
+                )
+                .await;
+                let failures = match (result, first) {
+                    (Ok(outcome), _) => {
+                        tracing::info!(records = records.len(), ?outcome, "stream batch");
+                        vec![]
+                    }
+                    (Err(e), Some(seq)) => {
+                        tracing::warn!(error = %e, "stream batch failed; Lambda retries it");
+                        vec![serde_json::json!({ "itemIdentifier": seq })]
+                    }
+                    (Err(e), None) => return Err(lambda_runtime::Error::from(e.to_string())),
+                };
+                Ok::<_, lambda_runtime::Error>(serde_json::json!({ "batchItemFailures": failures }))
+            }
+        },
+    ))
+    .await
 }
 
 /// Runs one scheduled job per EventBridge event; the reply says what the pass did.
 pub async fn serve_job(job: Job) -> Result<(), lambda_runtime::Error> {
     init_tracing();
     let queue = queue_from_env().await?;
+    let sink = match job {
+        Job::OutboxSweeper => Some(amqp_sink_from_env(&queue)?),
+        _ => None,
+    };
     lambda_runtime::run(lambda_runtime::service_fn(
         move |_event: lambda_runtime::LambdaEvent<serde_json::Value>| {
-            let queue = queue.clone();
+            let (queue, sink) = (queue.clone(), sink.clone());
             async move {
                 let now = Ts::now();
-                let n = match job {
-                    Job::ClaimReaper => shared::reaper::claims(&queue, now).await?,
-                    Job::DeadlineReaper => shared::reaper::deadlines(&queue, now).await?,
+                let n = match (job, sink) {
+                    (Job::ClaimReaper, _) => shared::reaper::claims(&queue, now).await?,
+                    (Job::DeadlineReaper, _) => shared::reaper::deadlines(&queue, now).await?,
+                    (Job::DependencyResolver, _) => {
+                        shared::reaper::dependencies(&queue, now).await?
+                    }
+                    (Job::OutboxSweeper, Some(sink)) => {
+                        shared::reaper::outbox(&queue, sink.as_ref()).await?
+                    }
+                    (Job::OutboxSweeper, None) => return Err("no sink".into()),
                 };
                 tracing::info!(?job, resolved = n, "scheduled pass");
                 Ok::<_, lambda_runtime::Error>(

@@ -12,6 +12,7 @@ use serde_json::json;
 use shared::amqp::AmqpSink;
 use shared::api::{error_response, Api, ApiRequest, MAX_BODY_BYTES};
 use shared::auth::{AuthService, ClientRecord, DEFAULT_ANONYMOUS_SCOPES, ROOT_CLIENT_ID};
+use shared::blobs::{BlobStore, LocalBlobs, S3Blobs};
 use shared::creds::IssuerCredentials;
 use shared::error::{ApiError, ErrorCode};
 use shared::events::{EventSink, FanoutSink};
@@ -91,6 +92,84 @@ pub struct LocalConfig {
     /// well as to the given sink.
     #[arg(long, env = "TCQ_AMQP_URL", hide_env_values = true)]
     pub amqp_url: Option<String>,
+    /// Where artifact bytes live: `local` (files under the data directory, served by this
+    /// server behind signed URLs) or `s3`. Default: `s3` with the aws backend, else `local`.
+    #[arg(long, env = "TCQ_ARTIFACT_STORAGE", value_parser = ["local", "s3"])]
+    pub artifact_storage: Option<String>,
+    /// S3 bucket of `public/…` artifacts (default `<table prefix>public-artifacts`).
+    #[arg(long, env = "TCQ_PUBLIC_ARTIFACT_BUCKET")]
+    pub public_artifact_bucket: Option<String>,
+    /// S3 bucket of every other artifact (default `<table prefix>private-artifacts`).
+    #[arg(long, env = "TCQ_PRIVATE_ARTIFACT_BUCKET")]
+    pub private_artifact_bucket: Option<String>,
+    /// Base URL (a CDN) that replaces the public bucket's URL in downloads.
+    #[arg(long, env = "TCQ_PUBLIC_ARTIFACT_BUCKET_CDN")]
+    pub public_artifact_cdn: Option<String>,
+    /// How often the artifact expiry reaper runs, in milliseconds.
+    #[arg(
+        long,
+        env = "TCQ_ARTIFACT_REAPER_INTERVAL_MS",
+        default_value_t = 60_000
+    )]
+    pub artifact_reaper_interval_ms: u64,
+    /// How long after `expires` an artifact is deleted (downloads answer 410 meanwhile).
+    #[arg(long, env = "TCQ_ARTIFACT_EXPIRY_GRACE_MS", default_value_t = shared::artifacts::EXPIRY_GRACE_MS)]
+    pub artifact_expiry_grace_ms: i64,
+}
+
+/// The artifact storage a configuration selects: the local blob store (which this server must
+/// also serve) or S3.
+pub enum Blobs {
+    /// Files under the data directory.
+    Local(Arc<LocalBlobs>),
+    /// Presigned S3 URLs.
+    S3(Arc<dyn BlobStore>),
+}
+
+impl Blobs {
+    /// The port.
+    pub fn port(&self) -> Arc<dyn BlobStore> {
+        match self {
+            Blobs::Local(l) => l.clone(),
+            Blobs::S3(s) => s.clone(),
+        }
+    }
+}
+
+/// Opens the configured artifact storage. `root_url` is where this server answers (for local
+/// blob URLs); `secret` keys their signatures. With `create_tables`, missing buckets are made.
+pub async fn open_blobs(
+    cfg: &LocalConfig,
+    root_url: &str,
+    secret: &str,
+) -> Result<Blobs, Box<dyn std::error::Error + Send + Sync>> {
+    let kind = cfg
+        .artifact_storage
+        .clone()
+        .unwrap_or_else(|| if cfg.backend == "aws" { "s3" } else { "local" }.to_string());
+    if kind == "s3" {
+        let sdk = dynamodb::sdk_config().await?;
+        let bucket = |given: &Option<String>, what: &str| {
+            given
+                .clone()
+                .unwrap_or_else(|| format!("{}{what}-artifacts", cfg.table_prefix))
+        };
+        let s3 = S3Blobs::new(
+            &sdk,
+            bucket(&cfg.public_artifact_bucket, "public"),
+            bucket(&cfg.private_artifact_bucket, "private"),
+            cfg.public_artifact_cdn.clone(),
+        );
+        if cfg.create_tables {
+            s3.create_buckets().await?;
+        }
+        return Ok(Blobs::S3(Arc::new(s3)));
+    }
+    Ok(Blobs::Local(Arc::new(LocalBlobs::new(
+        cfg.data_dir.join("blobs"),
+        root_url,
+        secret,
+    ))))
 }
 
 impl LocalConfig {
@@ -287,12 +366,22 @@ pub async fn start(
         issuer,
         cfg.queue_config(),
     ));
-    let api = Arc::new(Api::new(queue.clone(), Arc::new(auth)));
+    // Bound before the API is built: local blob URLs need the address.
     let listener = tokio::net::TcpListener::bind((cfg.bind.as_str(), cfg.port)).await?;
     let addr = listener.local_addr()?;
+    let blobs = open_blobs(&cfg, &format!("http://{addr}"), &queue.issuer.access_token).await?;
+    let api = Arc::new(Api::new(queue.clone(), Arc::new(auth)).with_blobs(blobs.port()));
     let (stop, stopped) = watch::channel(false);
 
-    let app = axum::Router::new().fallback(serve).with_state(api.clone());
+    let mut app = axum::Router::new();
+    if let Blobs::Local(local) = &blobs {
+        let local = local.clone();
+        app = app.route(
+            &format!("{}{{*key}}", shared::blobs::LOCAL_PREFIX),
+            axum::routing::any(move |req: Request<Body>| serve_blob(local.clone(), req)),
+        );
+    }
+    let app = app.fallback(serve).with_state(api.clone());
     let mut stop_rx = stopped.clone();
     let http = tokio::spawn(async move {
         let shutdown = async move {
@@ -310,6 +399,11 @@ pub async fn start(
         Duration::from_millis(cfg.reaper_interval_ms.max(10)),
         stopped.clone(),
     ));
+    let dependencies = tokio::spawn(dependency_loop(
+        queue.clone(),
+        Duration::from_millis(cfg.reaper_interval_ms.max(10)),
+        stopped.clone(),
+    ));
     let sink: Arc<dyn EventSink> = match &cfg.amqp_url {
         Some(url) => Arc::new(FanoutSink(vec![
             Arc::new(AmqpSink::new(url.clone(), cfg.exchange_prefix.clone())),
@@ -317,6 +411,13 @@ pub async fn start(
         ])),
         None => sink,
     };
+    let artifact_reaper = tokio::spawn(artifact_reaper_loop(
+        queue.clone(),
+        blobs.port(),
+        Duration::from_millis(cfg.artifact_reaper_interval_ms.max(10)),
+        cfg.artifact_expiry_grace_ms,
+        stopped.clone(),
+    ));
     let publisher = tokio::spawn(publisher_loop(queue.clone(), sink, stopped));
     tracing::info!(%addr, data_dir = %cfg.data_dir.display(), "queue listening");
     Ok(Running {
@@ -324,8 +425,27 @@ pub async fn start(
         api,
         root,
         stop,
-        tasks: vec![http, reapers, publisher],
+        tasks: vec![http, reapers, publisher, artifact_reaper, dependencies],
     })
+}
+
+/// Satisfies dependents of resolved tasks: at once when this process writes a resolution,
+/// and every `every` for resolutions written elsewhere (or left by a crash).
+async fn dependency_loop(queue: Arc<Queue>, every: Duration, mut stop: watch::Receiver<bool>) {
+    loop {
+        let waiting = queue.dependents_waiting.clone();
+        let woken = waiting.notified();
+        match shared::reaper::dependencies(&queue, Ts::now()).await {
+            Ok(n) if n > 0 => tracing::debug!(satisfied = n, "dependency worker"),
+            Err(e) => tracing::warn!(error = %e, "dependency worker failed"),
+            _ => {}
+        }
+        tokio::select! {
+            _ = woken => {}
+            _ = tokio::time::sleep(every) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
 }
 
 async fn reaper_loop(queue: Arc<Queue>, every: Duration, mut stop: watch::Receiver<bool>) {
@@ -346,6 +466,63 @@ async fn reaper_loop(queue: Arc<Queue>, every: Duration, mut stop: watch::Receiv
             _ = stop.wait_for(|s| *s) => return,
         }
     }
+}
+
+/// Deletes expired artifacts (rows and objects) on a timer.
+async fn artifact_reaper_loop(
+    queue: Arc<Queue>,
+    blobs: Arc<dyn BlobStore>,
+    every: Duration,
+    grace_ms: i64,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        match queue
+            .expire_artifacts(blobs.as_ref(), Ts::now(), grace_ms)
+            .await
+        {
+            Ok(n) if n > 0 => tracing::info!(deleted = n, "artifact expiry reaper"),
+            Err(e) => tracing::warn!(error = %e, "artifact expiry reaper failed"),
+            _ => {}
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+/// Largest artifact the local server accepts in one PUT.
+const MAX_BLOB_BYTES: usize = 1 << 30;
+
+/// Answers a local blob URL (the embedded stand-in for S3).
+async fn serve_blob(blobs: Arc<LocalBlobs>, req: Request<Body>) -> Response<Body> {
+    let (parts, body) = req.into_parts();
+    let Ok(body) = axum::body::to_bytes(body, MAX_BLOB_BYTES).await else {
+        return Response::builder()
+            .status(StatusCode::PAYLOAD_TOO_LARGE)
+            .body(Body::empty())
+            .unwrap_or_else(|_| Response::new(Body::empty()));
+    };
+    let ct = parts
+        .headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    let out = blobs
+        .serve(
+            parts.method.as_str(),
+            parts.uri.path(),
+            parts.uri.query(),
+            ct,
+            &body,
+            Ts::now(),
+        )
+        .await;
+    Response::builder()
+        .status(StatusCode::from_u16(out.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
+        .header("content-type", out.content_type)
+        .body(Body::from(out.body))
+        .unwrap_or_else(|_| Response::new(Body::empty()))
 }
 
 async fn publisher_loop(

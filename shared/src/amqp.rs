@@ -13,6 +13,26 @@ use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
 use tokio::sync::Mutex;
 
+/// Declares every exchange under `prefix` as a durable topic exchange (idempotent; consumers
+/// may declare them too, with the same arguments, to bind before anything is published).
+pub async fn declare_exchanges(channel: &Channel, prefix: &str) -> Result<(), String> {
+    for short in EXCHANGES {
+        channel
+            .exchange_declare(
+                ShortString::from(exchange_name(prefix, short)),
+                ExchangeKind::Topic,
+                ExchangeDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| format!("declaring exchange {short}: {e}"))?;
+    }
+    Ok(())
+}
+
 /// AMQP delivery mode of a persistent message.
 const PERSISTENT: u8 = 2;
 
@@ -43,20 +63,7 @@ impl AmqpSink {
             .confirm_select(ConfirmSelectOptions::default())
             .await
             .map_err(|e| e.to_string())?;
-        for short in EXCHANGES {
-            channel
-                .exchange_declare(
-                    ShortString::from(exchange_name(&self.prefix, short)),
-                    ExchangeKind::Topic,
-                    ExchangeDeclareOptions {
-                        durable: true,
-                        ..Default::default()
-                    },
-                    FieldTable::default(),
-                )
-                .await
-                .map_err(|e| format!("declaring exchange {short}: {e}"))?;
-        }
+        declare_exchanges(&channel, &self.prefix).await?;
         Ok((conn, channel))
     }
 

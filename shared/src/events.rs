@@ -247,6 +247,33 @@ async fn keep_dead_letter(
         .map(|_| ())
 }
 
+/// Delivers the outboxes in status items as a change stream (DynamoDB Streams) reports them:
+/// the latest image of each task is enough, because an event only ever leaves an outbox
+/// after it was published. Items other than status items are ignored.
+pub async fn drain_stream(
+    store: &dyn Store,
+    sink: &dyn EventSink,
+    prefix: &str,
+    images: Vec<Item>,
+    published: &RecentIds,
+) -> Result<DrainOutcome, StoreError> {
+    let mut latest: std::collections::HashMap<String, (TaskRecord, u64)> = Default::default();
+    for item in images.into_iter().filter(|i| i.sk == keys::SK_STATUS) {
+        let (rec, version) = decode(item)?;
+        if latest.get(&rec.task_id).is_none_or(|(_, v)| *v < version) {
+            latest.insert(rec.task_id.clone(), (rec, version));
+        }
+    }
+    drain_written(
+        store,
+        sink,
+        prefix,
+        latest.into_values().collect(),
+        published,
+    )
+    .await
+}
+
 /// Delivers the outbox of one task: publish, then remove exactly what was published.
 pub async fn drain_task(
     store: &dyn Store,
@@ -322,6 +349,8 @@ mod tests {
             routes: vec![],
             tags: json!({}),
             outbox: vec![],
+            unsatisfied: 0,
+            dependents_due: None,
         };
         rec.start_first_run(Ts(0));
         rec.emit_created();

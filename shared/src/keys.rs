@@ -4,7 +4,9 @@
 //! |---------------|---------------|------------|----------------------------------------|
 //! | `tasks`       | taskId        | `def`      | the immutable task definition          |
 //! | `tasks`       | taskId        | `status`   | runs, retries, priority, event outbox  |
+//! | `tasks`       | dependencyId  | `dependent#<taskId>` | an edge: requires, satisfied, expires |
 //! | `task-groups` | taskGroupId   | `group`    | schedulerId, expires, sealed           |
+//! | `task-groups` | taskGroupId   | `task#<taskId>` | membership, for listTaskGroup     |
 //! | `auth`        | `clients`     | clientId   | a client of the auth API (with secret) |
 //! | `auth`        | `roles`       | roleId     | a role of the auth API                 |
 //!
@@ -20,6 +22,7 @@
 //! | `claims`   | `claims#<shard>`      | `<takenUntil ms>:<taskId>`                 | last run running |
 //! | `deadline` | `deadline#<shard>`    | `<deadline ms>:<taskId>`                   | task unresolved  |
 //! | `outbox`   | `outbox#<shard>`      | `<taskId>`                                 | events to deliver|
+//! | `resolved` | `resolved#<shard>`    | `<resolved ms>:<taskId>`                   | dependents unseen|
 //!
 //! Time-ordered partitions are sharded so that no single partition key is hot on DynamoDB;
 //! the reapers walk every shard with `sk <= now`.
@@ -74,6 +77,33 @@ pub mod index {
     pub const DEADLINE: &str = "deadline";
     /// Status items holding undelivered events.
     pub const OUTBOX: &str = "outbox";
+    /// Resolved tasks whose dependents have not been looked at yet.
+    pub const RESOLVED: &str = "resolved";
+}
+
+/// Sort-key prefix of the member items in a group's partition of [`TASK_GROUPS`].
+pub const SK_MEMBER_PREFIX: &str = "task#";
+
+/// Sort key of the item recording that `task_id` belongs to the partition's group.
+pub fn sk_member(task_id: &str) -> String {
+    format!("{SK_MEMBER_PREFIX}{task_id}")
+}
+
+/// Sort-key prefix of the dependency edges in a dependency's partition of [`TASKS`].
+pub const SK_DEPENDENT_PREFIX: &str = "dependent#";
+
+/// Sort key of the edge "`dependent` depends on the partition's task".
+pub fn sk_dependent(dependent: &str) -> String {
+    format!("{SK_DEPENDENT_PREFIX}{dependent}")
+}
+
+/// The entry of a resolved task whose dependents are still to be looked at.
+pub fn resolved_entry(resolved: Ts, task_id: &str) -> IndexEntry {
+    IndexEntry {
+        index: index::RESOLVED,
+        pk: shard_pk(index::RESOLVED, shard_of(task_id)),
+        sk: format!("{}:{task_id}", time_key(resolved)),
+    }
 }
 
 /// Number of shards of each time-ordered index.
@@ -152,6 +182,33 @@ pub fn outbox_entry(task_id: &str) -> IndexEntry {
         index: index::OUTBOX,
         pk: shard_pk(index::OUTBOX, shard_of(task_id)),
         sk: task_id.to_string(),
+    }
+}
+
+/// Artifacts: one item per (task, run, name). Table `artifacts`, pk taskId, sk
+/// `<runId, 4 digits>#<name>` (so a run's artifacts are one prefix query, in name order),
+/// with the sparse index `artifact-expiry` (pk `artifact-expiry#<shard>`, sk
+/// `<expires ms>:<taskId>:<runId>:<name>`) that the expiry reaper walks with `sk <= cutoff`.
+pub const ARTIFACTS: &str = "artifacts";
+/// The artifact expiry index.
+pub const ARTIFACT_EXPIRY: &str = "artifact-expiry";
+
+/// Sort-key prefix of every artifact of one run.
+pub fn artifact_run_prefix(run_id: u32) -> String {
+    format!("{run_id:04}#")
+}
+
+/// Sort key of an artifact item.
+pub fn artifact_sk(run_id: u32, name: &str) -> String {
+    format!("{run_id:04}#{name}")
+}
+
+/// The expiry entry of an artifact item.
+pub fn artifact_expiry_entry(expires: Ts, task_id: &str, run_id: u32, name: &str) -> IndexEntry {
+    IndexEntry {
+        index: ARTIFACT_EXPIRY,
+        pk: shard_pk(ARTIFACT_EXPIRY, shard_of(task_id)),
+        sk: format!("{}:{task_id}:{run_id}:{name}", time_key(expires)),
     }
 }
 

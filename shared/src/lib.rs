@@ -1,9 +1,11 @@
 //! The Taskcluster Queue, rebuilt: domain, ports and adapters.
 //!
 //! - [`model`]: the task state machine (pure, `now` as a parameter).
-//! - [`queue`]: operations over the ports.
+//! - [`queue`]: operations over the ports; [`deps`] (dependencies) and [`groups`] (task
+//!   groups) add to them.
 //! - [`store`]: the DynamoDB-shaped storage port and its embedded SQLite adapter.
 //! - [`events`], [`signal`]: the event and work-signal ports.
+//! - [`artifacts`], [`blobs`]: artifact rows and the blob port that holds their bytes.
 //! - [`api`]: the HTTP API (queue and auth services), independent of any server.
 //! - [`auth`]: Hawk, temporary credentials, clients and roles.
 //! - [`keys`], [`routing`]: every storage key and routing key, each built in one place.
@@ -13,10 +15,14 @@
 #[cfg(feature = "amqp")]
 pub mod amqp;
 pub mod api;
+pub mod artifacts;
 pub mod auth;
+pub mod blobs;
 pub mod creds;
+pub mod deps;
 pub mod error;
 pub mod events;
+pub mod groups;
 pub mod ids;
 pub mod keys;
 pub mod model;
@@ -26,6 +32,8 @@ pub mod routes_scopes;
 pub mod routing;
 pub mod schema;
 pub mod scopes;
+#[cfg(feature = "aws")]
+pub mod secrets;
 pub mod signal;
 pub mod store;
 pub mod time;

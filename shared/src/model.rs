@@ -281,6 +281,14 @@ pub struct TaskRecord {
     /// Events not yet delivered.
     #[serde(default)]
     pub outbox: Vec<OutboxEvent>,
+    /// Requirements not yet met before the first run may start: unsatisfied dependency edges,
+    /// plus one for a self-dependency or defineTask (only scheduleTask lifts those).
+    #[serde(default)]
+    pub unsatisfied: u32,
+    /// When the task last resolved, while its dependents have not been looked at since: the
+    /// dependency worker finds it through the `resolved` index and clears it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dependents_due: Option<Ts>,
 }
 
 /// What a claim hands to the worker.
@@ -368,7 +376,29 @@ impl TaskRecord {
         if !self.outbox.is_empty() {
             out.push(keys::outbox_entry(&self.task_id));
         }
+        if let Some(t) = self.dependents_due {
+            out.push(keys::resolved_entry(t, &self.task_id));
+        }
         out
+    }
+
+    /// After a change: a task that is now resolved has dependents to look at.
+    fn note_if_resolved(&mut self, now: Ts) {
+        if !self.is_unresolved() {
+            self.dependents_due = Some(now);
+        }
+    }
+
+    /// One requirement was met. When none remain and the task is still unscheduled (and
+    /// within its deadline), its first run becomes pending. True if it did.
+    pub fn requirement_satisfied(&mut self, now: Ts) -> bool {
+        self.unsatisfied = self.unsatisfied.saturating_sub(1);
+        if self.unsatisfied > 0 || !self.runs.is_empty() || self.deadline_passed(now) {
+            return false;
+        }
+        let run = self.push_run(RunState::Pending, ReasonCreated::Scheduled, now);
+        self.emit_pending(&run);
+        true
     }
 
     /// Appends an event for this task, rendered from the current status.
@@ -528,6 +558,7 @@ impl TaskRecord {
         if let Some(run) = run {
             self.emit_exception(&run, with_worker);
         }
+        self.note_if_resolved(now);
         true
     }
 
@@ -651,6 +682,7 @@ impl TaskRecord {
         let run = run.clone();
         let retry = self.retry_if_allowed(outcome, now);
         self.emit_resolution(&run, retry.as_ref());
+        self.note_if_resolved(now);
         Ok(true)
     }
 
@@ -697,6 +729,7 @@ impl TaskRecord {
         let run = run.clone();
         let retry = self.retry_if_allowed(ReasonResolved::ClaimExpired, now);
         self.emit_resolution(&run, retry.as_ref());
+        self.note_if_resolved(now);
         true
     }
 
@@ -747,6 +780,8 @@ mod tests {
             routes: vec!["r1".into()],
             tags: json!({}),
             outbox: vec![],
+            unsatisfied: 0,
+            dependents_due: None,
         }
     }
 
@@ -905,6 +940,47 @@ mod tests {
         r.outbox.clear();
         r.resolve(0, ReasonResolved::Completed, Ts(2)).unwrap();
         r.outbox.clear();
+        assert_eq!(names(&r), [keys::index::RESOLVED], "dependents to look at");
+        r.dependents_due = None;
         assert!(names(&r).is_empty());
+    }
+
+    #[test]
+    fn the_first_run_starts_when_the_last_requirement_is_met() {
+        let mut r = record(0);
+        r.unsatisfied = 2;
+        assert!(!r.requirement_satisfied(Ts(1)));
+        assert!(r.runs.is_empty());
+        assert!(r.requirement_satisfied(Ts(2)));
+        assert_eq!(r.state(), "pending");
+        assert_eq!(exchanges(&r), ["task-pending"]);
+        assert!(!r.requirement_satisfied(Ts(3)), "only once");
+        assert_eq!(r.runs.len(), 1);
+    }
+
+    #[test]
+    fn requirements_met_after_the_deadline_start_nothing() {
+        let mut r = record(0);
+        r.unsatisfied = 1;
+        assert!(!r.requirement_satisfied(Ts(100_000)));
+        assert!(r.runs.is_empty());
+    }
+
+    #[test]
+    fn every_final_resolution_marks_dependents_due_but_a_retry_does_not() {
+        let mut r = record(1);
+        r.start_first_run(Ts(0));
+        r.claim(0, "g", "w", Ts(1), Ts(10)).unwrap();
+        assert!(r.expire_claim(0, Ts(10), Ts(11)));
+        assert_eq!(r.dependents_due, None, "retried, still unresolved");
+        r.claim(1, "g", "w", Ts(12), Ts(20)).unwrap();
+        r.resolve(1, ReasonResolved::Failed, Ts(13)).unwrap();
+        assert_eq!(r.dependents_due, Some(Ts(13)));
+        let mut c = record(0);
+        c.cancel(Ts(5)).unwrap();
+        assert_eq!(c.dependents_due, Some(Ts(5)));
+        let mut d = record(0);
+        assert!(d.deadline_exceeded(Ts(100_000)));
+        assert_eq!(d.dependents_due, Some(Ts(100_000)));
     }
 }

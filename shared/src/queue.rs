@@ -60,6 +60,8 @@ pub struct Queue {
     pub cfg: QueueConfig,
     /// Notified whenever new events sit in an outbox, so a publisher can drain promptly.
     pub events_waiting: Arc<Notify>,
+    /// Notified whenever a resolved task awaits the dependency worker.
+    pub dependents_waiting: Arc<Notify>,
     /// Tasks written with events since the publisher last looked (a hint, not the record:
     /// the outbox index is, so nothing is lost if this process dies).
     dirty: std::sync::Mutex<std::collections::HashMap<String, (TaskRecord, u64)>>,
@@ -169,6 +171,7 @@ impl Queue {
             issuer,
             cfg,
             events_waiting: Arc::new(Notify::new()),
+            dependents_waiting: Arc::new(Notify::new()),
             dirty: Default::default(),
             published: Default::default(),
             defs: Default::default(),
@@ -225,6 +228,9 @@ impl Queue {
             .is_some_and(|r| r.state == RunState::Pending)
         {
             self.signal.notify(&rec.task_queue_id);
+        }
+        if rec.dependents_due.is_some() {
+            self.dependents_waiting.notify_one();
         }
         if !rec.outbox.is_empty() {
             // Hints only: where nothing drains them (a Lambda without a publisher loop) they
@@ -345,7 +351,7 @@ impl Queue {
         now: Ts,
     ) -> ApiResult<TaskRecord> {
         let def = normalize_definition(task_id, body, now, self.cfg.max_task_deadline_days)?;
-        let rec = self.initial_record(task_id, &def, define_only, now).await?;
+        let (rec, plan) = self.initial_record(task_id, &def, define_only, now).await?;
         for attempt in 0..MAX_ATTEMPTS {
             // Task group: schedulerId must agree and the group must not be sealed.
             let group_op = self.group_op(&rec).await?;
@@ -363,19 +369,41 @@ impl Queue {
                     cond: Cond::NotExists,
                 },
                 group_op,
+                // Membership, so that listTaskGroup is one strongly consistent query.
+                WriteOp::Put {
+                    table: keys::TASK_GROUPS,
+                    item: Item::new(
+                        rec.task_group_id.as_str(),
+                        keys::sk_member(task_id.as_str()),
+                        json!({ "expires": rec.expires }),
+                        vec![],
+                    ),
+                    cond: Cond::None,
+                },
             ];
             match self.store.transact(ops).await {
                 Ok(()) => {
                     // A created item's first version is 1 (the store port's promise).
                     self.after_write(&fresh, 1);
-                    return Ok(fresh);
+                    if plan.edges.is_empty() {
+                        return Ok(fresh);
+                    }
+                    self.write_edges(&fresh, &plan, now).await?;
+                    // A dependency may have been met meanwhile: show the task as it is now.
+                    return self.status(task_id).await;
                 }
                 // The definition exists: an idempotent repeat, or a conflict.
                 Err(StoreError::TransactionCancelled { reasons })
                     if reasons.first() == Some(&true) =>
                 {
                     if let Some(existing) = self.load_def(task_id.as_str()).await? {
-                        return self.repeat_create(task_id, &existing, &def).await;
+                        let rec = self.repeat_create(task_id, &existing, &def).await?;
+                        if plan.edges.is_empty() {
+                            return Ok(rec);
+                        }
+                        // The first attempt may have stopped before its edges were written.
+                        self.write_edges(&rec, &plan, now).await?;
+                        return self.status(task_id).await;
                     }
                 }
                 // The group changed meanwhile (or the task vanished again): look again.
@@ -416,7 +444,7 @@ impl Queue {
         def: &Value,
         define_only: bool,
         now: Ts,
-    ) -> ApiResult<TaskRecord> {
+    ) -> ApiResult<(TaskRecord, crate::deps::DependencyPlan)> {
         let s = |k: &str| def[k].as_str().unwrap_or_default().to_string();
         let ts = |k: &str| Ts::parse(def[k].as_str().unwrap_or_default()).unwrap_or(now);
         let priority = Priority::parse(def["priority"].as_str().unwrap_or("lowest"))
@@ -438,33 +466,18 @@ impl Queue {
             routes: strings("routes"),
             tags: def["tags"].clone(),
             outbox: vec![],
+            unsatisfied: 0,
+            dependents_due: None,
         };
-        let deps = strings("dependencies");
-        let all_resolved = def["requires"] == "all-resolved";
-        let mut satisfied = !deps.iter().any(|d| d == task_id.as_str());
-        for dep in deps.iter().filter(|d| *d != task_id.as_str()) {
-            let Some((dep_rec, _)) = self.load(dep).await? else {
-                return Err(ApiError::input(format!(
-                    "Task {task_id} depends on task {dep}, which does not exist"
-                )));
-            };
-            if dep_rec.expires < rec.deadline {
-                return Err(ApiError::input(format!(
-                    "Dependency {dep} expires at {}, before this task's deadline {}",
-                    dep_rec.expires, rec.deadline
-                )));
-            }
-            let done = match dep_rec.runs.last().map(|r| r.state) {
-                Some(RunState::Completed) => true,
-                Some(RunState::Failed | RunState::Exception) => all_resolved,
-                _ => false,
-            };
-            satisfied &= done;
-        }
-        if satisfied && !define_only {
+        let plan = self
+            .plan_dependencies(task_id.as_str(), def, rec.deadline, now)
+            .await?;
+        // defineTask waits for scheduleTask, as a self-dependency does.
+        rec.unsatisfied = plan.unsatisfied + u32::from(define_only);
+        if rec.unsatisfied == 0 {
             rec.start_first_run(now);
         }
-        Ok(rec)
+        Ok((rec, plan))
     }
 
     /// The task-group write that goes into the creating transaction.
@@ -861,7 +874,12 @@ impl Queue {
 
     /// Every entry of a sharded time-ordered index that is due at `now` (up to `batch` per
     /// shard), as the index reports it.
-    async fn due(&self, idx: &'static str, now: Ts, batch: usize) -> ApiResult<Vec<Item>> {
+    pub(crate) async fn due(
+        &self,
+        idx: &'static str,
+        now: Ts,
+        batch: usize,
+    ) -> ApiResult<Vec<Item>> {
         let mut out = Vec::new();
         for shard in 0..SHARDS {
             let range = SkRange {
@@ -922,7 +940,7 @@ fn spread_head(candidates: &mut [Item], count: usize) {
 }
 
 /// Short randomised backoff between optimistic-concurrency attempts.
-async fn backoff(attempt: usize) {
+pub(crate) async fn backoff(attempt: usize) {
     let cap = 1u64 << attempt.min(6);
     tokio::time::sleep(Duration::from_millis(rand::random::<u64>() % (cap + 1))).await;
 }

@@ -24,6 +24,16 @@ pub async fn deadlines(queue: &Queue, now: Ts) -> Result<usize, String> {
         .map_err(|e| e.to_string())
 }
 
+/// One pass of the dependency worker: satisfies the dependents of tasks that resolved.
+/// Runs locally on a timer (and whenever a resolution is written); in AWS, the same pass
+/// suits a scheduled function or one triggered by the table's stream.
+pub async fn dependencies(queue: &Queue, now: Ts) -> Result<usize, String> {
+    queue
+        .resolve_dependents_once(now, BATCH)
+        .await
+        .map_err(|e| e.to_string())
+}
+
 /// Delivers the events of the tasks this process just wrote (the fast path; the full pass
 /// below remains the safety net for anything else).
 pub async fn outbox_recent(queue: &Queue, sink: &dyn EventSink) -> Result<usize, String> {

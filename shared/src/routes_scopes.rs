@@ -141,3 +141,31 @@ pub fn list_queue(task_queue_id: &str, claimed: bool) -> ScopeExpr {
     };
     s(format!("queue:{what}:{task_queue_id}"))
 }
+
+/// getTaskGroup / listTaskGroup: `queue:list-task-group:<taskGroupId>`.
+pub fn list_task_group(task_group_id: &str) -> ScopeExpr {
+    s(format!("queue:list-task-group:{task_group_id}"))
+}
+
+/// listDependentTasks: `queue:list-dependent-tasks:<taskId>`.
+pub fn list_dependents(task_id: &str) -> ScopeExpr {
+    s(format!("queue:list-dependent-tasks:{task_id}"))
+}
+
+/// createArtifact: `queue:create-artifact:<taskId>/<runId>`.
+pub fn create_artifact(task_id: &str, run_id: u32) -> ScopeExpr {
+    s(format!("queue:create-artifact:{task_id}/{run_id}"))
+}
+
+/// getArtifact and friends, once per name reached (the requested one and every link target).
+pub fn get_artifact(name: &str) -> ScopeExpr {
+    s(format!("queue:get-artifact:{name}"))
+}
+
+/// listArtifacts / artifactInfo (`:<runId>` with a run, none for the latest-run variants).
+pub fn list_artifacts(task_id: &str, run_id: Option<u32>) -> ScopeExpr {
+    match run_id {
+        Some(r) => s(format!("queue:list-artifacts:{task_id}:{r}")),
+        None => s(format!("queue:list-artifacts:{task_id}")),
+    }
+}

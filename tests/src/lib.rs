@@ -9,6 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub mod amqp;
 pub mod runtime_api;
 
 pub use shared::ids::new_slugid as slugid;
@@ -99,6 +100,15 @@ impl TestServer {
     /// An official auth client with the given credentials (`None`: unsigned).
     pub fn auth_as(&self, creds: Option<taskcluster::Credentials>) -> taskcluster::Auth {
         taskcluster::Auth::new(builder(&self.root_url(), creds)).expect("client")
+    }
+
+    /// The API the server hosts (its queue and blob store), for tests that must reach past
+    /// HTTP, e.g. to sign an already-expired upload URL.
+    pub fn api(&self) -> Arc<shared::api::Api> {
+        self.running
+            .as_ref()
+            .map(|r| r.api.clone())
+            .expect("server is running")
     }
 
     /// Full URL of an API path such as `/task/<id>`.

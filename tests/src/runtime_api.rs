@@ -178,3 +178,63 @@ pub fn built_binary(name: &str) -> std::path::PathBuf {
         .unwrap_or_else(|_| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
     target.join("debug").join(name)
 }
+
+/// Fresh tables on LocalStack under a prefix of their own (`<tag><random>-`), with the
+/// deployed streams if `streams`; returns the prefix.
+pub async fn localstack_tables(tag: &str, streams: bool) -> String {
+    let sdk = shared::store::dynamodb::sdk_config()
+        .await
+        .expect("AWS environment");
+    let prefix = format!(
+        "{tag}{}-",
+        crate::slugid()
+            .to_ascii_lowercase()
+            .replace(['-', '_'], "x")
+    );
+    let client = shared::store::dynamodb::client(&sdk);
+    let created = if streams {
+        shared::store::dynamodb::create_tables_with_streams(&client, &prefix, false).await
+    } else {
+        shared::store::dynamodb::create_tables(&client, &prefix, false).await
+    };
+    created.expect("tables");
+    prefix
+}
+
+/// Starts a built function binary against the emulator `api`, over the tables under
+/// `prefix`, with the queue's and root's tokens in its environment; `env` adds to (or, with
+/// an empty value, removes from) that environment. Returns it and its spawn time.
+pub fn start_function(
+    name: &str,
+    api: &RuntimeApi,
+    prefix: &str,
+    env: &[(&str, &str)],
+) -> (std::process::Child, Instant) {
+    let path = built_binary(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build the workspace first",
+        path.display()
+    );
+    let mut cmd = std::process::Command::new(path);
+    cmd.env("AWS_LAMBDA_RUNTIME_API", api.addr.to_string())
+        .env("AWS_LAMBDA_FUNCTION_NAME", name)
+        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
+        .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+        .env("AWS_LAMBDA_LOG_STREAM_NAME", "test")
+        .env("AWS_LAMBDA_LOG_GROUP_NAME", "test")
+        .env("TCQ_TABLE_PREFIX", prefix)
+        .env("TCQ_QUEUE_ACCESS_TOKEN", "test-queue-token")
+        .env("TCQ_ROOT_ACCESS_TOKEN", crate::ROOT_ACCESS_TOKEN)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null());
+    for (k, v) in env {
+        if v.is_empty() {
+            cmd.env_remove(k);
+        } else {
+            cmd.env(k, v);
+        }
+    }
+    let started = Instant::now();
+    (cmd.spawn().expect("spawn function"), started)
+}

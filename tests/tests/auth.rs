@@ -626,6 +626,9 @@ enum Ep {
     Counts(String),
     ListPending(String),
     ListClaimed(String),
+    ListDependents(String),
+    GetTaskGroup(String),
+    ListTaskGroup(String),
 }
 
 /// Calls `ep` as `creds`; the HTTP status of the failure, or `None` on success.
@@ -679,6 +682,9 @@ async fn call(app: &TestServer, creds: &Credentials, ep: &Ep) -> Option<u16> {
         Ep::Counts(tq) => q.taskQueueCounts(tq).await,
         Ep::ListPending(tq) => q.listPendingTasks(tq, None, None).await,
         Ep::ListClaimed(tq) => q.listClaimedTasks(tq, None, None).await,
+        Ep::ListDependents(id) => q.listDependentTasks(id, None, None).await,
+        Ep::GetTaskGroup(id) => q.getTaskGroup(id).await,
+        Ep::ListTaskGroup(id) => q.listTaskGroup(id, None, None).await,
     };
     r.err().map(|e| status_of(&e).unwrap_or(0))
 }
@@ -822,6 +828,24 @@ async fn every_queue_endpoint_requires_exactly_its_scopes() {
         Ep::ListClaimed(tq.clone()),
         vec![format!("queue:claimed-list:{tq}")],
     ));
+    let id = pending().await;
+    cases.push((
+        "listDependentTasks",
+        Ep::ListDependents(id.clone()),
+        vec![format!("queue:list-dependent-tasks:{id}")],
+    ));
+    // A task without a taskGroupId is its own group.
+    let group = pending().await;
+    for (name, make) in [
+        ("getTaskGroup", Ep::GetTaskGroup as fn(String) -> Ep),
+        ("listTaskGroup", Ep::ListTaskGroup),
+    ] {
+        cases.push((
+            name,
+            make(group.clone()),
+            vec![format!("queue:list-task-group:{group}")],
+        ));
+    }
 
     for (name, ep, scopes) in &cases {
         // Without any scope, and without each required scope in turn: 403.
@@ -846,8 +870,9 @@ async fn every_queue_endpoint_requires_exactly_its_scopes() {
             "{name} with exactly {scopes:?}"
         );
     }
-    // Every route of the queue is covered: these 20 plus the 4 without scopes below.
-    assert_eq!(cases.len() + 4, shared::api::routes::ROUTES.len());
+    // Every route of the queue is covered: these cases plus the 4 without scopes below.
+    // The 9 artifact endpoints have their scope test in artifacts.rs.
+    assert_eq!(cases.len() + 4 + 9, shared::api::routes::ROUTES.len());
 
     // Endpoints without scopes answer anyone, even unsigned.
     let anon = app.queue_as(None);
@@ -885,4 +910,31 @@ async fn the_first_start_creates_root_credentials_readable_only_by_the_owner() {
     );
     // The test fixture's token is not accepted by this server.
     assert_eq!(err_status(app.auth().currentScopes().await), 401);
+}
+
+/// Upstream's order of checks: endpoints whose scopes come from the URL alone answer 403
+/// before looking the task up, even for a task that does not exist; those that need the
+/// task to know their scopes answer 404 for a missing task first.
+#[tokio::test]
+async fn scope_checks_come_before_or_after_the_lookup_as_upstream() {
+    let app = spawn_app().await;
+    let nobody = app.queue_as(Some(client_with(&app, &[]).await));
+    let missing = slugid();
+    let forbidden_first = [
+        err_status(nobody.task(&missing).await),
+        err_status(nobody.status(&missing).await),
+        err_status(nobody.reportCompleted(&missing, "0").await),
+        err_status(nobody.reportFailed(&missing, "0").await),
+        err_status(nobody.reclaimTask(&missing, "0").await),
+    ];
+    assert_eq!(forbidden_first, [403; 5]);
+    let not_found_first = [
+        err_status(nobody.scheduleTask(&missing).await),
+        err_status(nobody.rerunTask(&missing).await),
+        err_status(nobody.cancelTask(&missing).await),
+    ];
+    assert_eq!(not_found_first, [404; 3]);
+    // With the task present, the same callers get 403 from the second group too.
+    let id = create(&app, &task_def(&task_queue_id())).await;
+    assert_eq!(err_status(nobody.cancelTask(&id).await), 403);
 }

@@ -20,15 +20,14 @@ async fn an_empty_queue_answers_empty_after_the_timeout() {
         took >= Duration::from_millis(1_400),
         "returned early: {took:?}"
     );
-    assert!(
-        took < Duration::from_millis(4_000),
-        "waited too long: {took:?}"
-    );
+    assert!(took < Duration::from_secs(30), "waited too long: {took:?}");
 }
 
 #[tokio::test]
 async fn a_task_created_while_waiting_is_returned_promptly() {
-    let app = spawn_app_with(|c| c.claim_work_timeout_ms = 15_000).await;
+    // A long poll far longer than any load can delay a wake-up: returning well before it
+    // ends shows the waiter was woken, not timed out.
+    let app = spawn_app_with(|c| c.claim_work_timeout_ms = 60_000).await;
     let tq = task_queue_id();
     let waiting = {
         let q = app.queue();
@@ -46,8 +45,8 @@ async fn a_task_created_while_waiting_is_returned_promptly() {
     let r = r.unwrap();
     let latency = done_at.saturating_duration_since(created_at);
     assert!(
-        latency < Duration::from_secs(2),
-        "took {latency:?} after creation"
+        latency < Duration::from_secs(30),
+        "took {latency:?} after creation: woken by the poll's end, not by the task"
     );
     assert_eq!(r["tasks"].as_array().unwrap().len(), 1);
     assert_eq!(r["tasks"][0]["status"]["taskId"], id.as_str());
@@ -55,7 +54,7 @@ async fn a_task_created_while_waiting_is_returned_promptly() {
 
 #[tokio::test]
 async fn work_from_schedule_task_and_retries_wakes_waiting_workers() {
-    let app = spawn_app_with(|c| c.claim_work_timeout_ms = 15_000).await;
+    let app = spawn_app_with(|c| c.claim_work_timeout_ms = 60_000).await;
     let q = app.queue();
     let tq = task_queue_id();
     // An unscheduled task, scheduled while a worker waits.
@@ -89,8 +88,8 @@ async fn work_from_schedule_task_and_retries_wakes_waiting_workers() {
         }
         let r = waiting.await.unwrap().unwrap();
         assert!(
-            start.elapsed() < Duration::from_secs(2),
-            "{what}: slow wake-up"
+            start.elapsed() < Duration::from_secs(30),
+            "{what}: woken by the poll's end, not by the work"
         );
         assert_eq!(r["tasks"][0]["status"]["taskId"], id.as_str(), "{what}");
     }
@@ -122,7 +121,7 @@ async fn one_task_goes_to_exactly_one_of_several_waiting_workers() {
 
 #[tokio::test]
 async fn claim_work_returns_up_to_the_requested_number() {
-    let app = spawn_app().await;
+    let app = spawn_app_with(|c| c.claim_work_timeout_ms = 60_000).await;
     let q = app.queue();
     let tq = task_queue_id();
     for _ in 0..5 {
@@ -135,8 +134,8 @@ async fn claim_work_returns_up_to_the_requested_number() {
     let r = q.claimWork(&tq, &worker("g", "w", 32)).await.unwrap();
     assert_eq!(r["tasks"].as_array().unwrap().len(), 2);
     assert!(
-        start.elapsed() < Duration::from_millis(1_500),
-        "no long poll when work exists"
+        start.elapsed() < Duration::from_secs(30),
+        "no long poll (60 s here) when work exists"
     );
     for t in r["tasks"].as_array().unwrap() {
         assert_eq!(t["workerGroup"], "g");

@@ -8,19 +8,7 @@ use serde_json::{json, Value};
 use shared::events::Event;
 use std::time::Duration;
 
-const EXCHANGES: &[&str] = &[
-    "task-defined",
-    "task-pending",
-    "task-running",
-    "artifact-created",
-    "task-completed",
-    "task-failed",
-    "task-exception",
-    "task-group-resolved",
-    "task-group-sealed",
-    "task-priority-changed",
-    "task-group-priority-changed",
-];
+const EXCHANGES: [&str; 11] = shared::routing::EXCHANGES;
 
 /// The expected primary routing key; `None` words render as `_`.
 fn key(
@@ -308,7 +296,8 @@ async fn claim_expiry_publishes_exception_and_pending() {
 
 #[tokio::test]
 async fn every_message_of_a_busy_queue_matches_its_schema() {
-    let app = spawn_app_with(|c| c.claim_timeout_secs = 1).await;
+    // Long enough for the resolutions below to land first, even on LocalStack.
+    let app = spawn_app_with(|c| c.claim_timeout_secs = 5).await;
     let q = app.queue();
     let tq = task_queue_id();
     let group = slugid();
@@ -379,7 +368,7 @@ async fn every_message_of_a_busy_queue_matches_its_schema() {
         .filter(|id| !claimed.iter().any(|(c, _)| c == *id))
         .collect();
     q.cancelTask(unclaimed[0]).await.unwrap();
-    wait_status(&app, &claimed[4].0, Duration::from_secs(10), |s| {
+    wait_status(&app, &claimed[4].0, Duration::from_secs(20), |s| {
         s["runs"].as_array().is_some_and(|r| r.len() == 2)
     })
     .await;

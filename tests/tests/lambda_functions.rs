@@ -1,11 +1,9 @@
 //! Real Lambda function binaries, run through a Runtime API emulator against DynamoDB on
 //! LocalStack: an HTTP endpoint answering API Gateway v2 events (with `%2F` in the path) and a
 //! scheduled job answering an EventBridge event.
-use blackbox::runtime_api::{apigw_v2_event, built_binary, RuntimeApi};
+use blackbox::runtime_api::{apigw_v2_event, localstack_tables, start_function, RuntimeApi};
 use blackbox::*;
-use shared::store::dynamodb;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn localstack() -> bool {
     let on = std::env::var("TCQ_LOCALSTACK").as_deref() == Ok("1");
@@ -15,55 +13,17 @@ fn localstack() -> bool {
     on
 }
 
-async fn tables() -> String {
-    let sdk = dynamodb::sdk_config().await.expect("AWS environment");
-    let prefix = format!(
-        "fn{}-",
-        slugid().to_ascii_lowercase().replace(['-', '_'], "x")
-    );
-    dynamodb::create_tables(&dynamodb::client(&sdk), &prefix, false)
-        .await
-        .expect("tables");
-    prefix
-}
-
-/// Starts a function binary against the emulator; returns it and its spawn time.
-fn start_function(name: &str, api: &RuntimeApi, prefix: &str) -> (Child, Instant) {
-    let path = built_binary(name);
-    assert!(
-        path.exists(),
-        "{} is missing: build the workspace first",
-        path.display()
-    );
-    let started = Instant::now();
-    let child = Command::new(path)
-        .env("AWS_LAMBDA_RUNTIME_API", api.addr.to_string())
-        .env("AWS_LAMBDA_FUNCTION_NAME", name)
-        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
-        .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
-        .env("AWS_LAMBDA_LOG_STREAM_NAME", "test")
-        .env("AWS_LAMBDA_LOG_GROUP_NAME", "test")
-        .env("TCQ_TABLE_PREFIX", prefix)
-        .env("TCQ_QUEUE_ACCESS_TOKEN", "test-queue-token")
-        .env("TCQ_ROOT_ACCESS_TOKEN", ROOT_ACCESS_TOKEN)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn function");
-    (child, started)
-}
-
 #[tokio::test]
 async fn http_functions_answer_api_gateway_events() {
     if !localstack() {
         return;
     }
-    let prefix = tables().await;
+    let prefix = localstack_tables("fn", false).await;
     let tq = task_queue_id();
     let id = slugid();
 
     let api = RuntimeApi::start().await;
-    let (mut create, spawned) = start_function("create-task", &api, &prefix);
+    let (mut create, spawned) = start_function("create-task", &api, &prefix, &[]);
     let event = apigw_v2_event(
         "PUT",
         &format!("/api/queue/v1/task/{id}"),
@@ -92,7 +52,7 @@ async fn http_functions_answer_api_gateway_events() {
 
     // The gateway passes taskQueueId's slash percent-encoded; the function must decode it.
     let api = RuntimeApi::start().await;
-    let (mut pending, _) = start_function("pending-tasks", &api, &prefix);
+    let (mut pending, _) = start_function("pending-tasks", &api, &prefix, &[]);
     let encoded = tq.replace('/', "%2F");
     let reply = api
         .invoke(
@@ -109,7 +69,7 @@ async fn http_functions_answer_api_gateway_events() {
 
     // One function serves the auth service; the events are signed with the root client.
     let api = RuntimeApi::start().await;
-    let (mut auth, _) = start_function("auth", &api, &prefix);
+    let (mut auth, _) = start_function("auth", &api, &prefix, &[]);
     let reply = api
         .invoke(
             apigw_v2_event("GET", "/api/auth/v1/scopes/current", None),
@@ -137,9 +97,9 @@ async fn scheduled_functions_answer_eventbridge_events() {
     if !localstack() {
         return;
     }
-    let prefix = tables().await;
+    let prefix = localstack_tables("fn", false).await;
     let api = RuntimeApi::start().await;
-    let (mut reaper, spawned) = start_function("claim-reaper", &api, &prefix);
+    let (mut reaper, spawned) = start_function("claim-reaper", &api, &prefix, &[]);
     let event = serde_json::json!({
         "version": "0", "id": "e", "detail-type": "Scheduled Event", "source": "aws.events",
         "account": "000000000000", "time": "2026-11-22T00:00:00Z", "region": "us-east-1",

@@ -208,6 +208,28 @@ pub(super) async fn dispatch(api: &Api, route: &Route, call: Call) -> Reply {
             let (tasks, token) = q.list_queue(&tq, claimed, &page(&call)?).await?;
             ok(with_token(json!({ "tasks": tasks }), token))
         }
+        "listDependentTasks" => {
+            let id = task_id(&call)?;
+            call.caller.authorize(&list_dependents(id.as_str()))?;
+            let (tasks, token) = q
+                .list_dependents(id.as_str(), &page(&call)?, call.now)
+                .await?;
+            ok(with_token(
+                json!({ "taskId": id.as_str(), "tasks": tasks }),
+                token,
+            ))
+        }
+        "getTaskGroup" | "listTaskGroup" => {
+            let gid = TaskId::parse(call.param("taskGroupId"))?;
+            call.caller.authorize(&list_task_group(gid.as_str()))?;
+            if route.name == "getTaskGroup" {
+                return ok(q.task_group(gid.as_str(), call.now).await?);
+            }
+            let (v, token) = q
+                .list_task_group(gid.as_str(), &page(&call)?, call.now)
+                .await?;
+            ok(with_token(v, token))
+        }
         other => Err(ApiError::internal(format!("route {other} has no handler"))),
     }
 }

@@ -6,12 +6,14 @@
 //! schema (defaults filled) → handler (which authorises, sometimes after loading the task) →
 //! output schema.
 
+mod artifact_handlers;
 pub mod auth;
 mod auth_handlers;
 mod handlers;
 pub mod routes;
 
 use crate::auth::{AuthService, Realm, TEST_GET_SCOPES};
+use crate::blobs::{BlobStore, NoBlobs};
 use crate::error::{ApiError, ErrorCode};
 use crate::queue::Queue;
 use crate::schema;
@@ -123,6 +125,8 @@ pub struct Api {
     pub started: Instant,
     /// Validate every response against its schema (a violation becomes a 500).
     pub validate_output: bool,
+    /// Where artifact bytes live (none until [`Api::with_blobs`]).
+    pub blobs: Arc<dyn BlobStore>,
 }
 
 impl Api {
@@ -133,7 +137,14 @@ impl Api {
             auth,
             started: Instant::now(),
             validate_output: true,
+            blobs: Arc::new(NoBlobs),
         }
+    }
+
+    /// The same API with artifact bytes kept in `blobs`.
+    pub fn with_blobs(mut self, blobs: Arc<dyn BlobStore>) -> Self {
+        self.blobs = blobs;
+        self
     }
 
     /// Serves any route.
@@ -164,7 +175,11 @@ impl Api {
         }
         let result = self.serve_inner(&req, only, now, &mut seen).await;
         match result {
-            Ok((status, body)) => ApiResponse::json(status, &body),
+            Ok((status, body, extra)) => {
+                let mut r = ApiResponse::json(status, &body);
+                r.headers.extend(extra);
+                r
+            }
             Err(e) => {
                 // Built only on the error path: re-reading the body here is cheaper than
                 // copying every request's body in case an error needs it.
@@ -185,7 +200,7 @@ impl Api {
         only: Serving<'_>,
         now: Ts,
         seen: &mut Seen,
-    ) -> Result<(u16, Value), ApiError> {
+    ) -> Result<(u16, Value, Headers), ApiError> {
         let (table, rest) = if let Some(rest) = req.path.strip_prefix(PREFIX) {
             (routes::ROUTES, rest)
         } else if let Some(rest) = req.path.strip_prefix(AUTH_PREFIX) {
@@ -236,12 +251,17 @@ impl Api {
             caller,
             now,
         };
-        let (status, out) = if is_auth {
-            auth_handlers::dispatch(self, route, call).await?
+        let (status, out, extra) = if is_auth {
+            let (s, v) = auth_handlers::dispatch(self, route, call).await?;
+            (s, v, vec![])
+        } else if artifact_handlers::handles(route.name) {
+            artifact_handlers::dispatch(self, route, call).await?
         } else {
-            handlers::dispatch(self, route, call).await?
+            let (s, v) = handlers::dispatch(self, route, call).await?;
+            (s, v, vec![])
         };
-        if self.validate_output {
+        // Only successful replies have an output schema (a 424 error artifact has its own body).
+        if self.validate_output && status < 400 {
             if let Some(output) = route.output {
                 if let Err(errs) = schema::check(output, &out) {
                     return Err(ApiError::internal(format!(
@@ -252,9 +272,12 @@ impl Api {
                 }
             }
         }
-        Ok((status, out))
+        Ok((status, out, extra))
     }
 }
+
+/// Headers a handler adds to its reply.
+type Headers = Vec<(&'static str, String)>;
 
 /// Which routes a server answers; any other is 404.
 #[derive(Debug, Clone, Copy)]

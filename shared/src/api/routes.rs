@@ -173,6 +173,91 @@ pub static ROUTES: &[Route] = &[
         None,
         Some("list-claimed-tasks-response")
     ),
+    route!(
+        "listDependentTasks",
+        GET,
+        "/task/<taskId>/dependents",
+        None,
+        Some("list-dependent-tasks-response")
+    ),
+    route!(
+        "getTaskGroup",
+        GET,
+        "/task-group/<taskGroupId>",
+        None,
+        Some("task-group-response")
+    ),
+    route!(
+        "listTaskGroup",
+        GET,
+        "/task-group/<taskGroupId>/list",
+        None,
+        Some("list-task-group-response")
+    ),
+    // Artifacts (handlers in artifact_handlers.rs).
+    route!(
+        "createArtifact",
+        POST,
+        "/task/<taskId>/runs/<runId>/artifacts/<*name>",
+        Some("post-artifact-request"),
+        Some("post-artifact-response")
+    ),
+    route!(
+        "getArtifact",
+        GET,
+        "/task/<taskId>/runs/<runId>/artifacts/<*name>",
+        None,
+        Some("get-artifact-response")
+    ),
+    route!(
+        "getLatestArtifact",
+        GET,
+        "/task/<taskId>/artifacts/<*name>",
+        None,
+        Some("get-artifact-response")
+    ),
+    route!(
+        "listArtifacts",
+        GET,
+        "/task/<taskId>/runs/<runId>/artifacts",
+        None,
+        Some("list-artifacts-response")
+    ),
+    route!(
+        "listLatestArtifacts",
+        GET,
+        "/task/<taskId>/artifacts",
+        None,
+        Some("list-artifacts-response")
+    ),
+    route!(
+        "artifactInfo",
+        GET,
+        "/task/<taskId>/runs/<runId>/artifact-info/<*name>",
+        None,
+        Some("artifact-response")
+    ),
+    route!(
+        "latestArtifactInfo",
+        GET,
+        "/task/<taskId>/artifact-info/<*name>",
+        None,
+        Some("artifact-response")
+    ),
+    route!(
+        "artifact",
+        GET,
+        "/task/<taskId>/runs/<runId>/artifact-content/<*name>",
+        None,
+        Some("artifact-content-response")
+    ),
+    route!(
+        "latestArtifact",
+        GET,
+        "/task/<taskId>/artifact-content/<*name>",
+        None,
+        Some("artifact-content-response")
+    ),
 ];
 
 /// Every endpoint of the auth service (served under [`super::AUTH_PREFIX`]).
@@ -372,6 +457,7 @@ pub fn check_params(
             "taskQueueId" => {
                 TaskQueueId::parse(v)?;
             }
+            "name" => crate::artifacts::check_name(v)?,
             // Upstream's clientId and roleId patterns.
             "clientId"
                 if v.is_empty()

@@ -162,6 +162,19 @@ impl DynamoStore {
         })
     }
 
+    /// The item in a DynamoDB Streams record's `NewImage` (the JSON form a Lambda receives,
+    /// `{"pk": {"S": ..}, "v": {"N": ..}, ..}`), or `None` if it is not one of ours.
+    pub fn item_from_stream_image(image: &serde_json::Value) -> Option<Item> {
+        let text = |k: &str| image[k]["S"].as_str();
+        Some(Item {
+            pk: text("pk")?.to_string(),
+            sk: text("sk")?.to_string(),
+            version: image["v"]["N"].as_str()?.parse().ok()?,
+            data: serde_json::from_str(text("d")?).ok()?,
+            indexes: vec![],
+        })
+    }
+
     async fn current_version(
         &self,
         table: &str,
@@ -574,12 +587,34 @@ pub fn client(cfg: &aws_config::SdkConfig) -> Client {
     Client::new(cfg)
 }
 
-/// Creates every table of `infra/resources.json` (plus the test tables if `with_test_tables`)
-/// under `prefix`, with their GSIs, and waits until they are active. Existing tables are kept.
+/// Creates the tables of `infra/resources.json` under `prefix` (and the test tables), without
+/// streams: servers that publish their own events (the local server, test servers) need none,
+/// and every stream costs LocalStack a Kinesis stream.
 pub async fn create_tables(
     client: &Client,
     prefix: &str,
     with_test_tables: bool,
+) -> Result<(), StoreError> {
+    create_tables_with(client, prefix, with_test_tables, false).await
+}
+
+/// [`create_tables`] with the streams that `infra/resources.json` declares, as deployed: the
+/// tasks table's stream triggers the publisher function.
+pub async fn create_tables_with_streams(
+    client: &Client,
+    prefix: &str,
+    with_test_tables: bool,
+) -> Result<(), StoreError> {
+    create_tables_with(client, prefix, with_test_tables, true).await
+}
+
+/// Creates every table of `infra/resources.json` (plus the test tables if `with_test_tables`)
+/// under `prefix`, with their GSIs, and waits until they are active. Existing tables are kept.
+async fn create_tables_with(
+    client: &Client,
+    prefix: &str,
+    with_test_tables: bool,
+    streams: bool,
 ) -> Result<(), StoreError> {
     use aws_sdk_dynamodb::types::{
         AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType,
@@ -630,6 +665,17 @@ pub async fn create_tables(
                     .map_err(other)?,
             );
         }
+        // The tasks table's stream feeds the publisher function (NEW_IMAGE: the outbox).
+        let stream = match t["stream"].as_str().filter(|_| streams) {
+            Some(view) => Some(
+                aws_sdk_dynamodb::types::StreamSpecification::builder()
+                    .stream_enabled(true)
+                    .stream_view_type(aws_sdk_dynamodb::types::StreamViewType::from(view))
+                    .build()
+                    .map_err(other)?,
+            ),
+            None => None,
+        };
         let res = client
             .create_table()
             .table_name(&name)
@@ -637,6 +683,7 @@ pub async fn create_tables(
             .key_schema(key("pk", KeyType::Hash)?)
             .key_schema(key("sk", KeyType::Range)?)
             .set_global_secondary_indexes((!gsis.is_empty()).then_some(gsis))
+            .set_stream_specification(stream)
             .billing_mode(BillingMode::PayPerRequest)
             .send()
             .await;

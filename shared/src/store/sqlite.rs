@@ -175,10 +175,14 @@ fn run_group(conn: &Connection, group: &mut [WriteJob]) -> Vec<Result<u64, Store
     let mut results = Vec::with_capacity(group.len());
     for job in group.iter_mut() {
         let f = std::mem::replace(&mut job.f, Box::new(|_| Ok(0)));
+        // A panicking write must not take the writer thread (and every later write) down.
         let result = conn
             .execute_batch("SAVEPOINT w")
             .map_err(other)
-            .and_then(|_| f(conn));
+            .and_then(|_| {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(conn)))
+                    .unwrap_or_else(|_| Err(other("a write panicked")))
+            });
         let end = if result.is_ok() {
             "RELEASE w"
         } else {

@@ -1,0 +1,605 @@
+//! The blob port: where artifact bytes live, reached only through URLs that the queue hands
+//! out (workers PUT, readers GET; the queue never proxies bytes).
+//!
+//! - [`LocalBlobs`]: files under the data directory, behind expiring HMAC-signed URLs that the
+//!   local server answers (see [`LocalBlobs::serve`]).
+//! - `S3Blobs` (feature `aws`): presigned S3 URLs, DeleteObjects for expiry.
+
+use crate::time::Ts;
+use async_trait::async_trait;
+use hmac::{Hmac, Mac};
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use sha2::{Digest, Sha256};
+use std::path::PathBuf;
+
+/// Which bucket an object lives in: `public/…` artifacts go to the public one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bucket {
+    /// Readable without a signature (or through a CDN).
+    Public,
+    /// Readable only through presigned URLs.
+    Private,
+}
+
+impl Bucket {
+    /// The bucket for an artifact name.
+    pub fn for_name(name: &str) -> Bucket {
+        if name.starts_with("public/") {
+            Bucket::Public
+        } else {
+            Bucket::Private
+        }
+    }
+}
+
+/// A blob-store failure (infrastructure, never the caller's fault).
+#[derive(Debug, thiserror::Error)]
+#[error("blob store: {0}")]
+pub struct BlobError(pub String);
+
+/// The blob port.
+#[async_trait]
+pub trait BlobStore: Send + Sync + 'static {
+    /// The physical bucket name recorded in artifact rows.
+    fn bucket_name(&self, bucket: Bucket) -> String;
+    /// A URL that accepts one PUT of `key` with exactly this Content-Type until `now + ttl_ms`.
+    async fn put_url(
+        &self,
+        bucket: Bucket,
+        key: &str,
+        content_type: &str,
+        now: Ts,
+        ttl_ms: i64,
+    ) -> Result<String, BlobError>;
+    /// A URL to GET `key`: presigned until `now + ttl_ms` for the private bucket; the plain
+    /// (or CDN) URL for the public one.
+    async fn get_url(
+        &self,
+        bucket: Bucket,
+        key: &str,
+        now: Ts,
+        ttl_ms: i64,
+    ) -> Result<String, BlobError>;
+    /// Deletes objects (missing ones are not an error), in batches the backend accepts.
+    async fn delete(&self, bucket: Bucket, keys: &[String]) -> Result<(), BlobError>;
+}
+
+/// Characters kept as they are in a key placed in a URL path (`/` separates segments).
+const KEY_ENCODE: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~')
+    .remove(b'/');
+
+/// A key as a URL path (each byte outside the unreserved set and `/` percent-encoded).
+pub fn encode_key(key: &str) -> String {
+    utf8_percent_encode(key, KEY_ENCODE).to_string()
+}
+
+/// A stand-in for deployments without artifact storage: every call fails.
+pub struct NoBlobs;
+
+#[async_trait]
+impl BlobStore for NoBlobs {
+    fn bucket_name(&self, _: Bucket) -> String {
+        String::new()
+    }
+    async fn put_url(
+        &self,
+        _: Bucket,
+        _: &str,
+        _: &str,
+        _: Ts,
+        _: i64,
+    ) -> Result<String, BlobError> {
+        Err(BlobError("no artifact storage is configured".into()))
+    }
+    async fn get_url(&self, _: Bucket, _: &str, _: Ts, _: i64) -> Result<String, BlobError> {
+        Err(BlobError("no artifact storage is configured".into()))
+    }
+    async fn delete(&self, _: Bucket, _: &[String]) -> Result<(), BlobError> {
+        Err(BlobError("no artifact storage is configured".into()))
+    }
+}
+
+/// Path prefix under which the local server answers blob URLs.
+pub const LOCAL_PREFIX: &str = "/__blobs/";
+
+/// Blobs as files under a directory, served by the local server at [`LOCAL_PREFIX`].
+pub struct LocalBlobs {
+    dir: PathBuf,
+    base_url: String,
+    key: Vec<u8>,
+}
+
+/// What the local server sends back for a blob request.
+#[derive(Debug)]
+pub struct BlobResponse {
+    /// HTTP status.
+    pub status: u16,
+    /// Content-Type of the body.
+    pub content_type: String,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+impl BlobResponse {
+    fn text(status: u16, msg: &str) -> Self {
+        BlobResponse {
+            status,
+            content_type: "text/plain; charset=utf-8".into(),
+            body: msg.as_bytes().to_vec(),
+        }
+    }
+}
+
+fn bucket_dir(b: Bucket) -> &'static str {
+    match b {
+        Bucket::Public => "public",
+        Bucket::Private => "private",
+    }
+}
+
+impl LocalBlobs {
+    /// Blobs under `dir`, reached at `base_url` (the server's rootUrl); URLs are signed with a
+    /// key derived from `secret` (the queue's own accessToken: nothing else to keep safe).
+    pub fn new(dir: PathBuf, base_url: impl Into<String>, secret: &str) -> Self {
+        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(secret.as_bytes())
+            .expect("HMAC takes keys of any length");
+        m.update(b"tc-queue local blob URLs v1");
+        LocalBlobs {
+            dir,
+            base_url: base_url.into().trim_end_matches('/').to_string(),
+            key: m.finalize().into_bytes().to_vec(),
+        }
+    }
+
+    fn mac(&self, method: &str, bucket: &str, key: &str, exp: i64, ct: &str) -> Hmac<Sha256> {
+        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&self.key)
+            .expect("HMAC takes keys of any length");
+        // Newline-separated: none of the fields can contain one (keys are printable ASCII).
+        m.update(format!("{method}\n{bucket}\n{key}\n{exp}\n{ct}").as_bytes());
+        m
+    }
+
+    fn sign(&self, method: &str, bucket: &str, key: &str, exp: i64, ct: &str) -> String {
+        hex(&self
+            .mac(method, bucket, key, exp, ct)
+            .finalize()
+            .into_bytes())
+    }
+
+    /// File of an object: named by the key's hash, so no key can reach outside `dir`.
+    fn path(&self, bucket: &str, key: &str) -> PathBuf {
+        self.dir
+            .join(bucket)
+            .join(hex(&Sha256::digest(key.as_bytes())))
+    }
+
+    fn url(&self, bucket: &str, key: &str) -> String {
+        format!(
+            "{}{LOCAL_PREFIX}{bucket}/{}",
+            self.base_url,
+            encode_key(key)
+        )
+    }
+
+    /// Answers a request for a blob URL. `path` is the raw path (with [`LOCAL_PREFIX`]),
+    /// `content_type` the request's header; `now` decides expiry.
+    pub async fn serve(
+        &self,
+        method: &str,
+        path: &str,
+        query: Option<&str>,
+        content_type: Option<&str>,
+        body: &[u8],
+        now: Ts,
+    ) -> BlobResponse {
+        let Some(rest) = path.strip_prefix(LOCAL_PREFIX) else {
+            return BlobResponse::text(404, "not found");
+        };
+        let Some((bucket, raw_key)) = rest.split_once('/') else {
+            return BlobResponse::text(404, "not found");
+        };
+        if bucket != "public" && bucket != "private" {
+            return BlobResponse::text(404, "no such bucket");
+        }
+        let Ok(key) = percent_encoding::percent_decode_str(raw_key).decode_utf8() else {
+            return BlobResponse::text(400, "bad key");
+        };
+        let mut exp = None;
+        let mut sig = None;
+        for pair in query.unwrap_or_default().split('&') {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            match k {
+                "X-Expires" => exp = v.parse::<i64>().ok(),
+                "X-Signature" => sig = Some(v.to_string()),
+                _ => {}
+            }
+        }
+        let method_ok = method == "PUT" || method == "GET" || method == "HEAD";
+        if !method_ok {
+            return BlobResponse::text(405, "method not allowed");
+        }
+        let signed_method = if method == "HEAD" { "GET" } else { method };
+        let public_read = bucket == "public" && signed_method == "GET";
+        if !public_read {
+            // The Content-Type is part of what a PUT URL signs; S3 refuses a mismatch the same way.
+            let ct = if method == "PUT" {
+                content_type.unwrap_or_default()
+            } else {
+                ""
+            };
+            let (Some(exp), Some(sig)) = (exp, sig) else {
+                return BlobResponse::text(403, "missing signature");
+            };
+            let Some(sig) = unhex(&sig) else {
+                return BlobResponse::text(403, "signature does not match");
+            };
+            // verify_slice compares in constant time.
+            if self
+                .mac(signed_method, bucket, &key, exp, ct)
+                .verify_slice(&sig)
+                .is_err()
+            {
+                return BlobResponse::text(403, "signature does not match");
+            }
+            if exp <= now.millis() {
+                return BlobResponse::text(403, "request has expired");
+            }
+        }
+        let file = self.path(bucket, &key);
+        if method == "PUT" {
+            let ct = content_type.unwrap_or("application/octet-stream");
+            let write = async {
+                if let Some(parent) = file.parent() {
+                    tokio::fs::create_dir_all(parent).await?;
+                }
+                // Write then rename, so that a reader never sees half an object.
+                let tmp = file.with_extension(format!("tmp{}", crate::ids::new_slugid()));
+                tokio::fs::write(&tmp, body).await?;
+                tokio::fs::write(file.with_extension("ct"), ct).await?;
+                tokio::fs::rename(&tmp, &file).await
+            };
+            return match write.await {
+                Ok(()) => BlobResponse::text(200, ""),
+                Err(e) => BlobResponse::text(500, &format!("write failed: {e}")),
+            };
+        }
+        match tokio::fs::read(&file).await {
+            Ok(bytes) => BlobResponse {
+                status: 200,
+                content_type: tokio::fs::read_to_string(file.with_extension("ct"))
+                    .await
+                    .unwrap_or_else(|_| "application/octet-stream".into()),
+                body: if method == "HEAD" { vec![] } else { bytes },
+            },
+            Err(_) => BlobResponse::text(404, "no such key"),
+        }
+    }
+}
+
+#[async_trait]
+impl BlobStore for LocalBlobs {
+    fn bucket_name(&self, bucket: Bucket) -> String {
+        bucket_dir(bucket).to_string()
+    }
+
+    async fn put_url(
+        &self,
+        bucket: Bucket,
+        key: &str,
+        content_type: &str,
+        now: Ts,
+        ttl_ms: i64,
+    ) -> Result<String, BlobError> {
+        let b = bucket_dir(bucket);
+        let exp = now.plus(ttl_ms).millis();
+        let sig = self.sign("PUT", b, key, exp, content_type);
+        Ok(format!(
+            "{}?X-Expires={exp}&X-Signature={sig}",
+            self.url(b, key)
+        ))
+    }
+
+    async fn get_url(
+        &self,
+        bucket: Bucket,
+        key: &str,
+        now: Ts,
+        ttl_ms: i64,
+    ) -> Result<String, BlobError> {
+        let b = bucket_dir(bucket);
+        if bucket == Bucket::Public {
+            return Ok(self.url(b, key));
+        }
+        let exp = now.plus(ttl_ms).millis();
+        let sig = self.sign("GET", b, key, exp, "");
+        Ok(format!(
+            "{}?X-Expires={exp}&X-Signature={sig}",
+            self.url(b, key)
+        ))
+    }
+
+    async fn delete(&self, bucket: Bucket, keys: &[String]) -> Result<(), BlobError> {
+        for key in keys {
+            let file = self.path(bucket_dir(bucket), key);
+            for f in [file.clone(), file.with_extension("ct")] {
+                match tokio::fs::remove_file(&f).await {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(BlobError(e.to_string())),
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+#[cfg(feature = "aws")]
+pub use s3::S3Blobs;
+
+#[cfg(feature = "aws")]
+mod s3 {
+    use super::*;
+    use aws_sdk_s3::presigning::PresigningConfig;
+    use aws_sdk_s3::types::{Delete, ObjectIdentifier};
+    use std::time::{Duration, UNIX_EPOCH};
+
+    /// DeleteObjects accepts at most this many keys per call.
+    const DELETE_BATCH: usize = 1000;
+
+    /// Artifact objects on S3, one client built once per process.
+    pub struct S3Blobs {
+        client: aws_sdk_s3::Client,
+        public_bucket: String,
+        private_bucket: String,
+        /// Base of public URLs: a CDN if configured, else the bucket's own URL.
+        public_base: String,
+    }
+
+    impl S3Blobs {
+        /// A store over the two buckets. With an endpoint URL (LocalStack) addressing is
+        /// path-style, since virtual-host names need public DNS; `cdn` replaces the public
+        /// bucket's URL in downloads.
+        pub fn new(
+            sdk: &aws_config::SdkConfig,
+            public_bucket: impl Into<String>,
+            private_bucket: impl Into<String>,
+            cdn: Option<String>,
+        ) -> Self {
+            let public_bucket = public_bucket.into();
+            let endpoint = sdk
+                .endpoint_url()
+                .map(|e| e.trim_end_matches('/').to_string());
+            let conf = aws_sdk_s3::config::Builder::from(sdk)
+                .force_path_style(endpoint.is_some())
+                .build();
+            let region = sdk
+                .region()
+                .map(|r| r.to_string())
+                .unwrap_or_else(|| "us-east-1".into());
+            let public_base = match (cdn, &endpoint) {
+                (Some(c), _) => c.trim_end_matches('/').to_string(),
+                (None, Some(e)) => format!("{e}/{public_bucket}"),
+                (None, None) => format!("https://{public_bucket}.s3.{region}.amazonaws.com"),
+            };
+            S3Blobs {
+                client: aws_sdk_s3::Client::from_conf(conf),
+                public_bucket,
+                private_bucket: private_bucket.into(),
+                public_base,
+            }
+        }
+
+        /// Creates both buckets if they are missing (LocalStack and tests).
+        pub async fn create_buckets(&self) -> Result<(), BlobError> {
+            for b in [&self.public_bucket, &self.private_bucket] {
+                if let Err(e) = self.client.create_bucket().bucket(b).send().await {
+                    let owned = e.as_service_error().is_some_and(|s| {
+                        s.is_bucket_already_owned_by_you() || s.is_bucket_already_exists()
+                    });
+                    if !owned {
+                        return Err(BlobError(format!("create bucket {b}: {e:?}")));
+                    }
+                }
+            }
+            Ok(())
+        }
+
+        fn name(&self, bucket: Bucket) -> &str {
+            match bucket {
+                Bucket::Public => &self.public_bucket,
+                Bucket::Private => &self.private_bucket,
+            }
+        }
+    }
+
+    fn presigning(now: Ts, ttl_ms: i64) -> Result<PresigningConfig, BlobError> {
+        let start = UNIX_EPOCH + Duration::from_millis(now.millis().max(0) as u64);
+        PresigningConfig::builder()
+            .start_time(start)
+            .expires_in(Duration::from_millis(ttl_ms.max(1000) as u64))
+            .build()
+            .map_err(|e| BlobError(e.to_string()))
+    }
+
+    #[async_trait]
+    impl BlobStore for S3Blobs {
+        fn bucket_name(&self, bucket: Bucket) -> String {
+            self.name(bucket).to_string()
+        }
+
+        async fn put_url(
+            &self,
+            bucket: Bucket,
+            key: &str,
+            content_type: &str,
+            now: Ts,
+            ttl_ms: i64,
+        ) -> Result<String, BlobError> {
+            let req = self
+                .client
+                .put_object()
+                .bucket(self.name(bucket))
+                .key(key)
+                .content_type(content_type)
+                .presigned(presigning(now, ttl_ms)?)
+                .await
+                .map_err(|e| BlobError(format!("{e:?}")))?;
+            Ok(req.uri().to_string())
+        }
+
+        async fn get_url(
+            &self,
+            bucket: Bucket,
+            key: &str,
+            now: Ts,
+            ttl_ms: i64,
+        ) -> Result<String, BlobError> {
+            if bucket == Bucket::Public {
+                return Ok(format!("{}/{}", self.public_base, encode_key(key)));
+            }
+            let req = self
+                .client
+                .get_object()
+                .bucket(self.name(bucket))
+                .key(key)
+                .presigned(presigning(now, ttl_ms)?)
+                .await
+                .map_err(|e| BlobError(format!("{e:?}")))?;
+            Ok(req.uri().to_string())
+        }
+
+        async fn delete(&self, bucket: Bucket, keys: &[String]) -> Result<(), BlobError> {
+            for chunk in keys.chunks(DELETE_BATCH) {
+                let ids = chunk
+                    .iter()
+                    .map(|k| ObjectIdentifier::builder().key(k).build())
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| BlobError(e.to_string()))?;
+                let del = Delete::builder()
+                    .set_objects(Some(ids))
+                    .quiet(true)
+                    .build()
+                    .map_err(|e| BlobError(e.to_string()))?;
+                let out = self
+                    .client
+                    .delete_objects()
+                    .bucket(self.name(bucket))
+                    .delete(del)
+                    .send()
+                    .await
+                    .map_err(|e| BlobError(format!("{e:?}")))?;
+                if let Some(err) = out.errors().first() {
+                    return Err(BlobError(format!(
+                        "DeleteObjects failed for {:?}: {:?}",
+                        err.key(),
+                        err.message()
+                    )));
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(url: &str) -> (String, String) {
+        let rest = url.split_once("127.0.0.1").map(|x| x.1).unwrap_or_default();
+        let (p, q) = rest.split_once('?').unwrap_or((rest, ""));
+        (p.to_string(), q.to_string())
+    }
+
+    #[tokio::test]
+    async fn signed_put_then_get_round_trips_and_binds_content_type_and_expiry() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = LocalBlobs::new(dir.path().to_path_buf(), "http://127.0.0.1", "secret");
+        let now = Ts(1_000_000);
+        let key = "t/0/private/a b?c#d.txt";
+        let put = b
+            .put_url(Bucket::Private, key, "text/plain", now, 60_000)
+            .await
+            .unwrap();
+        let (p, q) = parts(&put);
+        let wrong_ct = b
+            .serve("PUT", &p, Some(&q), Some("text/html"), b"x", now)
+            .await;
+        assert_eq!(wrong_ct.status, 403);
+        let late = b
+            .serve(
+                "PUT",
+                &p,
+                Some(&q),
+                Some("text/plain"),
+                b"x",
+                now.plus(60_000),
+            )
+            .await;
+        assert_eq!(late.status, 403);
+        let tampered = q.replace("X-Expires=", "X-Expires=9");
+        let t = b
+            .serve("PUT", &p, Some(&tampered), Some("text/plain"), b"x", now)
+            .await;
+        assert_eq!(t.status, 403);
+        let ok = b
+            .serve("PUT", &p, Some(&q), Some("text/plain"), b"hello", now)
+            .await;
+        assert_eq!(ok.status, 200);
+        let get = b.get_url(Bucket::Private, key, now, 1000).await.unwrap();
+        let (gp, gq) = parts(&get);
+        let got = b.serve("GET", &gp, Some(&gq), None, b"", now).await;
+        assert_eq!((got.status, got.body.as_slice()), (200, &b"hello"[..]));
+        assert_eq!(got.content_type, "text/plain");
+        // A private object is not readable without a signature.
+        assert_eq!(b.serve("GET", &gp, None, None, b"", now).await.status, 403);
+        b.delete(Bucket::Private, &[key.to_string()]).await.unwrap();
+        assert_eq!(
+            b.serve("GET", &gp, Some(&gq), None, b"", now).await.status,
+            404
+        );
+    }
+
+    #[tokio::test]
+    async fn public_objects_are_readable_without_a_signature() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = LocalBlobs::new(dir.path().to_path_buf(), "http://127.0.0.1", "secret");
+        let now = Ts(5);
+        let put = b
+            .put_url(Bucket::Public, "public/x", "a/b", now, 1000)
+            .await
+            .unwrap();
+        let (p, q) = parts(&put);
+        assert_eq!(
+            b.serve("PUT", &p, Some(&q), Some("a/b"), b"1", now)
+                .await
+                .status,
+            200
+        );
+        let get = b
+            .get_url(Bucket::Public, "public/x", now, 1000)
+            .await
+            .unwrap();
+        assert!(!get.contains("X-Signature"));
+        let (gp, _) = parts(&get);
+        assert_eq!(b.serve("GET", &gp, None, None, b"", now).await.body, b"1");
+    }
+}

@@ -1,0 +1,195 @@
+//! The AWS event path on LocalStack: the create-task function writes a task and its events
+//! (the outbox) to DynamoDB; the tasks table's stream carries the item images; the publisher
+//! function, run through a Runtime API emulator with the stream's own records, publishes them
+//! to RabbitMQ with confirms and empties the outbox. Skipped unless LocalStack runs.
+use blackbox::amqp::{Broker, ALL};
+use blackbox::runtime_api::{apigw_v2_event, localstack_tables, start_function, RuntimeApi};
+use blackbox::*;
+use serde_json::{json, Value};
+use shared::store::dynamodb;
+use shared::store::Store;
+use std::time::{Duration, Instant};
+
+fn localstack() -> bool {
+    std::env::var("TCQ_LOCALSTACK").as_deref() == Ok("1")
+}
+
+fn endpoint() -> String {
+    std::env::var("AWS_ENDPOINT_URL").unwrap_or_else(|_| "http://127.0.0.1:4566".into())
+}
+
+/// One call of the DynamoDB Streams JSON API (LocalStack does not check signatures).
+async fn streams(op: &str, body: Value) -> Result<Value, String> {
+    let res = reqwest::Client::new()
+        .post(endpoint())
+        .header("content-type", "application/x-amz-json-1.0")
+        .header("x-amz-target", format!("DynamoDBStreams_20120810.{op}"))
+        .header(
+            "authorization",
+            "AWS4-HMAC-SHA256 Credential=test/20261122/us-east-1/dynamodb/aws4_request, \
+             SignedHeaders=host;x-amz-target, Signature=00",
+        )
+        .body(body.to_string())
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let ok = res.status().is_success();
+    let v: Value = res.json().await.map_err(|e| e.to_string())?;
+    if ok {
+        Ok(v)
+    } else {
+        Err(v.to_string())
+    }
+}
+
+/// A shard iterator from the start of the tasks table's stream, once the stream is active.
+async fn stream_start(prefix: &str) -> String {
+    let sdk = dynamodb::sdk_config().await.expect("AWS environment");
+    let table = dynamodb::client(&sdk)
+        .describe_table()
+        .table_name(format!("{prefix}tasks"))
+        .send()
+        .await
+        .expect("describe tasks table");
+    let arn = table
+        .table()
+        .and_then(|t| t.latest_stream_arn())
+        .expect("the tasks table has a stream")
+        .to_string();
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let desc = streams("DescribeStream", json!({ "StreamArn": arn })).await;
+        let shard = desc.ok().and_then(|d| {
+            d["StreamDescription"]["Shards"][0]["ShardId"]
+                .as_str()
+                .map(String::from)
+        });
+        if let Some(shard) = shard {
+            let it = streams(
+                "GetShardIterator",
+                json!({ "StreamArn": arn, "ShardId": shard, "ShardIteratorType": "TRIM_HORIZON" }),
+            )
+            .await;
+            if let Some(it) = it
+                .ok()
+                .and_then(|v| v["ShardIterator"].as_str().map(String::from))
+            {
+                return it;
+            }
+        }
+        assert!(Instant::now() < until, "the stream did not become active");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Reads the stream from `it` until `pred` holds for the records so far; returns them and the
+/// next iterator.
+async fn read_until(mut it: String, pred: impl Fn(&[Value]) -> bool) -> (Vec<Value>, String) {
+    let until = Instant::now() + Duration::from_secs(30);
+    let mut got = vec![];
+    loop {
+        let page = streams("GetRecords", json!({ "ShardIterator": it }))
+            .await
+            .expect("GetRecords");
+        got.extend(page["Records"].as_array().cloned().unwrap_or_default());
+        it = page["NextShardIterator"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if pred(&got) {
+            return (got, it);
+        }
+        assert!(Instant::now() < until, "stream records so far: {got:#?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn is_status_of(r: &Value, id: &str) -> bool {
+    r["dynamodb"]["NewImage"]["pk"]["S"] == id && r["dynamodb"]["NewImage"]["sk"]["S"] == "status"
+}
+
+/// True once the records hold a status image of every task in `ids`.
+fn covers(records: &[Value], ids: &[String]) -> bool {
+    ids.iter()
+        .all(|id| records.iter().any(|r| is_status_of(r, id)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_publisher_delivers_what_the_api_functions_wrote() {
+    if !localstack() {
+        eprintln!("TCQ_LOCALSTACK is not 1: run through scripts/test.sh, which starts LocalStack");
+        return;
+    }
+    let prefix = localstack_tables("pl", true).await;
+    let start = stream_start(&prefix).await;
+    // A consumer bound to every exchange under a prefix of this test's own.
+    let broker = Broker::connect().await;
+    let q = broker.bind(&ALL, "#").await;
+    let env = [
+        ("TCQ_EXCHANGE_PREFIX", broker.prefix.as_str()),
+        ("TCQ_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f"),
+    ];
+
+    // The API function writes two tasks; nothing publishes yet.
+    let tq = task_queue_id();
+    let ids = vec![slugid(), slugid()];
+    let api = RuntimeApi::start().await;
+    let (mut create, _) = start_function("create-task", &api, &prefix, &env);
+    for id in &ids {
+        let event = apigw_v2_event(
+            "PUT",
+            &format!("/api/queue/v1/task/{id}"),
+            Some(&task_def(&tq)),
+        );
+        let reply = api
+            .invoke(event, Duration::from_secs(30))
+            .await
+            .expect("createTask answered");
+        assert_eq!(reply["statusCode"], 200, "{reply}");
+    }
+    create.kill().ok();
+
+    // The stream's records, exactly as Lambda would batch them, go to the publisher.
+    let (records, next) = read_until(start, |rs| covers(rs, &ids)).await;
+    let api = RuntimeApi::start().await;
+    let (mut publisher, _) = start_function("publisher", &api, &prefix, &env);
+    let reply = api
+        .invoke(json!({ "Records": records }), Duration::from_secs(30))
+        .await
+        .expect("publisher answered");
+    assert_eq!(reply, json!({ "batchItemFailures": [] }));
+    let got = broker.take(&q, 4, Duration::from_secs(20)).await;
+    for id in &ids {
+        let names: Vec<&str> = got
+            .iter()
+            .filter(|m| m.payload["status"]["taskId"] == id.as_str())
+            .map(|m| broker.short(m))
+            .collect();
+        assert_eq!(names, ["task-defined", "task-pending"], "{id}");
+    }
+
+    // The publisher emptied both outboxes; the stream shows those writes, and handing them to
+    // the publisher publishes nothing more.
+    let sdk = dynamodb::sdk_config().await.expect("AWS environment");
+    let store = dynamodb::DynamoStore::new(dynamodb::client(&sdk), &prefix);
+    for id in &ids {
+        let item = store
+            .get(shared::keys::TASKS, id, shared::keys::SK_STATUS)
+            .await
+            .expect("get")
+            .expect("status item");
+        assert_eq!(item.data["outbox"], json!([]), "{id}");
+    }
+    let (removals, _) = read_until(next, |rs| covers(rs, &ids)).await;
+    let reply = api
+        .invoke(json!({ "Records": removals }), Duration::from_secs(30))
+        .await
+        .expect("publisher answered");
+    assert_eq!(reply, json!({ "batchItemFailures": [] }));
+    assert!(
+        broker.rest(&q, Duration::from_millis(500)).await.is_empty(),
+        "no second copy"
+    );
+    publisher.kill().ok();
+    broker.cleanup().await;
+}
