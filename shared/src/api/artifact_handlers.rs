@@ -6,7 +6,6 @@ use super::{Api, Call, Headers};
 use crate::artifacts::Download;
 use crate::error::{ApiError, ApiResult};
 use crate::ids::{parse_run_id, TaskId};
-use crate::queue::{PageReq, MAX_PAGE};
 use crate::routes_scopes::{create_artifact, list_artifacts};
 use serde_json::{json, Value};
 
@@ -34,28 +33,6 @@ fn run_of(call: &Call, latest: bool) -> ApiResult<Option<u32>> {
     } else {
         parse_run_id(call.param("runId")).map(Some)
     }
-}
-
-fn page(call: &Call) -> ApiResult<PageReq> {
-    let limit = match call.query.get("limit") {
-        None => MAX_PAGE,
-        Some(l) if !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit()) => {
-            l.parse::<usize>().unwrap_or(MAX_PAGE).clamp(1, MAX_PAGE)
-        }
-        Some(l) => {
-            return Err(ApiError::bad_argument(format!(
-                "limit {l:?} must match ^[0-9]+$"
-            )))
-        }
-    };
-    Ok(PageReq {
-        limit,
-        token: call
-            .query
-            .get("continuationToken")
-            .filter(|t| !t.is_empty())
-            .cloned(),
-    })
 }
 
 /// Routes an artifact call to its handler.
@@ -88,7 +65,7 @@ pub(super) async fn dispatch(
             let run = run_of(&call, route.name == "listLatestArtifacts")?;
             call.caller
                 .authorize(&list_artifacts(task_id.as_str(), run))?;
-            let (items, token) = q.list_artifacts(&task_id, run, &page(&call)?).await?;
+            let (items, token) = q.list_artifacts(&task_id, run, &call.page()?).await?;
             let mut out = json!({ "artifacts": items });
             if let Some(t) = token {
                 out["continuationToken"] = json!(t);

@@ -5,7 +5,6 @@ use super::{Api, Call};
 use crate::auth::{AuthService, Outcome, Realm, RequestFacts};
 use crate::error::{ApiError, ApiResult};
 use crate::model::string_list;
-use crate::queue::{PageReq, MAX_PAGE};
 use crate::scopes::ScopeExpr::{self, AllOf};
 use crate::time::Ts;
 use serde_json::{json, Value};
@@ -33,24 +32,6 @@ fn granting(scope: String, body: &Value) -> ScopeExpr {
 /// Far enough ahead to mean "never" in an `expires` field.
 fn never() -> Ts {
     Ts(32_503_680_000_000)
-}
-
-fn page(call: &Call) -> ApiResult<PageReq> {
-    let limit = match call.query.get("limit") {
-        None => MAX_PAGE,
-        Some(l) => l
-            .parse::<usize>()
-            .map_err(|_| ApiError::bad_argument(format!("limit {l:?} must match ^[0-9]+$")))?
-            .clamp(1, MAX_PAGE),
-    };
-    Ok(PageReq {
-        limit,
-        token: call
-            .query
-            .get("continuationToken")
-            .filter(|t| !t.is_empty())
-            .cloned(),
-    })
 }
 
 /// `authenticateHawk`: the verdict on a request another service received.
@@ -96,18 +77,13 @@ async fn authenticate_hawk(auth: &AuthService, body: &Value, now: Ts) -> ApiResu
 pub(super) async fn dispatch(api: &Api, route: &Route, call: Call) -> Reply {
     let auth = &api.auth;
     let id = |name: &str| call.param(name).to_string();
+    if let Some(reply) = super::monitoring(api, route.name) {
+        return ok(reply);
+    }
     match route.name {
-        "ping" => ok(json!({ "alive": true, "uptime": api.started.elapsed().as_secs_f64() })),
-        "lbheartbeat" | "heartbeat" => ok(json!({})),
-        "version" => ok(json!({
-            "source": "https://github.com/taskcluster/taskcluster",
-            "version": env!("CARGO_PKG_VERSION"),
-            "commit": option_env!("TCQ_GIT_COMMIT").unwrap_or("unknown"),
-            "build": "rust",
-        })),
         "listClients" => {
             let prefix = call.query.get("prefix").map(String::as_str);
-            ok(auth.list_clients(prefix, &page(&call)?).await?)
+            ok(auth.list_clients(prefix, &call.page()?).await?)
         }
         "client" => ok(auth.get_client(&id("clientId")).await?),
         "createClient" => {

@@ -5,7 +5,6 @@ use super::{Api, Call};
 use crate::error::{ApiError, ApiResult};
 use crate::ids::{parse_run_id, TaskId, TaskQueueId};
 use crate::model::{string_list, Priority, ReasonResolved, TaskRecord};
-use crate::queue::{PageReq, MAX_PAGE};
 use crate::routes_scopes::*;
 use crate::time::Ts;
 use serde_json::{json, Value};
@@ -20,28 +19,6 @@ fn ok(v: Value) -> Reply {
 
 fn status_reply(rec: &TaskRecord) -> Reply {
     ok(json!({ "status": rec.status_json() }))
-}
-
-fn page(call: &Call) -> ApiResult<PageReq> {
-    let limit = match call.query.get("limit") {
-        None => MAX_PAGE,
-        Some(l) if !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit()) => {
-            l.parse::<usize>().unwrap_or(MAX_PAGE).clamp(1, MAX_PAGE)
-        }
-        Some(l) => {
-            return Err(ApiError::bad_argument(format!(
-                "limit {l:?} must match ^[0-9]+$"
-            )))
-        }
-    };
-    Ok(PageReq {
-        limit,
-        token: call
-            .query
-            .get("continuationToken")
-            .filter(|t| !t.is_empty())
-            .cloned(),
-    })
 }
 
 fn with_token(mut v: Value, token: Option<String>) -> Value {
@@ -70,15 +47,10 @@ fn body_str<'a>(call: &'a Call, key: &str) -> &'a str {
 /// Routes a matched call to its handler.
 pub(super) async fn dispatch(api: &Api, route: &Route, call: Call) -> Reply {
     let q = &api.queue;
+    if let Some(reply) = super::monitoring(api, route.name) {
+        return ok(reply);
+    }
     match route.name {
-        "ping" => ok(json!({ "alive": true, "uptime": api.started.elapsed().as_secs_f64() })),
-        "lbheartbeat" | "heartbeat" => ok(json!({})),
-        "version" => ok(json!({
-            "source": "https://github.com/taskcluster/taskcluster",
-            "version": env!("CARGO_PKG_VERSION"),
-            "commit": option_env!("TCQ_GIT_COMMIT").unwrap_or("unknown"),
-            "build": "rust",
-        })),
         "task" => {
             let id = task_id(&call)?;
             call.caller.authorize(&get_task(id.as_str()))?;
@@ -93,7 +65,7 @@ pub(super) async fn dispatch(api: &Api, route: &Route, call: Call) -> Reply {
             let ids = string_list(&call.body["taskIds"]);
             let statuses = route.name == "statuses";
             call.caller.authorize(&many(&ids, statuses))?;
-            let (items, token) = q.many(&ids, &page(&call)?, statuses).await?;
+            let (items, token) = q.many(&ids, &call.page()?, statuses).await?;
             let key = if statuses { "statuses" } else { "tasks" };
             ok(with_token(json!({ key: items }), token))
         }
@@ -205,14 +177,14 @@ pub(super) async fn dispatch(api: &Api, route: &Route, call: Call) -> Reply {
             let tq = queue_id(&call)?;
             let claimed = route.name == "listClaimedTasks";
             call.caller.authorize(&list_queue(tq.as_str(), claimed))?;
-            let (tasks, token) = q.list_queue(&tq, claimed, &page(&call)?).await?;
+            let (tasks, token) = q.list_queue(&tq, claimed, &call.page()?).await?;
             ok(with_token(json!({ "tasks": tasks }), token))
         }
         "listDependentTasks" => {
             let id = task_id(&call)?;
             call.caller.authorize(&list_dependents(id.as_str()))?;
             let (tasks, token) = q
-                .list_dependents(id.as_str(), &page(&call)?, call.now)
+                .list_dependents(id.as_str(), &call.page()?, call.now)
                 .await?;
             ok(with_token(
                 json!({ "taskId": id.as_str(), "tasks": tasks }),
@@ -226,7 +198,7 @@ pub(super) async fn dispatch(api: &Api, route: &Route, call: Call) -> Reply {
                 return ok(q.task_group(gid.as_str(), call.now).await?);
             }
             let (v, token) = q
-                .list_task_group(gid.as_str(), &page(&call)?, call.now)
+                .list_task_group(gid.as_str(), &call.page()?, call.now)
                 .await?;
             ok(with_token(v, token))
         }

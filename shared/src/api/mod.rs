@@ -14,7 +14,7 @@ pub mod routes;
 
 use crate::auth::{AuthService, Realm, TEST_GET_SCOPES};
 use crate::blobs::{BlobStore, NoBlobs};
-use crate::error::{ApiError, ErrorCode};
+use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::queue::Queue;
 use crate::schema;
 use crate::time::Ts;
@@ -112,6 +112,47 @@ impl Call {
             .get(name)
             .map(String::as_str)
             .unwrap_or_default()
+    }
+
+    /// The `limit` (digits only; at most [`crate::queue::MAX_PAGE`]) and `continuationToken`
+    /// query arguments of a listing.
+    pub fn page(&self) -> ApiResult<crate::queue::PageReq> {
+        use crate::queue::MAX_PAGE;
+        let limit = match self.query.get("limit") {
+            None => MAX_PAGE,
+            Some(l) if !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit()) => {
+                l.parse::<usize>().unwrap_or(MAX_PAGE).clamp(1, MAX_PAGE)
+            }
+            Some(l) => {
+                return Err(ApiError::bad_argument(format!(
+                    "limit {l:?} must match ^[0-9]+$"
+                )))
+            }
+        };
+        Ok(crate::queue::PageReq {
+            limit,
+            token: self
+                .query
+                .get("continuationToken")
+                .filter(|t| !t.is_empty())
+                .cloned(),
+        })
+    }
+}
+
+/// The monitoring endpoints every service has (`ping`, `lbheartbeat`, `heartbeat`,
+/// `version`), or `None` for any other route.
+pub(crate) fn monitoring(api: &Api, route: &str) -> Option<Value> {
+    match route {
+        "ping" => Some(json!({ "alive": true, "uptime": api.started.elapsed().as_secs_f64() })),
+        "lbheartbeat" | "heartbeat" => Some(json!({})),
+        "version" => Some(json!({
+            "source": "https://github.com/taskcluster/taskcluster",
+            "version": env!("CARGO_PKG_VERSION"),
+            "commit": option_env!("TCQ_GIT_COMMIT").unwrap_or("unknown"),
+            "build": "rust",
+        })),
+        _ => None,
     }
 }
 
