@@ -321,7 +321,7 @@ impl Queue {
     /// looked at since, satisfies every edge its resolution meets and clears the mark.
     /// Returns how many edges it satisfied.
     pub async fn resolve_dependents(&self, task_id: &str, now: Ts) -> ApiResult<usize> {
-        let Some((dep, _)) = self.load(task_id).await? else {
+        let Some((dep, version)) = self.load(task_id).await? else {
             return Ok(0);
         };
         let Some(due) = dep.dependents_due else {
@@ -366,6 +366,12 @@ impl Queue {
                 Some(c) => after = Some(c),
                 None => break,
             }
+        }
+        // Clear the mark on the record read above; only if the task changed meanwhile, re-read.
+        let mut cleared = dep.clone();
+        cleared.dependents_due = None;
+        if self.save(&cleared, version).await?.is_ok() {
+            return Ok(satisfied);
         }
         // A later resolution (after a rerun) marks it again with a newer time; keep that one.
         self.mutate(task_id, |r| {

@@ -251,3 +251,52 @@ async fn events_of_a_killed_publisher_arrive_after_restart() {
     let _ = second.wait();
     broker.cleanup().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn priority_changes_and_artifacts_reach_consumers() {
+    let broker = Broker::connect().await;
+    let app = server_publishing_to(amqp_url(&broker_addr()), &broker.prefix).await;
+    let q = app.queue();
+    let tq = task_queue_id();
+    let id = slugid();
+    let mine = broker.bind(&ALL, &format!("primary.{id}.#")).await;
+    q.createTask(&id, &task_def(&tq)).await.expect("create");
+    q.changeTaskPriority(&id, &json!({ "newPriority": "highest" }))
+        .await
+        .expect("changeTaskPriority");
+    claim_one(&app, &tq, "wg", "wi").await;
+    let reference = json!({
+        "storageType": "reference", "url": "https://example.com/log.txt",
+        "contentType": "text/plain", "expires": ts(3_600_000)
+    });
+    q.createArtifact(&id, "0", "public/log.txt", &reference)
+        .await
+        .expect("createArtifact");
+
+    let got = broker.take(&mine, 5, Duration::from_secs(20)).await;
+    let names: Vec<&str> = got.iter().map(|m| broker.short(m)).collect();
+    assert_eq!(
+        names,
+        [
+            "task-defined",
+            "task-pending",
+            "task-priority-changed",
+            "task-running",
+            "artifact-created"
+        ]
+    );
+    for m in &got {
+        let schema = format!("{}-message", broker.short(m));
+        if let Err(e) = shared::schema::check(&schema, &m.payload) {
+            panic!("{schema}: {e:?} in {m:#?}");
+        }
+    }
+    assert_eq!(got[2].payload["newPriority"], "highest");
+    assert_eq!(got[2].payload["oldPriority"], "lowest");
+    let artifact = &got[4];
+    assert_eq!(artifact.payload["artifact"]["name"], "public/log.txt");
+    assert_eq!(artifact.payload["artifact"]["storageType"], "reference");
+    let words: Vec<&str> = artifact.routing_key.split('.').collect();
+    assert_eq!(&words[1..5], [id.as_str(), "0", "wg", "wi"]);
+    broker.cleanup().await;
+}
