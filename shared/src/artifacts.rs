@@ -316,7 +316,9 @@ impl Queue {
                 cond,
             };
             let written = if art.announced() {
-                let run = rec.runs[run_id as usize].clone();
+                let run = rec.runs.get(run_id as usize).cloned().ok_or_else(|| {
+                    ApiError::input(format!("Task {task_id} has no run {run_id}"))
+                })?;
                 let mut extra = Map::new();
                 extra.insert("artifact".into(), art.metadata());
                 rec.emit("artifact-created", Some(&run), true, extra);

@@ -238,3 +238,41 @@ pub fn start_function(
     let started = Instant::now();
     (cmd.spawn().expect("spawn function"), started)
 }
+
+/// One call of an AWS JSON-protocol API on LocalStack (which does not check signatures):
+/// `target` is the `x-amz-target` (e.g. `secretsmanager.CreateSecret`), `service` the
+/// credential scope's service. Returns the reply body, or it as the error on a non-2xx status.
+pub async fn localstack_json(
+    service: &str,
+    json_version: &str,
+    target: &str,
+    body: Value,
+) -> Result<Value, String> {
+    let endpoint =
+        std::env::var("AWS_ENDPOINT_URL").unwrap_or_else(|_| "http://127.0.0.1:4566".into());
+    let res = reqwest::Client::new()
+        .post(endpoint)
+        .header(
+            "content-type",
+            format!("application/x-amz-json-{json_version}"),
+        )
+        .header("x-amz-target", target)
+        .header(
+            "authorization",
+            format!(
+                "AWS4-HMAC-SHA256 Credential=test/20261122/us-east-1/{service}/aws4_request, \
+                 SignedHeaders=host;x-amz-target, Signature=00"
+            ),
+        )
+        .body(body.to_string())
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let ok = res.status().is_success();
+    let v: Value = res.json().await.map_err(|e| e.to_string())?;
+    if ok {
+        Ok(v)
+    } else {
+        Err(v.to_string())
+    }
+}

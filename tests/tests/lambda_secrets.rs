@@ -1,30 +1,23 @@
 //! In AWS the functions read their access tokens from Secrets Manager: a function started
 //! with only the secrets' names (no tokens in its environment) authenticates the root client.
 //! Runs against LocalStack; skipped without it.
-use blackbox::runtime_api::{apigw_v2_event, localstack_tables, start_function, RuntimeApi};
+use blackbox::runtime_api::{
+    apigw_v2_event, localstack_json, localstack_tables, start_function, RuntimeApi,
+};
 use blackbox::*;
 use serde_json::{json, Value};
 use std::time::Duration;
 
 /// One Secrets Manager call (JSON protocol; LocalStack does not check signatures).
 async fn secretsmanager(op: &str, body: Value) -> Value {
-    let endpoint =
-        std::env::var("AWS_ENDPOINT_URL").unwrap_or_else(|_| "http://127.0.0.1:4566".into());
-    let res = reqwest::Client::new()
-        .post(endpoint)
-        .header("content-type", "application/x-amz-json-1.1")
-        .header("x-amz-target", format!("secretsmanager.{op}"))
-        .header(
-            "authorization",
-            "AWS4-HMAC-SHA256 Credential=test/20261122/us-east-1/secretsmanager/aws4_request, \
-             SignedHeaders=host;x-amz-target, Signature=00",
-        )
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("Secrets Manager reachable");
-    assert!(res.status().is_success(), "{op}: {}", res.status());
-    res.json().await.expect("JSON")
+    localstack_json(
+        "secretsmanager",
+        "1.1",
+        &format!("secretsmanager.{op}"),
+        body,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{op}: {e}"))
 }
 
 #[tokio::test]

@@ -3,7 +3,9 @@
 //! function, run through a Runtime API emulator with the stream's own records, publishes them
 //! to RabbitMQ with confirms and empties the outbox. Skipped unless LocalStack runs.
 use blackbox::amqp::{Broker, ALL};
-use blackbox::runtime_api::{apigw_v2_event, localstack_tables, start_function, RuntimeApi};
+use blackbox::runtime_api::{
+    apigw_v2_event, localstack_json, localstack_tables, start_function, RuntimeApi,
+};
 use blackbox::*;
 use serde_json::{json, Value};
 use shared::store::dynamodb;
@@ -14,32 +16,15 @@ fn localstack() -> bool {
     std::env::var("TCQ_LOCALSTACK").as_deref() == Ok("1")
 }
 
-fn endpoint() -> String {
-    std::env::var("AWS_ENDPOINT_URL").unwrap_or_else(|_| "http://127.0.0.1:4566".into())
-}
-
-/// One call of the DynamoDB Streams JSON API (LocalStack does not check signatures).
+/// One call of the DynamoDB Streams JSON API.
 async fn streams(op: &str, body: Value) -> Result<Value, String> {
-    let res = reqwest::Client::new()
-        .post(endpoint())
-        .header("content-type", "application/x-amz-json-1.0")
-        .header("x-amz-target", format!("DynamoDBStreams_20120810.{op}"))
-        .header(
-            "authorization",
-            "AWS4-HMAC-SHA256 Credential=test/20261122/us-east-1/dynamodb/aws4_request, \
-             SignedHeaders=host;x-amz-target, Signature=00",
-        )
-        .body(body.to_string())
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
-    let ok = res.status().is_success();
-    let v: Value = res.json().await.map_err(|e| e.to_string())?;
-    if ok {
-        Ok(v)
-    } else {
-        Err(v.to_string())
-    }
+    localstack_json(
+        "dynamodb",
+        "1.0",
+        &format!("DynamoDBStreams_20120810.{op}"),
+        body,
+    )
+    .await
 }
 
 /// A shard iterator from the start of the tasks table's stream, once the stream is active.
