@@ -1,5 +1,8 @@
-"""Creates the tables, indexes, TTL, queues and buckets declared in infra/resources.json.
-Idempotent: existing resources are left as they are."""
+"""Creates the tables, indexes, streams, TTL, queues and buckets declared in
+infra/resources.json, the declaration infra/template.yaml is generated from (tests/tests/infra.rs
+checks both), so LocalStack holds what a deployed stack holds. Tables and queues are named
+<prefix><name>, as the template names them <stack>-<name>. Idempotent: existing resources are
+left as they are."""
 import json
 import sys
 
@@ -51,8 +54,8 @@ def main(path, prefix):
             print(f"created table {name}")
     sqs = boto3.client("sqs")
     for q in spec.get("queues", []):
-        sqs.create_queue(QueueName=q["name"])
-        print(f"queue {q['name']}")
+        sqs.create_queue(QueueName=prefix + q["name"])
+        print(f"queue {prefix + q['name']}")
     s3 = boto3.client("s3")
     for b in spec.get("buckets", []):
         try:

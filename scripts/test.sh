@@ -2,8 +2,9 @@
 # The project's test command: brings up everything the tests need, then runs every test.
 # Usage: bash scripts/test.sh   (from the repo root, on a fresh machine with rustup, Python,
 # Java 17+ and npm; see localstack/localstack.sh for what it installs)
-#   1. unit tests, the store conformance suite and the black-box suite on the embedded backend
-#      (with RabbitMQ, started if needed, and the official Python client in a venv);
+#   1. cfn-lint on infra/template.yaml; unit tests, the store conformance suite and the
+#      black-box suite on the embedded backend (with RabbitMQ, started if needed, and the
+#      official Python client in a venv);
 #   2. LocalStack (host mode without Docker), then the whole black-box suite again with every
 #      server on DynamoDB, the conformance suite against DynamoDB, and real Lambda binaries
 #      run through a Runtime API emulator.
@@ -20,8 +21,11 @@ VENV="${TCQ_VENV:-target/py-venv}"
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
-"$VENV/bin/pip" install --quiet --disable-pip-version-check taskcluster
+"$VENV/bin/pip" install --quiet --disable-pip-version-check taskcluster cfn-lint
 export TCQ_PYTHON="$PWD/$VENV/bin/python"
+# The SAM template, offline: cfn-lint checks it against the CloudFormation and SAM specs (the
+# tests below check that it is the one generated from the code and resources.json).
+"$VENV/bin/cfn-lint" infra/template.yaml
 # RabbitMQ, for the tests that consume the queue's events from real exchanges.
 bash scripts/rabbitmq.sh
 cargo test --workspace --locked -- --test-threads="$THREADS"

@@ -107,9 +107,11 @@ pub async fn serve_auth() -> Result<(), Error> {
 }
 
 /// Converts a gateway request into the API's and back; `name` selects one queue endpoint,
-/// `None` the auth service. The path is taken raw (still percent-encoded) so that `%2F`
-/// inside a taskQueueId survives.
+/// `None` the auth service. The path is taken raw and made canonical (parameters encoded as
+/// the clients encode and sign them; see [`crate::multicall::gateway_path`]), so that `%2F`
+/// inside a taskQueueId survives a gateway that decodes it.
 pub async fn handle(api: &Api, name: Option<&str>, req: Request) -> Response<Body> {
+    let req = crate::multicall::canonical_request(req);
     let raw_path = req.raw_http_path().to_string();
     let (parts, body) = req.into_parts();
     let path = if raw_path.is_empty() {
@@ -153,6 +155,8 @@ pub enum Job {
     OutboxSweeper,
     /// Makes dependents of newly resolved tasks pending (one pass over the `resolved` index).
     DependencyResolver,
+    /// Deletes expired tasks, dependency edges and task groups.
+    ExpiryReaper,
 }
 
 /// The RabbitMQ sink configured by `TCQ_AMQP_URL`; it connects on first use and the
@@ -234,6 +238,7 @@ pub async fn serve_job(job: Job) -> Result<(), lambda_runtime::Error> {
                     (Job::DependencyResolver, _) => {
                         shared::reaper::dependencies(&queue, now).await?
                     }
+                    (Job::ExpiryReaper, _) => shared::reaper::expiry(&queue, now).await?,
                     (Job::OutboxSweeper, Some(sink)) => {
                         shared::reaper::outbox(&queue, sink.as_ref()).await?
                     }

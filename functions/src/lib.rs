@@ -3,6 +3,7 @@
 //! publisher on timers.
 
 pub mod lambda;
+pub mod multicall;
 
 use axum::body::Body;
 use axum::extract::State;
@@ -57,6 +58,9 @@ pub struct LocalConfig {
     /// Longest allowed task deadline, in days.
     #[arg(long, env = "TCQ_MAX_TASK_DEADLINE_DAYS", default_value_t = 5)]
     pub max_task_deadline_days: i64,
+    /// How long a task group outlives its longest-lived task, in milliseconds.
+    #[arg(long, env = "TCQ_GROUP_EXPIRY_EXTENSION_MS", default_value_t = shared::queue::GROUP_EXPIRY_EXTENSION_MS)]
+    pub group_expiry_extension_ms: i64,
     /// Prefix of every exchange name.
     #[arg(long, env = "TCQ_EXCHANGE_PREFIX", default_value = shared::routing::DEFAULT_EXCHANGE_PREFIX)]
     pub exchange_prefix: String,
@@ -105,7 +109,7 @@ pub struct LocalConfig {
     /// Base URL (a CDN) that replaces the public bucket's URL in downloads.
     #[arg(long, env = "TCQ_PUBLIC_ARTIFACT_BUCKET_CDN")]
     pub public_artifact_cdn: Option<String>,
-    /// How often the artifact expiry reaper runs, in milliseconds.
+    /// How often the expiry reapers (artifacts; tasks, edges and groups) run, in milliseconds.
     #[arg(
         long,
         env = "TCQ_ARTIFACT_REAPER_INTERVAL_MS",
@@ -199,6 +203,7 @@ impl LocalConfig {
             claim_timeout_ms: (self.claim_timeout_secs * 1000) as i64,
             claim_work_timeout_ms: self.claim_work_timeout_ms as i64,
             max_task_deadline_days: self.max_task_deadline_days,
+            group_expiry_extension_ms: self.group_expiry_extension_ms,
             exchange_prefix: self.exchange_prefix.clone(),
             ..QueueConfig::default()
         }
@@ -483,6 +488,11 @@ async fn artifact_reaper_loop(
         {
             Ok(n) if n > 0 => tracing::info!(deleted = n, "artifact expiry reaper"),
             Err(e) => tracing::warn!(error = %e, "artifact expiry reaper failed"),
+            _ => {}
+        }
+        match shared::reaper::expiry(&queue, Ts::now()).await {
+            Ok(n) if n > 0 => tracing::info!(deleted = n, "task expiry reaper"),
+            Err(e) => tracing::warn!(error = %e, "task expiry reaper failed"),
             _ => {}
         }
         tokio::select! {

@@ -24,7 +24,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::keys::{self, index};
 use crate::model::{RunState, TaskRecord};
 use crate::queue::{decode_token, encode_token, PageReq, Queue};
-use crate::store::{Cond, Item, SkRange, StoreError, WriteOp, MAX_TRANSACTION_ITEMS};
+use crate::store::{Cond, IndexEntry, Item, SkRange, StoreError, WriteOp, MAX_TRANSACTION_ITEMS};
 use crate::time::Ts;
 use futures_util::future::try_join_all;
 use serde_json::{json, Value};
@@ -99,16 +99,24 @@ fn edge_item(
     requires: Requires,
     satisfied: bool,
 ) -> Item {
-    Item::new(
-        dependency,
-        keys::sk_dependent(&dependent.task_id),
-        json!({
-            "requires": requires.as_str(),
-            "satisfied": satisfied,
-            "expires": dependent.expires,
-        }),
-        vec![],
-    )
+    let sk = keys::sk_dependent(&dependent.task_id);
+    let data = json!({
+        "requires": requires.as_str(),
+        "satisfied": satisfied,
+        "expires": dependent.expires,
+    });
+    let indexes = edge_indexes(dependency, &sk, &data);
+    Item::new(dependency, sk, data, indexes)
+}
+
+/// An edge expires with its dependent, whichever task's partition it sits in.
+fn edge_indexes(dependency: &str, sk: &str, data: &Value) -> Vec<IndexEntry> {
+    data["expires"]
+        .as_str()
+        .and_then(Ts::parse)
+        .map(|t| keys::task_expiry_entry(t, dependency, sk))
+        .into_iter()
+        .collect()
 }
 
 impl Queue {
@@ -290,10 +298,11 @@ impl Queue {
             rec.requirement_satisfied(now);
             let mut data = edge.data.clone();
             data["satisfied"] = json!(true);
+            let indexes = edge_indexes(dependency, &sk, &data);
             let ops = vec![
                 WriteOp::Put {
                     table: keys::TASKS,
-                    item: Item::new(dependency, sk.clone(), data, vec![]),
+                    item: Item::new(dependency, sk.clone(), data, indexes),
                     cond: Cond::Version(edge.version),
                 },
                 WriteOp::Put {
@@ -367,20 +376,10 @@ impl Queue {
                 None => break,
             }
         }
-        // Clear the mark on the record read above; only if the task changed meanwhile, re-read.
-        let mut cleared = dep.clone();
-        cleared.dependents_due = None;
-        if self.save(&cleared, version).await?.is_ok() {
-            return Ok(satisfied);
-        }
-        // A later resolution (after a rerun) marks it again with a newer time; keep that one.
-        self.mutate(task_id, |r| {
-            if r.dependents_due == Some(due) {
-                r.dependents_due = None;
-            }
-            Ok(())
-        })
-        .await?;
+        // Clear the mark on the record read above (re-read only if it changed meanwhile), and
+        // take the task off its group's unresolved count.
+        self.finish_resolution(task_id, dep, version, due, now)
+            .await?;
         Ok(satisfied)
     }
 

@@ -351,6 +351,7 @@ mod tests {
             outbox: vec![],
             unsatisfied: 0,
             dependents_due: None,
+            group_counted: false,
         };
         rec.start_first_run(Ts(0));
         rec.emit_created();

@@ -7,6 +7,7 @@
 //! | `tasks`       | dependencyId  | `dependent#<taskId>` | an edge: requires, satisfied, expires |
 //! | `task-groups` | taskGroupId   | `group`    | schedulerId, expires, sealed           |
 //! | `task-groups` | taskGroupId   | `task#<taskId>` | membership, for listTaskGroup     |
+//! | `task-groups` | taskGroupId   | `unresolved#<shard>` | a share of the unresolved-task count |
 //! | `auth`        | `clients`     | clientId   | a client of the auth API (with secret) |
 //! | `auth`        | `roles`       | roleId     | a role of the auth API                 |
 //!
@@ -23,6 +24,13 @@
 //! | `deadline` | `deadline#<shard>`    | `<deadline ms>:<taskId>`                   | task unresolved  |
 //! | `outbox`   | `outbox#<shard>`      | `<taskId>`                                 | events to deliver|
 //! | `resolved` | `resolved#<shard>`    | `<resolved ms>:<taskId>`                   | dependents unseen|
+//!
+//! Expiry indexes (written once with the item; the expiry job walks them with `sk <= now`):
+//!
+//! | index          | on                                  | pk                  | sk                     |
+//! |----------------|-------------------------------------|---------------------|------------------------|
+//! | `task-expiry`  | `tasks/def`, `tasks/dependent#<id>` | `task-expiry#<shard>` | `<expires ms>:<pk>:<sk>` |
+//! | `group-expiry` | `task-groups/group`                 | `group-expiry#<shard>` | `<expires ms>:<taskGroupId>` |
 //!
 //! Time-ordered partitions are sharded so that no single partition key is hot on DynamoDB;
 //! the reapers walk every shard with `sk <= now`.
@@ -79,6 +87,38 @@ pub mod index {
     pub const OUTBOX: &str = "outbox";
     /// Resolved tasks whose dependents have not been looked at yet.
     pub const RESOLVED: &str = "resolved";
+    /// Task definitions and dependency edges by `expires` (table [`super::TASKS`]).
+    pub const TASK_EXPIRY: &str = "task-expiry";
+    /// Task groups by `expires` (table [`super::TASK_GROUPS`]).
+    pub const GROUP_EXPIRY: &str = "group-expiry";
+}
+
+/// Sort-key prefix of the shares of a group's unresolved-task counter.
+pub const SK_UNRESOLVED_PREFIX: &str = "unresolved#";
+
+/// Sort key of the counter share that counts `task_id` while it is unresolved. The count is
+/// split over [`SHARDS`] items so that tasks created together in one group rarely contend.
+pub fn sk_unresolved(task_id: &str) -> String {
+    format!("{SK_UNRESOLVED_PREFIX}{}", shard_of(task_id))
+}
+
+/// The expiry entry of an item of [`TASKS`] that expires on its own (a definition, which
+/// takes its task's partition with it, or a dependency edge).
+pub fn task_expiry_entry(expires: Ts, pk: &str, sk: &str) -> IndexEntry {
+    IndexEntry {
+        index: index::TASK_EXPIRY,
+        pk: shard_pk(index::TASK_EXPIRY, shard_of(pk)),
+        sk: format!("{}:{pk}:{sk}", time_key(expires)),
+    }
+}
+
+/// The expiry entry of a task group item.
+pub fn group_expiry_entry(expires: Ts, task_group_id: &str) -> IndexEntry {
+    IndexEntry {
+        index: index::GROUP_EXPIRY,
+        pk: shard_pk(index::GROUP_EXPIRY, shard_of(task_group_id)),
+        sk: format!("{}:{task_group_id}", time_key(expires)),
+    }
 }
 
 /// Sort-key prefix of the member items in a group's partition of [`TASK_GROUPS`].

@@ -22,6 +22,7 @@ pub mod creds;
 pub mod deps;
 pub mod error;
 pub mod events;
+pub mod expiry;
 pub mod groups;
 pub mod ids;
 pub mod keys;

@@ -289,6 +289,11 @@ pub struct TaskRecord {
     /// dependency worker finds it through the `resolved` index and clears it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dependents_due: Option<Ts>,
+    /// True while the task counts towards its group's unresolved-task counter: set with the
+    /// increment (createTask, or a rerun of a resolved task), cleared with the decrement (the
+    /// dependency worker, after the task resolved).
+    #[serde(default)]
+    pub group_counted: bool,
 }
 
 /// What a claim hands to the worker.
@@ -399,6 +404,40 @@ impl TaskRecord {
         let run = self.push_run(RunState::Pending, ReasonCreated::Scheduled, now);
         self.emit_pending(&run);
         true
+    }
+
+    /// Sets the priority (the pending index entry follows it); no event, no checks. True if
+    /// it changed.
+    pub fn set_priority(&mut self, new: Priority) -> bool {
+        let changed = self.priority != new;
+        self.priority = new;
+        changed
+    }
+
+    /// Appends a task-group event (no CCs) to this task's outbox, which carries it to the
+    /// publisher like any other event of the task.
+    pub(crate) fn emit_group_event(&mut self, exchange: &str, payload: Map<String, Value>) {
+        let word = |k: &str, or: &str| {
+            payload
+                .get(k)
+                .and_then(Value::as_str)
+                .unwrap_or(or)
+                .to_string()
+        };
+        let routing_key = crate::routing::task_group_routing_key(
+            &word("taskGroupId", &self.task_group_id),
+            &word("schedulerId", &self.scheduler_id),
+        );
+        let mut body = Map::new();
+        body.insert("version".into(), json!(1));
+        body.extend(payload);
+        self.outbox.push(OutboxEvent {
+            id: new_slugid(),
+            exchange: exchange.to_string(),
+            routing_key,
+            cc: vec![],
+            payload: Value::Object(body),
+        });
     }
 
     /// Appends an event for this task, rendered from the current status.
@@ -750,7 +789,7 @@ impl TaskRecord {
             )));
         }
         let old = self.priority;
-        self.priority = new;
+        self.set_priority(new);
         let mut extra = Map::new();
         extra.insert("oldPriority".into(), json!(old.as_str()));
         extra.insert("newPriority".into(), json!(new.as_str()));
@@ -782,6 +821,7 @@ mod tests {
             outbox: vec![],
             unsatisfied: 0,
             dependents_due: None,
+            group_counted: false,
         }
     }
 

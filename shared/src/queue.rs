@@ -25,6 +25,8 @@ pub struct QueueConfig {
     pub claim_work_recheck_ms: i64,
     /// Longest allowed deadline, in days (5).
     pub max_task_deadline_days: i64,
+    /// How long a task group outlives its longest-lived task.
+    pub group_expiry_extension_ms: i64,
     /// Exchange name prefix.
     pub exchange_prefix: String,
 }
@@ -36,6 +38,7 @@ impl Default for QueueConfig {
             claim_work_timeout_ms: 20 * 1000,
             claim_work_recheck_ms: 5 * 1000,
             max_task_deadline_days: 5,
+            group_expiry_extension_ms: GROUP_EXPIRY_EXTENSION_MS,
             exchange_prefix: crate::routing::DEFAULT_EXCHANGE_PREFIX.to_string(),
         }
     }
@@ -43,8 +46,10 @@ impl Default for QueueConfig {
 
 /// Clock skew allowed on `created`, and on the deadline limit.
 const DRIFT_MS: i64 = 15 * MINUTE;
+/// Default for [`QueueConfig::group_expiry_extension_ms`]: an hour, as upstream.
+pub const GROUP_EXPIRY_EXTENSION_MS: i64 = 60 * MINUTE;
 /// Optimistic-concurrency attempts before giving up with 409.
-const MAX_ATTEMPTS: usize = 25;
+pub(crate) const MAX_ATTEMPTS: usize = 25;
 /// Page size limit of every list endpoint.
 pub const MAX_PAGE: usize = 1000;
 
@@ -209,6 +214,13 @@ impl Queue {
         Ok(def)
     }
 
+    /// Drops a definition from the cache (its task expired).
+    pub(crate) fn forget_def(&self, task_id: &str) {
+        if let Ok(mut cache) = self.defs.lock() {
+            cache.remove(task_id);
+        }
+    }
+
     pub(crate) fn status_item(rec: &TaskRecord) -> ApiResult<Item> {
         let data = serde_json::to_value(rec).map_err(ApiError::internal)?;
         Ok(Item::new(
@@ -277,7 +289,15 @@ impl Queue {
             if rec == before {
                 return Ok((rec, out));
             }
-            match self.save(&rec, version).await? {
+            // A rerun makes a resolved task unresolved again: its group counts it once more.
+            let mut ops = vec![];
+            if rec.is_unresolved() && !rec.group_counted {
+                rec.group_counted = true;
+                ops = self
+                    .count_unresolved_ops(&rec.task_group_id, task_id, false)
+                    .await?;
+            }
+            match self.save_with(&rec, version, ops).await? {
                 Ok(()) => {
                     return Ok((rec, out));
                 }
@@ -290,10 +310,12 @@ impl Queue {
         )))
     }
 
-    /// GET /task/<taskId>: the definition (with the current priority).
-    pub async fn task(&self, task_id: &TaskId) -> ApiResult<Value> {
+    /// GET /task/<taskId>: the definition (with the current priority). A task past its
+    /// `expires` is gone, even before the expiry job deletes it.
+    pub async fn task(&self, task_id: &TaskId, now: Ts) -> ApiResult<Value> {
         let def = self.load_def(task_id.as_str()).await?;
-        let Some(mut def) = def else {
+        let expired = |d: &Value| d["expires"].as_str().and_then(Ts::parse) <= Some(now);
+        let Some(mut def) = def.filter(|d| !expired(d)) else {
             return Err(ApiError::not_found(format!("Task {task_id} not found")));
         };
         if let Some((rec, _)) = self.load(task_id.as_str()).await? {
@@ -302,11 +324,11 @@ impl Queue {
         Ok(def)
     }
 
-    /// GET /task/<taskId>/status.
-    pub async fn status(&self, task_id: &TaskId) -> ApiResult<TaskRecord> {
+    /// GET /task/<taskId>/status; a task past its `expires` is gone.
+    pub async fn status(&self, task_id: &TaskId, now: Ts) -> ApiResult<TaskRecord> {
         match self.load(task_id.as_str()).await? {
-            Some((rec, _)) => Ok(rec),
-            None => Err(ApiError::not_found(format!("Task {task_id} not found"))),
+            Some((rec, _)) if rec.expires > now => Ok(rec),
+            _ => Err(ApiError::not_found(format!("Task {task_id} not found"))),
         }
     }
 
@@ -316,6 +338,7 @@ impl Queue {
         task_ids: &[String],
         page: &PageReq,
         statuses: bool,
+        now: Ts,
     ) -> ApiResult<(Vec<Value>, Option<String>)> {
         let start = match &page.token {
             Some(t) => decode_token(t)?
@@ -329,10 +352,10 @@ impl Queue {
         for id in task_ids.get(start..end).unwrap_or_default() {
             let Ok(tid) = TaskId::parse(id) else { continue };
             if statuses {
-                if let Some((rec, _)) = self.load(tid.as_str()).await? {
+                if let Ok(rec) = self.status(&tid, now).await {
                     out.push(json!({ "taskId": id, "status": rec.status_json() }));
                 }
-            } else if let Ok(def) = self.task(&tid).await {
+            } else if let Ok(def) = self.task(&tid, now).await {
                 out.push(json!({ "taskId": id, "task": def }));
             }
         }
@@ -354,13 +377,14 @@ impl Queue {
         let (rec, plan) = self.initial_record(task_id, &def, define_only, now).await?;
         for attempt in 0..MAX_ATTEMPTS {
             // Task group: schedulerId must agree and the group must not be sealed.
-            let group_op = self.group_op(&rec).await?;
+            let group_ops = self.group_ops(&rec, now).await?;
             let mut fresh = rec.clone();
             fresh.emit_created();
-            let ops = vec![
+            let expiry = keys::task_expiry_entry(rec.expires, task_id.as_str(), keys::SK_DEF);
+            let mut ops = vec![
                 WriteOp::Put {
                     table: keys::TASKS,
-                    item: Item::new(task_id.as_str(), keys::SK_DEF, def.clone(), vec![]),
+                    item: Item::new(task_id.as_str(), keys::SK_DEF, def.clone(), vec![expiry]),
                     cond: Cond::NotExists,
                 },
                 WriteOp::Put {
@@ -368,7 +392,6 @@ impl Queue {
                     item: Self::status_item(&fresh)?,
                     cond: Cond::NotExists,
                 },
-                group_op,
                 // Membership, so that listTaskGroup is one strongly consistent query.
                 WriteOp::Put {
                     table: keys::TASK_GROUPS,
@@ -381,6 +404,7 @@ impl Queue {
                     cond: Cond::None,
                 },
             ];
+            ops.extend(group_ops);
             match self.store.transact(ops).await {
                 Ok(()) => {
                     // A created item's first version is 1 (the store port's promise).
@@ -390,7 +414,7 @@ impl Queue {
                     }
                     self.write_edges(&fresh, &plan, now).await?;
                     // A dependency may have been met meanwhile: show the task as it is now.
-                    return self.status(task_id).await;
+                    return self.status(task_id, now).await;
                 }
                 // The definition exists: an idempotent repeat, or a conflict.
                 Err(StoreError::TransactionCancelled { reasons })
@@ -403,7 +427,7 @@ impl Queue {
                         }
                         // The first attempt may have stopped before its edges were written.
                         self.write_edges(&rec, &plan, now).await?;
-                        return self.status(task_id).await;
+                        return self.status(task_id, now).await;
                     }
                 }
                 // The group changed meanwhile (or the task vanished again): look again.
@@ -468,6 +492,7 @@ impl Queue {
             outbox: vec![],
             unsatisfied: 0,
             dependents_due: None,
+            group_counted: true,
         };
         let plan = self
             .plan_dependencies(task_id.as_str(), def, rec.deadline, now)
@@ -480,22 +505,43 @@ impl Queue {
         Ok((rec, plan))
     }
 
-    /// The task-group write that goes into the creating transaction.
-    async fn group_op(&self, rec: &TaskRecord) -> ApiResult<WriteOp> {
+    /// The task-group writes that go into the creating transaction: the group item (created,
+    /// its `expires` pushed later, or only checked) and one more unresolved task on its
+    /// counter. A group past its `expires` is gone: its id may be taken again, by any
+    /// schedulerId.
+    async fn group_ops(&self, rec: &TaskRecord, now: Ts) -> ApiResult<Vec<WriteOp>> {
         let gid = rec.task_group_id.as_str();
-        let wanted_expires = rec.expires.plus(60 * MINUTE);
-        let group = self
-            .store
-            .get(keys::TASK_GROUPS, gid, keys::SK_GROUP)
-            .await
-            .map_err(internal)?;
-        let Some(group) = group else {
-            let data = json!({ "taskGroupId": gid, "schedulerId": rec.scheduler_id, "expires": wanted_expires });
-            return Ok(WriteOp::Put {
-                table: keys::TASK_GROUPS,
-                item: Item::new(gid, keys::SK_GROUP, data, vec![]),
-                cond: Cond::NotExists,
-            });
+        let wanted_expires = rec.expires.plus(self.cfg.group_expiry_extension_ms);
+        // Both reads at once: they sit on createTask's critical path.
+        let (group, shares) = futures_util::future::join(
+            self.store.get(keys::TASK_GROUPS, gid, keys::SK_GROUP),
+            self.counter_shares(gid),
+        )
+        .await;
+        let group = group.map_err(internal)?;
+        let reuse = group
+            .as_ref()
+            .is_some_and(|g| g.data["expires"].as_str().and_then(Ts::parse) <= Some(now));
+        let mut ops = crate::groups::count_ops(&shares?, gid, rec.task_id.as_str(), reuse);
+        let fresh = json!({ "taskGroupId": gid, "schedulerId": rec.scheduler_id, "expires": wanted_expires });
+        let group = match group {
+            None => {
+                ops.push(WriteOp::Put {
+                    table: keys::TASK_GROUPS,
+                    item: crate::groups::group_item(gid, fresh),
+                    cond: Cond::NotExists,
+                });
+                return Ok(ops);
+            }
+            Some(g) if reuse => {
+                ops.push(WriteOp::Put {
+                    table: keys::TASK_GROUPS,
+                    item: crate::groups::group_item(gid, fresh),
+                    cond: Cond::Version(g.version),
+                });
+                return Ok(ops);
+            }
+            Some(g) => g,
         };
         let scheduler = group.data["schedulerId"].as_str().unwrap_or_default();
         if scheduler != rec.scheduler_id {
@@ -514,21 +560,23 @@ impl Queue {
             .as_str()
             .and_then(Ts::parse)
             .unwrap_or_default();
-        if expires < wanted_expires {
+        ops.push(if expires < wanted_expires {
             let mut data = group.data.clone();
             data["expires"] = json!(wanted_expires);
-            return Ok(WriteOp::Put {
+            WriteOp::Put {
                 table: keys::TASK_GROUPS,
-                item: Item::new(gid, keys::SK_GROUP, data, vec![]),
+                item: crate::groups::group_item(gid, data),
                 cond: Cond::Version(group.version),
-            });
-        }
-        Ok(WriteOp::Check {
-            table: keys::TASK_GROUPS,
-            pk: gid.to_string(),
-            sk: keys::SK_GROUP.to_string(),
-            cond: Cond::Version(group.version),
-        })
+            }
+        } else {
+            WriteOp::Check {
+                table: keys::TASK_GROUPS,
+                pk: gid.to_string(),
+                sk: keys::SK_GROUP.to_string(),
+                cond: Cond::Version(group.version),
+            }
+        });
+        Ok(ops)
     }
 
     /// scheduleTask.
@@ -880,6 +928,17 @@ impl Queue {
         now: Ts,
         batch: usize,
     ) -> ApiResult<Vec<Item>> {
+        self.due_in(keys::TASKS, idx, now, batch).await
+    }
+
+    /// [`Self::due`] for an index of any table.
+    pub(crate) async fn due_in(
+        &self,
+        table: &'static str,
+        idx: &'static str,
+        now: Ts,
+        batch: usize,
+    ) -> ApiResult<Vec<Item>> {
         let mut out = Vec::new();
         for shard in 0..SHARDS {
             let range = SkRange {
@@ -889,7 +948,7 @@ impl Queue {
             let pk = keys::shard_pk(idx, shard);
             let page = self
                 .store
-                .query_index(keys::TASKS, idx, &pk, &range, None, batch)
+                .query_index(table, idx, &pk, &range, None, batch)
                 .await
                 .map_err(internal)?;
             out.extend(page.items);

@@ -34,6 +34,14 @@ pub async fn dependencies(queue: &Queue, now: Ts) -> Result<usize, String> {
         .map_err(|e| e.to_string())
 }
 
+/// One pass of the expiry job: deletes expired tasks, dependency edges and task groups.
+pub async fn expiry(queue: &Queue, now: Ts) -> Result<usize, String> {
+    queue
+        .expire_once(now, BATCH)
+        .await
+        .map_err(|e| e.to_string())
+}
+
 /// Delivers the events of the tasks this process just wrote (the fast path; the full pass
 /// below remains the safety net for anything else).
 pub async fn outbox_recent(queue: &Queue, sink: &dyn EventSink) -> Result<usize, String> {

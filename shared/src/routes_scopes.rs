@@ -147,6 +147,27 @@ pub fn list_task_group(task_group_id: &str) -> ScopeExpr {
     s(format!("queue:list-task-group:{task_group_id}"))
 }
 
+/// sealTaskGroup: `queue:seal-task-group:<schedulerId>/<taskGroupId>`.
+pub fn seal_task_group(scheduler_id: &str, task_group_id: &str) -> ScopeExpr {
+    s(format!(
+        "queue:seal-task-group:{scheduler_id}/{task_group_id}"
+    ))
+}
+
+/// cancelTaskGroup: `queue:cancel-task-group:<schedulerId>/<taskGroupId>`.
+pub fn cancel_task_group(scheduler_id: &str, task_group_id: &str) -> ScopeExpr {
+    s(format!(
+        "queue:cancel-task-group:{scheduler_id}/{task_group_id}"
+    ))
+}
+
+/// changeTaskGroupPriority: `queue:change-task-group-priority:<schedulerId>/<taskGroupId>`.
+pub fn change_task_group_priority(scheduler_id: &str, task_group_id: &str) -> ScopeExpr {
+    s(format!(
+        "queue:change-task-group-priority:{scheduler_id}/{task_group_id}"
+    ))
+}
+
 /// listDependentTasks: `queue:list-dependent-tasks:<taskId>`.
 pub fn list_dependents(task_id: &str) -> ScopeExpr {
     s(format!("queue:list-dependent-tasks:{task_id}"))

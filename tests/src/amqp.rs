@@ -70,6 +70,55 @@ impl Broker {
         }
     }
 
+    /// A consumer for exchanges that already exist under `prefix` (after a reconnect).
+    pub async fn with_prefix(prefix: &str) -> Broker {
+        let conn = Connection::connect(&amqp_url(&broker_addr()), ConnectionProperties::default())
+            .await
+            .expect("RabbitMQ reachable");
+        let ch = conn.create_channel().await.expect("channel");
+        Broker {
+            _conn: conn,
+            ch,
+            prefix: prefix.to_string(),
+        }
+    }
+
+    /// A durable queue named `name` (it outlives this connection and a broker restart),
+    /// bound to `exchanges` with `pattern`.
+    pub async fn bind_durable(&self, exchanges: &[&str], pattern: &str, name: &str) {
+        self.ch
+            .queue_declare(
+                ShortString::from(name),
+                QueueDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .expect("declare queue");
+        for short in exchanges {
+            self.ch
+                .queue_bind(
+                    ShortString::from(name),
+                    ShortString::from(format!("{}{short}", self.prefix)),
+                    ShortString::from(pattern),
+                    QueueBindOptions::default(),
+                    FieldTable::default(),
+                )
+                .await
+                .expect("bind");
+        }
+    }
+
+    /// Deletes a queue made by [`Broker::bind_durable`].
+    pub async fn delete_queue(&self, name: &str) {
+        let _ = self
+            .ch
+            .queue_delete(ShortString::from(name), Default::default())
+            .await;
+    }
+
     /// A server queue bound to `exchanges` with `pattern`; returns its name.
     pub async fn bind(&self, exchanges: &[&str], pattern: &str) -> String {
         let q = self

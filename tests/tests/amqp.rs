@@ -57,7 +57,20 @@ async fn bound_consumers_see_every_transition() {
     q.createTask(&c, &task_def(&tq)).await.expect("create c");
     q.cancelTask(&c).await.expect("cancel c");
 
-    let got = broker.take(&everything, 11, Duration::from_secs(20)).await;
+    // 11 task messages, and one task-group-resolved per group (each task is its own group).
+    let got = broker.take(&everything, 14, Duration::from_secs(20)).await;
+    let mut resolved_groups: Vec<String> = got
+        .iter()
+        .filter(|m| broker.short(m) == "task-group-resolved")
+        .map(|m| m.routing_key.clone())
+        .collect();
+    resolved_groups.sort();
+    let mut expected_groups: Vec<String> = [&a, &b, &c]
+        .iter()
+        .map(|id| format!("primary.{id}.-._"))
+        .collect();
+    expected_groups.sort();
+    assert_eq!(resolved_groups, expected_groups);
     let seen = |id: &str| -> Vec<(String, String)> {
         got.iter()
             .filter(|m| m.payload["status"]["taskId"] == id)
@@ -171,8 +184,14 @@ async fn events_wait_out_a_broker_outage_and_api_calls_keep_working() {
         "nothing can arrive while the broker is unreachable"
     );
     relay.set(true);
-    // 3 × (defined, pending) + running + completed.
-    let got = broker.take(&all, 8, Duration::from_secs(30)).await;
+    // 3 × (defined, pending) + running + completed, and the completed task's group resolved.
+    let got = broker.take(&all, 9, Duration::from_secs(30)).await;
+    let groups: Vec<&str> = got
+        .iter()
+        .filter(|m| broker.short(m) == "task-group-resolved")
+        .filter_map(|m| m.payload["taskGroupId"].as_str())
+        .collect();
+    assert_eq!(groups, vec![claimed_id]);
     for id in &ids {
         let names: Vec<&str> = got
             .iter()
@@ -298,5 +317,69 @@ async fn priority_changes_and_artifacts_reach_consumers() {
     assert_eq!(artifact.payload["artifact"]["storageType"], "reference");
     let words: Vec<&str> = artifact.routing_key.split('.').collect();
     assert_eq!(&words[1..5], [id.as_str(), "0", "wg", "wi"]);
+    broker.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_group_messages_reach_consumers() {
+    let broker = Broker::connect().await;
+    let app = server_publishing_to(amqp_url(&broker_addr()), &broker.prefix).await;
+    let q = app.queue();
+    let tq = task_queue_id();
+    let group = slugid();
+    let groups = broker
+        .bind(
+            &[
+                "task-group-priority-changed",
+                "task-group-sealed",
+                "task-group-resolved",
+            ],
+            &format!("primary.{group}.#"),
+        )
+        .await;
+    let in_group = def_with(&tq, json!({ "taskGroupId": group, "routes": ["r.one"] }));
+    for _ in 0..2 {
+        create(&app, &in_group).await;
+    }
+    q.changeTaskGroupPriority(&group, &json!({ "newPriority": "high" }))
+        .await
+        .expect("changeTaskGroupPriority");
+    q.sealTaskGroup(&group).await.expect("seal");
+    q.cancelTaskGroup(&group).await.expect("cancel");
+    let mut got = broker.take(&groups, 3, Duration::from_secs(20)).await;
+    // Order holds per task; these travel in different tasks' outboxes.
+    let rank = |m: &Msg| match broker.short(m) {
+        "task-group-priority-changed" => 0,
+        "task-group-sealed" => 1,
+        "task-group-resolved" => 2,
+        other => panic!("unexpected {other}"),
+    };
+    got.sort_by_key(|m| rank(m));
+    let names: Vec<&str> = got.iter().map(|m| broker.short(m)).collect();
+    assert_eq!(
+        names,
+        [
+            "task-group-priority-changed",
+            "task-group-sealed",
+            "task-group-resolved"
+        ]
+    );
+    for m in &got {
+        assert_eq!(m.routing_key, format!("primary.{group}.-._"));
+        assert!(m.cc.is_empty(), "group messages carry no CCs: {m:?}");
+        assert!(m.persistent);
+        assert_eq!(m.content_type, "application/json");
+        assert_eq!(m.payload["taskGroupId"], group.as_str());
+        assert_eq!(m.payload["schedulerId"], "-");
+        shared::schema::check(&format!("{}-message", broker.short(m)), &m.payload).unwrap();
+    }
+    assert_eq!(got[0].payload["tasksAffected"], 2);
+    assert_eq!(got[0].payload["newPriority"], "high");
+    assert!(got[1].payload["sealed"].is_string());
+    assert_eq!(got[2].payload["sealed"], got[1].payload["sealed"]);
+    assert!(broker
+        .rest(&groups, Duration::from_millis(500))
+        .await
+        .is_empty());
     broker.cleanup().await;
 }

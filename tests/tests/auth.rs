@@ -629,6 +629,9 @@ enum Ep {
     ListDependents(String),
     GetTaskGroup(String),
     ListTaskGroup(String),
+    SealTaskGroup(String),
+    CancelTaskGroup(String),
+    ChangeTaskGroupPriority(String),
 }
 
 /// Calls `ep` as `creds`; the HTTP status of the failure, or `None` on success.
@@ -685,6 +688,12 @@ async fn call(app: &TestServer, creds: &Credentials, ep: &Ep) -> Option<u16> {
         Ep::ListDependents(id) => q.listDependentTasks(id, None, None).await,
         Ep::GetTaskGroup(id) => q.getTaskGroup(id).await,
         Ep::ListTaskGroup(id) => q.listTaskGroup(id, None, None).await,
+        Ep::SealTaskGroup(id) => q.sealTaskGroup(id).await,
+        Ep::CancelTaskGroup(id) => q.cancelTaskGroup(id).await,
+        Ep::ChangeTaskGroupPriority(id) => {
+            q.changeTaskGroupPriority(id, &json!({ "newPriority": "high" }))
+                .await
+        }
     };
     r.err().map(|e| status_of(&e).unwrap_or(0))
 }
@@ -845,6 +854,33 @@ async fn every_queue_endpoint_requires_exactly_its_scopes() {
             make(group.clone()),
             vec![format!("queue:list-task-group:{group}")],
         ));
+    }
+
+    // The group operations name the group's schedulerId (`-`); cancel needs a sealed group.
+    let sealed = pending().await;
+    app.queue().sealTaskGroup(&sealed).await.unwrap();
+    for (name, make, group, what) in [
+        (
+            "sealTaskGroup",
+            Ep::SealTaskGroup as fn(String) -> Ep,
+            pending().await,
+            "seal-task-group",
+        ),
+        (
+            "cancelTaskGroup",
+            Ep::CancelTaskGroup,
+            sealed,
+            "cancel-task-group",
+        ),
+        (
+            "changeTaskGroupPriority",
+            Ep::ChangeTaskGroupPriority,
+            pending().await,
+            "change-task-group-priority",
+        ),
+    ] {
+        let scopes = vec![format!("queue:{what}:-/{group}")];
+        cases.push((name, make(group), scopes));
     }
 
     for (name, ep, scopes) in &cases {

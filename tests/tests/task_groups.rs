@@ -1,10 +1,13 @@
-//! Task groups: getTaskGroup, listTaskGroup (stable pagination), schedulerId consistency.
+//! Task groups: getTaskGroup, listTaskGroup (stable pagination), schedulerId consistency,
+//! sealTaskGroup, cancelTaskGroup, changeTaskGroupPriority and task-group-resolved.
 mod common;
 
 use blackbox::*;
 use common::*;
 use serde_json::{json, Value};
+use shared::events::Event;
 use std::collections::HashSet;
+use std::time::Duration;
 
 fn in_group(tq: &str, group: &str) -> Value {
     def_with(tq, json!({ "taskGroupId": group }))
@@ -147,4 +150,317 @@ async fn a_group_keeps_its_scheduler_id() {
     let other = def_with(&tq, json!({ "taskGroupId": group, "schedulerId": "other" }));
     assert_eq!(err_status(q.createTask(&slugid(), &other).await), 409);
     assert_eq!(members(&app, &group, None).await.len(), 1);
+}
+
+/// A root client narrowed to `scopes` with authorizedScopes.
+fn scoped(app: &TestServer, scopes: &[String]) -> taskcluster::Queue {
+    taskcluster::Queue::new(
+        builder(&app.root_url(), Some(root_credentials())).authorized_scopes(scopes.to_vec()),
+    )
+    .unwrap()
+}
+
+/// Recorded events of one exchange about one group.
+fn group_events(app: &TestServer, group: &str, short: &str) -> Vec<Event> {
+    app.events()
+        .into_iter()
+        .filter(|e| short_name(e) == short && e.payload["taskGroupId"] == group)
+        .collect()
+}
+
+/// Waits for at least `n` such events.
+async fn wait_group_events(app: &TestServer, group: &str, short: &str, n: usize) -> Vec<Event> {
+    poll(
+        Duration::from_secs(15),
+        &format!("{n} {short} event(s) for group {group}"),
+        || async {
+            let got = group_events(app, group, short);
+            (got.len() >= n).then_some(got)
+        },
+    )
+    .await
+}
+
+/// Asserts a group message's routing and body.
+fn assert_group_message(e: &Event, group: &str, short: &str) {
+    assert_eq!(e.routing_key, format!("primary.{group}.-._"));
+    assert!(e.cc.is_empty(), "group messages have no CCs: {:?}", e.cc);
+    assert_eq!(e.payload["version"], 1);
+    assert_eq!(e.payload["schedulerId"], "-");
+    shared::schema::check(&format!("{short}-message"), &e.payload).unwrap();
+}
+
+async fn claim_and_complete(app: &TestServer, id: &str) {
+    app.queue()
+        .claimTask(id, "0", &claimer("g", "w"))
+        .await
+        .unwrap_or_else(|e| panic!("claimTask({id}) failed: {e:#}"));
+    complete(app, id, 0).await;
+}
+
+#[tokio::test]
+async fn sealing_stops_new_tasks_and_is_published_on_every_call() {
+    let app = spawn_app().await;
+    let q = app.queue();
+    let tq = task_queue_id();
+    let group = slugid();
+    assert_eq!(err_status(q.sealTaskGroup(&group).await), 404);
+    let first = create(&app, &in_group(&tq, &group)).await;
+
+    let wrong = scoped(&app, &[format!("queue:seal-task-group:other/{group}")]);
+    assert_eq!(err_status(wrong.sealTaskGroup(&group).await), 403);
+    let right = scoped(&app, &[format!("queue:seal-task-group:-/{group}")]);
+    let sealed = right.sealTaskGroup(&group).await.unwrap();
+    shared::schema::check("task-group-response", &sealed).unwrap();
+    assert_eq!(sealed["taskGroupId"], group.as_str());
+    let at = sealed["sealed"].as_str().expect("sealed time").to_string();
+    let again = q.sealTaskGroup(&group).await.unwrap();
+    assert_eq!(
+        again["sealed"],
+        at.as_str(),
+        "a repeat keeps the first time"
+    );
+    assert_eq!(q.getTaskGroup(&group).await.unwrap()["sealed"], at.as_str());
+
+    // No task joins a sealed group, not even an identical repeat.
+    assert_eq!(
+        err_status(q.createTask(&slugid(), &in_group(&tq, &group)).await),
+        409
+    );
+    assert_eq!(members(&app, &group, None).await, vec![first]);
+
+    let events = wait_group_events(&app, &group, "task-group-sealed", 2).await;
+    for e in &events {
+        assert_group_message(e, &group, "task-group-sealed");
+        assert_eq!(e.payload["sealed"], at.as_str());
+    }
+}
+
+#[tokio::test]
+async fn cancelling_a_sealed_group_cancels_each_unresolved_task_once() {
+    let app = spawn_app().await;
+    let q = app.queue();
+    let tq = task_queue_id();
+    let group = slugid();
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        ids.push(create(&app, &in_group(&tq, &group)).await);
+    }
+    // Unsealed: 409, and that is checked before the caller's scopes.
+    assert_eq!(err_status(q.cancelTaskGroup(&group).await), 409);
+    assert_eq!(
+        err_status(app.queue_as(None).cancelTaskGroup(&group).await),
+        409
+    );
+    assert_eq!(err_status(q.cancelTaskGroup(&slugid()).await), 404);
+    q.sealTaskGroup(&group).await.unwrap();
+    assert_eq!(
+        err_status(app.queue_as(None).cancelTaskGroup(&group).await),
+        403
+    );
+
+    let who = scoped(&app, &[format!("queue:cancel-task-group:-/{group}")]);
+    let r = who.cancelTaskGroup(&group).await.unwrap();
+    shared::schema::check("cancel-task-group-response", &r).unwrap();
+    assert_eq!(r["taskGroupSize"], 5);
+    assert_eq!(r["cancelledCount"], 5);
+    let mut got: Vec<String> = r["taskIds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    got.sort();
+    ids.sort();
+    assert_eq!(got, ids);
+    for id in &ids {
+        let s = status(&app, id).await;
+        assert_eq!(s["state"], "exception");
+        assert_eq!(s["runs"][0]["reasonResolved"], "canceled");
+        wait_events(&app, id, "task-exception", Some(0), 1).await;
+    }
+    let second = q.cancelTaskGroup(&group).await.unwrap();
+    assert_eq!(
+        (
+            second["taskGroupSize"].clone(),
+            second["cancelledCount"].clone()
+        ),
+        (json!(5), json!(0))
+    );
+}
+
+#[tokio::test]
+async fn cancelling_a_group_leaves_resolved_tasks_alone() {
+    let app = spawn_app().await;
+    let q = app.queue();
+    let tq = task_queue_id();
+    let group = slugid();
+    let done = create(&app, &in_group(&tq, &group)).await;
+    let others = [
+        create(&app, &in_group(&tq, &group)).await,
+        create(&app, &in_group(&tq, &group)).await,
+    ];
+    q.cancelTask(&done).await.unwrap();
+    q.sealTaskGroup(&group).await.unwrap();
+    let r = q.cancelTaskGroup(&group).await.unwrap();
+    assert_eq!(r["taskGroupSize"], 3);
+    assert_eq!(r["cancelledCount"], 2);
+    let got: HashSet<&str> = r["taskIds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(got, others.iter().map(String::as_str).collect());
+}
+
+#[tokio::test]
+async fn changing_a_group_priority_changes_every_unresolved_task() {
+    let app = spawn_app().await;
+    let q = app.queue();
+    let tq = task_queue_id();
+    let group = slugid();
+    let done = create(&app, &in_group(&tq, &group)).await;
+    claim_and_complete(&app, &done).await;
+    let open = [
+        create(&app, &in_group(&tq, &group)).await,
+        create(&app, &in_group(&tq, &group)).await,
+    ];
+    let body = json!({ "newPriority": "highest" });
+    assert_eq!(
+        err_status(
+            app.queue_as(None)
+                .changeTaskGroupPriority(&group, &body)
+                .await
+        ),
+        403
+    );
+    assert_eq!(
+        err_status(q.changeTaskGroupPriority(&slugid(), &body).await),
+        404
+    );
+    assert_eq!(
+        err_status(
+            q.changeTaskGroupPriority(&group, &json!({ "newPriority": "urgent" }))
+                .await
+        ),
+        400
+    );
+    let who = scoped(
+        &app,
+        &[format!("queue:change-task-group-priority:-/{group}")],
+    );
+    let r = who.changeTaskGroupPriority(&group, &body).await.unwrap();
+    shared::schema::check("task-group-priority-change-response", &r).unwrap();
+    assert_eq!(r["tasksAffected"], 2);
+    assert_eq!(r["newPriority"], "highest");
+    let got: HashSet<&str> = r["taskIds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(got, open.iter().map(String::as_str).collect());
+    for id in &open {
+        assert_eq!(status(&app, id).await["priority"], "highest");
+        assert_eq!(q.task(id).await.unwrap()["priority"], "highest");
+    }
+    assert_eq!(status(&app, &done).await["priority"], "lowest");
+    // The pending index follows: a claim now takes them as highest-priority work.
+    let listed = q.listPendingTasks(&tq, None, None).await.unwrap();
+    assert_eq!(listed["tasks"].as_array().unwrap().len(), 2);
+
+    let e = &wait_group_events(&app, &group, "task-group-priority-changed", 1).await[0];
+    assert_group_message(e, &group, "task-group-priority-changed");
+    assert_eq!(e.payload["tasksAffected"], 2);
+    assert_eq!(e.payload["newPriority"], "highest");
+}
+
+#[tokio::test]
+async fn a_group_is_announced_resolved_when_its_last_task_resolves_and_again_after_more() {
+    let app = spawn_app().await;
+    let tq = task_queue_id();
+    let group = slugid();
+    let a = create(&app, &in_group(&tq, &group)).await;
+    let b = create(&app, &in_group(&tq, &group)).await;
+    claim_and_complete(&app, &a).await;
+    wait_events(&app, &a, "task-completed", Some(0), 1).await;
+    // One task is still pending: the group is not resolved (give the worker time to act).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(group_events(&app, &group, "task-group-resolved").is_empty());
+
+    claim_and_complete(&app, &b).await;
+    let e = wait_group_events(&app, &group, "task-group-resolved", 1).await;
+    assert_group_message(&e[0], &group, "task-group-resolved");
+
+    // A task added later reopens the group; its resolution announces it again.
+    let c = create(&app, &in_group(&tq, &group)).await;
+    app.queue().cancelTask(&c).await.unwrap();
+    wait_group_events(&app, &group, "task-group-resolved", 2).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        group_events(&app, &group, "task-group-resolved").len(),
+        2,
+        "exactly once per time it resolved"
+    );
+}
+
+#[tokio::test]
+async fn a_rerun_reopens_a_resolved_group() {
+    let app = spawn_app().await;
+    let tq = task_queue_id();
+    let group = slugid();
+    let a = create(&app, &in_group(&tq, &group)).await;
+    claim_and_complete(&app, &a).await;
+    wait_group_events(&app, &group, "task-group-resolved", 1).await;
+    app.queue().rerunTask(&a).await.unwrap();
+    let b = create(&app, &in_group(&tq, &group)).await;
+    claim_and_complete(&app, &b).await;
+    // `a` runs again: the group stays open until its new run resolves.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(group_events(&app, &group, "task-group-resolved").len(), 1);
+    app.queue()
+        .claimTask(&a, "1", &claimer("g", "w"))
+        .await
+        .unwrap();
+    complete(&app, &a, 1).await;
+    wait_group_events(&app, &group, "task-group-resolved", 2).await;
+}
+
+#[tokio::test]
+async fn a_pending_task_past_its_deadline_resolves_its_group() {
+    let app = spawn_app().await;
+    let tq = task_queue_id();
+    let group = slugid();
+    let mut def = short_deadline_def(&tq, 1_000);
+    def["taskGroupId"] = json!(group);
+    let id = create(&app, &def).await;
+    let e = wait_group_events(&app, &group, "task-group-resolved", 1).await;
+    assert_group_message(&e[0], &group, "task-group-resolved");
+    assert_eq!(
+        status(&app, &id).await["runs"][0]["reasonResolved"],
+        "deadline-exceeded"
+    );
+    assert_eq!(
+        app.queue().pendingTasks(&tq).await.unwrap()["pendingTasks"],
+        0
+    );
+}
+
+#[tokio::test]
+async fn many_tasks_resolving_at_once_announce_their_group_once() {
+    let app = spawn_app().await;
+    let tq = task_queue_id();
+    let group = slugid();
+    let mut ids = Vec::new();
+    for _ in 0..24 {
+        ids.push(create(&app, &in_group(&tq, &group)).await);
+    }
+    futures_util::future::join_all(ids.iter().map(|id| async {
+        app.queue().cancelTask(id).await.unwrap();
+    }))
+    .await;
+    wait_group_events(&app, &group, "task-group-resolved", 1).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(group_events(&app, &group, "task-group-resolved").len(), 1);
 }

@@ -54,18 +54,18 @@ pub(super) async fn dispatch(api: &Api, route: &Route, call: Call) -> Reply {
         "task" => {
             let id = task_id(&call)?;
             call.caller.authorize(&get_task(id.as_str()))?;
-            ok(q.task(&id).await?)
+            ok(q.task(&id, call.now).await?)
         }
         "status" => {
             let id = task_id(&call)?;
             call.caller.authorize(&status(id.as_str()))?;
-            status_reply(&q.status(&id).await?)
+            status_reply(&q.status(&id, call.now).await?)
         }
         "tasks" | "statuses" => {
             let ids = string_list(&call.body["taskIds"]);
             let statuses = route.name == "statuses";
             call.caller.authorize(&many(&ids, statuses))?;
-            let (items, token) = q.many(&ids, &call.page()?, statuses).await?;
+            let (items, token) = q.many(&ids, &call.page()?, statuses, call.now).await?;
             let key = if statuses { "statuses" } else { "tasks" };
             ok(with_token(json!({ key: items }), token))
         }
@@ -81,7 +81,7 @@ pub(super) async fn dispatch(api: &Api, route: &Route, call: Call) -> Reply {
         "scheduleTask" | "rerunTask" | "cancelTask" => {
             let id = task_id(&call)?;
             // Upstream needs the task's schedulerId/projectId for the scopes: 404 comes first.
-            let rec = q.status(&id).await?;
+            let rec = q.status(&id, call.now).await?;
             let verb = match route.name {
                 "scheduleTask" => "schedule",
                 "rerunTask" => "rerun",
@@ -100,7 +100,7 @@ pub(super) async fn dispatch(api: &Api, route: &Route, call: Call) -> Reply {
             let p = Priority::parse(body_str(&call, "newPriority")).ok_or_else(|| {
                 ApiError::input(format!("unknown priority {:?}", call.body["newPriority"]))
             })?;
-            let rec = q.status(&id).await?;
+            let rec = q.status(&id, call.now).await?;
             call.caller
                 .authorize(&change_priority(id.as_str(), &rec.task_queue_id))?;
             status_reply(&q.change_priority(&id, p, call.now).await?)
@@ -116,7 +116,7 @@ pub(super) async fn dispatch(api: &Api, route: &Route, call: Call) -> Reply {
         "claimTask" => {
             let (id, run) = (task_id(&call)?, run_id(&call)?);
             let (wg, wid) = (body_str(&call, "workerGroup"), body_str(&call, "workerId"));
-            let rec = q.status(&id).await?;
+            let rec = q.status(&id, call.now).await?;
             call.caller
                 .authorize(&claim_task(&rec.task_queue_id, wg, wid))?;
             ok(q.claim_task(&id, run, wg, wid, call.now).await?.to_json())
@@ -201,6 +201,36 @@ pub(super) async fn dispatch(api: &Api, route: &Route, call: Call) -> Reply {
                 .list_task_group(gid.as_str(), &call.page()?, call.now)
                 .await?;
             ok(with_token(v, token))
+        }
+        "sealTaskGroup" | "cancelTaskGroup" | "changeTaskGroupPriority" => {
+            let gid = TaskId::parse(call.param("taskGroupId"))?;
+            let group = q.group_or_404(gid.as_str(), call.now).await?;
+            let scheduler = group.data["schedulerId"].as_str().unwrap_or_default();
+            let gid = gid.as_str();
+            match route.name {
+                "sealTaskGroup" => {
+                    call.caller.authorize(&seal_task_group(scheduler, gid))?;
+                    ok(q.seal_task_group(gid, call.now).await?)
+                }
+                "cancelTaskGroup" => {
+                    // Upstream answers 409 for an unsealed group before it checks scopes.
+                    if group.data.get("sealed").is_none_or(Value::is_null) {
+                        return Err(ApiError::conflict(format!(
+                            "Task group {gid} is not sealed; seal it before cancelling it"
+                        )));
+                    }
+                    call.caller.authorize(&cancel_task_group(scheduler, gid))?;
+                    ok(q.cancel_task_group(gid, call.now).await?)
+                }
+                _ => {
+                    let p = Priority::parse(body_str(&call, "newPriority")).ok_or_else(|| {
+                        ApiError::input(format!("unknown priority {:?}", call.body["newPriority"]))
+                    })?;
+                    call.caller
+                        .authorize(&change_task_group_priority(scheduler, gid))?;
+                    ok(q.change_task_group_priority(gid, p, call.now).await?)
+                }
+            }
         }
         other => Err(ApiError::internal(format!("route {other} has no handler"))),
     }

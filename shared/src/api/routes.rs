@@ -194,6 +194,27 @@ pub static ROUTES: &[Route] = &[
         None,
         Some("list-task-group-response")
     ),
+    route!(
+        "sealTaskGroup",
+        POST,
+        "/task-group/<taskGroupId>/seal",
+        None,
+        Some("task-group-response")
+    ),
+    route!(
+        "cancelTaskGroup",
+        POST,
+        "/task-group/<taskGroupId>/cancel",
+        None,
+        Some("cancel-task-group-response")
+    ),
+    route!(
+        "changeTaskGroupPriority",
+        POST,
+        "/task-group/<taskGroupId>/priority",
+        Some("change-task-priority-request"),
+        Some("task-group-priority-change-response")
+    ),
     // Artifacts (handlers in artifact_handlers.rs).
     route!(
         "createArtifact",

@@ -1,0 +1,203 @@
+//! Expiry: deletes tasks, dependency edges and task groups once their `expires` has passed.
+//!
+//! Reads already treat anything past `expires` as gone; this job reclaims the space. It finds
+//! work through the `task-expiry` and `group-expiry` indexes (written with the items), and
+//! every step is safe to repeat: a task's definition, which holds its index entry, is deleted
+//! last, so a pass that dies half-way is finished by the next one. A task whose outbox still
+//! holds events is left until they are delivered, so expiry never drops an event.
+
+use crate::error::{ApiError, ApiResult};
+use crate::keys::{self, index};
+use crate::queue::Queue;
+use crate::store::{Cond, Item, SkRange, StoreError, WriteOp};
+use crate::time::Ts;
+use futures_util::future::try_join_all;
+
+/// Deletes run concurrently per task or group.
+const PARALLEL: usize = 16;
+
+fn internal(e: StoreError) -> ApiError {
+    ApiError::internal(e)
+}
+
+fn expires_of(item: &Item) -> Option<Ts> {
+    item.data["expires"].as_str().and_then(Ts::parse)
+}
+
+impl Queue {
+    /// One pass of the expiry job: deletes what expired at or before `now` (up to `batch` per
+    /// index shard). Returns how many tasks, edges and groups it deleted.
+    pub async fn expire_once(&self, now: Ts, batch: usize) -> ApiResult<usize> {
+        let mut n = 0;
+        for entry in self
+            .due_in(keys::TASKS, index::TASK_EXPIRY, now, batch)
+            .await?
+        {
+            n += if entry.sk == keys::SK_DEF {
+                self.expire_task(&entry.pk, now).await?
+            } else {
+                self.expire_edge(&entry.pk, &entry.sk, now).await?
+            } as usize;
+        }
+        for entry in self
+            .due_in(keys::TASK_GROUPS, index::GROUP_EXPIRY, now, batch)
+            .await?
+        {
+            n += self.expire_group(&entry.pk, now).await? as usize;
+        }
+        Ok(n)
+    }
+
+    /// Deletes every item of a partition except the one with sort key `keep`, a few at once;
+    /// `cond` gives each deletion's condition.
+    async fn delete_partition(
+        &self,
+        table: &'static str,
+        pk: &str,
+        keep: &str,
+        cond: impl Fn(&Item) -> Cond,
+    ) -> ApiResult<()> {
+        loop {
+            let page = self
+                .store
+                .query(table, pk, &SkRange::default(), None, crate::queue::MAX_PAGE)
+                .await
+                .map_err(internal)?;
+            let doomed: Vec<&Item> = page.items.iter().filter(|i| i.sk != keep).collect();
+            for chunk in doomed.chunks(PARALLEL) {
+                try_join_all(chunk.iter().map(|i| {
+                    self.store.write(WriteOp::Delete {
+                        table,
+                        pk: pk.to_string(),
+                        sk: i.sk.clone(),
+                        cond: cond(i),
+                    })
+                }))
+                .await
+                .map_err(internal)?;
+            }
+            if page.next.is_none() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Deletes an expired task: its status, the edges to its dependents, anything else in its
+    /// partition and its group membership, then its definition. False if it is not due (or
+    /// still has events to deliver).
+    pub async fn expire_task(&self, task_id: &str, now: Ts) -> ApiResult<bool> {
+        let Some(def) = self
+            .store
+            .get(keys::TASKS, task_id, keys::SK_DEF)
+            .await
+            .map_err(internal)?
+        else {
+            return Ok(false);
+        };
+        if expires_of(&def).is_none_or(|e| e > now) {
+            return Ok(false);
+        }
+        let status = self.load(task_id).await?;
+        if status.as_ref().is_some_and(|(r, _)| !r.outbox.is_empty()) {
+            return Ok(false);
+        }
+        let status_version = status.as_ref().map(|(_, v)| *v);
+        let group = def.data["taskGroupId"].as_str().unwrap_or_default();
+        // The status only at the version checked above: a concurrent write (an event being
+        // added) makes this pass fail, and a later one retry.
+        match self
+            .delete_partition(keys::TASKS, task_id, keys::SK_DEF, |i| {
+                match (i.sk.as_str(), status_version) {
+                    (keys::SK_STATUS, Some(v)) => Cond::Version(v),
+                    _ => Cond::None,
+                }
+            })
+            .await
+        {
+            Ok(()) => {}
+            Err(e) => {
+                tracing::info!(task_id, error = %e, "task changed while expiring; next pass");
+                return Ok(false);
+            }
+        }
+        if !group.is_empty() {
+            self.store
+                .write(WriteOp::Delete {
+                    table: keys::TASK_GROUPS,
+                    pk: group.to_string(),
+                    sk: keys::sk_member(task_id),
+                    cond: Cond::None,
+                })
+                .await
+                .map_err(internal)?;
+        }
+        self.store
+            .write(WriteOp::Delete {
+                table: keys::TASKS,
+                pk: task_id.to_string(),
+                sk: keys::SK_DEF.to_string(),
+                cond: Cond::Version(def.version),
+            })
+            .await
+            .map_err(internal)?;
+        self.forget_def(task_id);
+        Ok(true)
+    }
+
+    /// Deletes a dependency edge whose dependent has expired.
+    async fn expire_edge(&self, pk: &str, sk: &str, now: Ts) -> ApiResult<bool> {
+        let Some(edge) = self
+            .store
+            .get(keys::TASKS, pk, sk)
+            .await
+            .map_err(internal)?
+        else {
+            return Ok(false);
+        };
+        if expires_of(&edge).is_none_or(|e| e > now) {
+            return Ok(false);
+        }
+        let op = WriteOp::Delete {
+            table: keys::TASKS,
+            pk: pk.to_string(),
+            sk: sk.to_string(),
+            cond: Cond::Version(edge.version),
+        };
+        match self.store.write(op).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.is_condition_failed() => Ok(false),
+            Err(e) => Err(internal(e)),
+        }
+    }
+
+    /// Deletes an expired group: what is left of its membership and counter, then the group
+    /// item, on the version read (a task that revived the id meanwhile keeps it).
+    pub async fn expire_group(&self, group_id: &str, now: Ts) -> ApiResult<bool> {
+        let Some(group) = self
+            .store
+            .get(keys::TASK_GROUPS, group_id, keys::SK_GROUP)
+            .await
+            .map_err(internal)?
+        else {
+            return Ok(false);
+        };
+        if expires_of(&group).is_none_or(|e| e > now) {
+            return Ok(false);
+        }
+        self.delete_partition(keys::TASK_GROUPS, group_id, keys::SK_GROUP, |i| {
+            Cond::Version(i.version)
+        })
+        .await?;
+        let op = WriteOp::Delete {
+            table: keys::TASK_GROUPS,
+            pk: group_id.to_string(),
+            sk: keys::SK_GROUP.to_string(),
+            cond: Cond::Version(group.version),
+        };
+        match self.store.write(op).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.is_condition_failed() => Ok(false),
+            Err(e) => Err(internal(e)),
+        }
+    }
+}
