@@ -219,7 +219,38 @@ pub async fn serve_publisher() -> Result<(), lambda_runtime::Error> {
     .await
 }
 
-/// Runs one scheduled job per EventBridge event; the reply says what the pass did.
+/// The dependency resolver on the tasks table's stream: resolutions are handled as they are
+/// written (the schedule remains as a sweep). A failure is reported from the batch's first
+/// record, so Lambda retries the batch; handling a record twice changes nothing.
+async fn dependency_stream_batch(
+    queue: &Queue,
+    records: &[serde_json::Value],
+    now: Ts,
+) -> Result<serde_json::Value, lambda_runtime::Error> {
+    let images = records
+        .iter()
+        .filter_map(|r| DynamoStore::item_from_stream_image(&r["dynamodb"]["NewImage"]))
+        .collect();
+    let failures = match shared::reaper::dependencies_of(queue, images, now).await {
+        Ok(n) => {
+            tracing::info!(records = records.len(), satisfied = n, "stream batch");
+            vec![]
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "stream batch failed; Lambda retries it");
+            records
+                .first()
+                .and_then(|r| r["dynamodb"]["SequenceNumber"].as_str())
+                .map(|seq| serde_json::json!({ "itemIdentifier": seq }))
+                .into_iter()
+                .collect()
+        }
+    };
+    Ok(serde_json::json!({ "batchItemFailures": failures }))
+}
+
+/// Runs one scheduled job per EventBridge event; the reply says what the pass did. The
+/// dependency resolver also takes batches from the tasks table's stream.
 pub async fn serve_job(job: Job) -> Result<(), lambda_runtime::Error> {
     init_tracing();
     let queue = queue_from_env().await?;
@@ -228,10 +259,15 @@ pub async fn serve_job(job: Job) -> Result<(), lambda_runtime::Error> {
         _ => None,
     };
     lambda_runtime::run(lambda_runtime::service_fn(
-        move |_event: lambda_runtime::LambdaEvent<serde_json::Value>| {
+        move |event: lambda_runtime::LambdaEvent<serde_json::Value>| {
             let (queue, sink) = (queue.clone(), sink.clone());
             async move {
                 let now = Ts::now();
+                if let (Job::DependencyResolver, Some(records)) =
+                    (job, event.payload["Records"].as_array())
+                {
+                    return dependency_stream_batch(&queue, records, now).await;
+                }
                 let n = match (job, sink) {
                     (Job::ClaimReaper, _) => shared::reaper::claims(&queue, now).await?,
                     (Job::DeadlineReaper, _) => shared::reaper::deadlines(&queue, now).await?,

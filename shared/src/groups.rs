@@ -22,7 +22,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::keys;
 use crate::model::{Priority, TaskRecord};
 use crate::queue::{backoff, decode_token, encode_token, PageReq, Queue, MAX_ATTEMPTS};
-use crate::store::{Cond, Item, SkRange, StoreError, WriteOp};
+use crate::store::{Cond, Cursor, Item, SkRange, StoreError, WriteOp};
 use crate::time::Ts;
 use futures_util::future::try_join_all;
 use serde_json::{json, Map, Value};
@@ -176,33 +176,41 @@ impl Queue {
         Ok((out, res.next.as_ref().map(encode_token)))
     }
 
-    /// Every member taskId of a group, in taskId order.
-    async fn member_ids(&self, group_id: &str) -> ApiResult<Vec<String>> {
+    /// One page of a group's member taskIds, in taskId order.
+    async fn members_page(
+        &self,
+        group_id: &str,
+        after: Option<&Cursor>,
+        limit: usize,
+    ) -> ApiResult<(Vec<String>, Option<Cursor>)> {
         let range = SkRange {
             prefix: Some(keys::SK_MEMBER_PREFIX.to_string()),
             ..Default::default()
         };
+        let page = self
+            .store
+            .query(keys::TASK_GROUPS, group_id, &range, after, limit)
+            .await
+            .map_err(internal)?;
+        let ids = page
+            .items
+            .iter()
+            .filter_map(|m| m.sk.strip_prefix(keys::SK_MEMBER_PREFIX))
+            .map(String::from)
+            .collect();
+        Ok((ids, page.next))
+    }
+
+    /// Every member taskId of a group, in taskId order.
+    async fn member_ids(&self, group_id: &str) -> ApiResult<Vec<String>> {
         let mut ids = Vec::new();
         let mut after = None;
         loop {
-            let page = self
-                .store
-                .query(
-                    keys::TASK_GROUPS,
-                    group_id,
-                    &range,
-                    after.as_ref(),
-                    crate::queue::MAX_PAGE,
-                )
-                .await
-                .map_err(internal)?;
-            ids.extend(
-                page.items
-                    .iter()
-                    .filter_map(|m| m.sk.strip_prefix(keys::SK_MEMBER_PREFIX))
-                    .map(String::from),
-            );
-            match page.next {
+            let (page, next) = self
+                .members_page(group_id, after.as_ref(), crate::queue::MAX_PAGE)
+                .await?;
+            ids.extend(page);
+            match next {
                 Some(c) => after = Some(c),
                 None => return Ok(ids),
             }
@@ -210,16 +218,26 @@ impl Queue {
     }
 
     /// The member task that carries a group event: the first in taskId order that still
-    /// exists and has not expired.
+    /// exists and has not expired (members are read a page at a time, so a large group costs
+    /// no more than its first live member).
     async fn carrier(&self, group_id: &str, now: Ts) -> ApiResult<Option<(TaskRecord, u64)>> {
-        for id in self.member_ids(group_id).await? {
-            if let Some((rec, v)) = self.load(&id).await? {
-                if rec.expires > now {
-                    return Ok(Some((rec, v)));
+        let mut after = None;
+        loop {
+            let (page, next) = self
+                .members_page(group_id, after.as_ref(), PARALLEL)
+                .await?;
+            for id in page {
+                if let Some((rec, v)) = self.load(&id).await? {
+                    if rec.expires > now {
+                        return Ok(Some((rec, v)));
+                    }
                 }
             }
+            match next {
+                Some(c) => after = Some(c),
+                None => return Ok(None),
+            }
         }
-        Ok(None)
     }
 
     /// sealTaskGroup: no task may join the group from now on. Irreversible; a repeat keeps

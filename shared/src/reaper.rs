@@ -2,7 +2,9 @@
 //! The loops, intervals and schedules live outside (local server timers, EventBridge rules).
 
 use crate::events::{drain_all, EventSink};
+use crate::keys;
 use crate::queue::Queue;
+use crate::store::Item;
 use crate::time::Ts;
 
 /// Items each job handles per shard and pass.
@@ -32,6 +34,30 @@ pub async fn dependencies(queue: &Queue, now: Ts) -> Result<usize, String> {
         .resolve_dependents_once(now, BATCH)
         .await
         .map_err(|e| e.to_string())
+}
+
+/// The dependency worker for a batch of changed items (the tasks table's stream in AWS):
+/// every status image that carries a resolution mark gets its dependents looked at now,
+/// rather than at the next scheduled pass. Repeats are harmless: the mark is read again.
+pub async fn dependencies_of(queue: &Queue, images: Vec<Item>, now: Ts) -> Result<usize, String> {
+    let mut ids: Vec<String> = images
+        .into_iter()
+        .filter(|i| i.sk == keys::SK_STATUS)
+        .filter(|i| i.data.get("dependentsDue").is_some_and(|d| !d.is_null()))
+        .map(|i| i.pk)
+        .collect();
+    ids.sort();
+    ids.dedup();
+    let mut n = 0;
+    for chunk in ids.chunks(16) {
+        let done = futures_util::future::try_join_all(
+            chunk.iter().map(|id| queue.resolve_dependents(id, now)),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        n += done.into_iter().sum::<usize>();
+    }
+    Ok(n)
 }
 
 /// One pass of the expiry job: deletes expired tasks, dependency edges and task groups.

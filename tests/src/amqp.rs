@@ -97,6 +97,11 @@ impl Broker {
             )
             .await
             .expect("declare queue");
+        self.bind_queue(name, exchanges, pattern).await;
+    }
+
+    /// Binds queue `name` to each of `exchanges` with `pattern`.
+    async fn bind_queue(&self, name: &str, exchanges: &[&str], pattern: &str) {
         for short in exchanges {
             self.ch
                 .queue_bind(
@@ -135,18 +140,7 @@ impl Broker {
             .await
             .expect("declare queue");
         let name = q.name().to_string();
-        for short in exchanges {
-            self.ch
-                .queue_bind(
-                    ShortString::from(name.as_str()),
-                    ShortString::from(format!("{}{short}", self.prefix)),
-                    ShortString::from(pattern),
-                    QueueBindOptions::default(),
-                    FieldTable::default(),
-                )
-                .await
-                .expect("bind");
-        }
+        self.bind_queue(&name, exchanges, pattern).await;
         name
     }
 

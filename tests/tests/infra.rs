@@ -154,6 +154,9 @@ struct JobSpec {
     tables: &'static [&'static str],
     buckets: bool,
     amqp: bool,
+    /// Also triggered by the tasks table's stream, for the status items whose index entry of
+    /// this name is present (the resolution mark).
+    stream_on: Option<&'static str>,
     what: &'static str,
 }
 
@@ -164,6 +167,7 @@ const JOBS: &[JobSpec] = &[
         tables: &["tasks", "task-groups"],
         buckets: false,
         amqp: false,
+        stream_on: None,
         what: "Resolves runs whose claim expired",
     },
     JobSpec {
@@ -172,6 +176,7 @@ const JOBS: &[JobSpec] = &[
         tables: &["tasks", "task-groups"],
         buckets: false,
         amqp: false,
+        stream_on: None,
         what: "Resolves tasks whose deadline passed",
     },
     JobSpec {
@@ -180,6 +185,7 @@ const JOBS: &[JobSpec] = &[
         tables: &["tasks", "task-groups"],
         buckets: false,
         amqp: false,
+        stream_on: Some("resolved"),
         what: "Makes dependents of resolved tasks pending",
     },
     JobSpec {
@@ -188,6 +194,7 @@ const JOBS: &[JobSpec] = &[
         tables: &["tasks"],
         buckets: false,
         amqp: true,
+        stream_on: None,
         what: "Publishes events the stream publisher left behind",
     },
     JobSpec {
@@ -196,6 +203,7 @@ const JOBS: &[JobSpec] = &[
         tables: &["artifacts"],
         buckets: true,
         amqp: false,
+        stream_on: None,
         what: "Deletes expired artifacts (objects, then rows)",
     },
     JobSpec {
@@ -204,6 +212,7 @@ const JOBS: &[JobSpec] = &[
         tables: &["tasks", "task-groups", "artifacts"],
         buckets: false,
         amqp: false,
+        stream_on: None,
         what: "Deletes expired tasks, dependency edges and task groups",
     },
 ];
@@ -805,6 +814,29 @@ fn template() -> Value {
             "Schedule".into(),
             json!({ "Type": "Schedule", "Properties": { "Schedule": rate } }),
         );
+        if let Some(index) = j.stream_on {
+            // Resolutions are handled as they are written; the schedule stays as a sweep. The
+            // filter hands over only status items that carry the mark (its index key).
+            let pattern = json!({ "dynamodb": { "NewImage": {
+                format!("{index}_pk"): { "S": [{ "exists": true }] }
+            } } });
+            events.insert(
+                "Stream".into(),
+                json!({ "Type": "DynamoDB", "Properties": {
+                "Stream": att(&table_id("tasks"), "StreamArn"),
+                "StartingPosition": "TRIM_HORIZON",
+                "BatchSize": 100,
+                "MaximumBatchingWindowInSeconds": 1,
+                "FunctionResponseTypes": ["ReportBatchItemFailures"],
+                "FilterCriteria": { "Filters": [{ "Pattern": pattern.to_string() }] },
+                // A batch given up on keeps its marks: the scheduled sweep handles them.
+                "MaximumRetryAttempts": 10,
+                "DestinationConfig": {
+                    "OnFailure": { "Destination": att(&queue_id("job-failures"), "Arn") }
+                }
+            } }),
+            );
+        }
         let mut policies: Vec<Value> = j.tables.iter().map(|t| table_policy(true, t)).collect();
         if j.buckets {
             policies.push(bucket_policy(true, "tcq-public-artifacts"));

@@ -178,3 +178,84 @@ async fn the_stream_publisher_delivers_what_the_api_functions_wrote() {
     publisher.kill().ok();
     broker.cleanup().await;
 }
+
+/// The dependency-resolver function on the stream: the record of a resolution (a status item
+/// carrying its mark) makes the dependents pending at once, without waiting for the schedule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_hands_resolutions_to_the_dependency_resolver() {
+    if !localstack() {
+        eprintln!("TCQ_LOCALSTACK is not 1: run through scripts/test.sh, which starts LocalStack");
+        return;
+    }
+    use shared::ids::{TaskId, TaskQueueId};
+    let prefix = localstack_tables("dr", true).await;
+    let start = stream_start(&prefix).await;
+    let sdk = dynamodb::sdk_config().await.expect("AWS environment");
+    let queue = shared::queue::Queue::new(
+        std::sync::Arc::new(dynamodb::DynamoStore::new(dynamodb::client(&sdk), &prefix)),
+        std::sync::Arc::new(shared::signal::LocalSignal::default()),
+        shared::creds::IssuerCredentials {
+            client_id: "static/q".into(),
+            access_token: "t".into(),
+        },
+        Default::default(),
+    );
+    let tq = TaskQueueId::parse(&task_queue_id()).expect("queue id");
+    let body = |deps: Value| {
+        let mut b = task_def(tq.as_str());
+        b["dependencies"] = deps;
+        shared::schema::validate_input("create-task-request", &mut b).expect("valid");
+        b
+    };
+    let now = shared::time::Ts::now;
+    let dep = TaskId::parse(&slugid()).expect("id");
+    let dependent = TaskId::parse(&slugid()).expect("id");
+    queue
+        .create_task(&dep, body(json!([])), false, now())
+        .await
+        .expect("create dependency");
+    queue
+        .create_task(&dependent, body(json!([dep.as_str()])), false, now())
+        .await
+        .expect("create dependent");
+    let claimed = queue
+        .claim_task(&dep, 0, "g", "w", now())
+        .await
+        .expect("claim");
+    assert_eq!(claimed.run.run_id, 0);
+    queue
+        .resolve(&dep, 0, shared::model::ReasonResolved::Completed, now())
+        .await
+        .expect("complete");
+    assert_eq!(
+        queue.status(&dependent, now()).await.unwrap().state(),
+        "unscheduled"
+    );
+
+    // The stream's records, as Lambda batches them, go to the dependency resolver.
+    let marked = |r: &Value| {
+        is_status_of(r, dep.as_str()) && r["dynamodb"]["NewImage"]["resolved_pk"]["S"].is_string()
+    };
+    let (records, _) = read_until(start, |rs| rs.iter().any(marked)).await;
+    let api = RuntimeApi::start().await;
+    let (mut resolver, _) = start_function("dependency-resolver", &api, &prefix, &[]);
+    let reply = api
+        .invoke(json!({ "Records": records }), Duration::from_secs(30))
+        .await
+        .expect("dependency resolver answered");
+    assert_eq!(reply, json!({ "batchItemFailures": [] }));
+    let s = queue.status(&dependent, now()).await.expect("status");
+    assert_eq!(
+        s.state(),
+        "pending",
+        "the dependent was released by the stream batch"
+    );
+    // The same batch again changes nothing (the mark is gone).
+    let reply = api
+        .invoke(json!({ "Records": records }), Duration::from_secs(30))
+        .await
+        .expect("dependency resolver answered");
+    assert_eq!(reply, json!({ "batchItemFailures": [] }));
+    assert_eq!(queue.status(&dependent, now()).await.unwrap().runs.len(), 1);
+    resolver.kill().ok();
+}

@@ -13,6 +13,16 @@ fn in_group(tq: &str, group: &str) -> Value {
     def_with(tq, json!({ "taskGroupId": group }))
 }
 
+/// A new group of `n` fresh tasks on `tq`: its id and the tasks' ids.
+async fn new_group(app: &TestServer, tq: &str, n: usize) -> (String, Vec<String>) {
+    let group = slugid();
+    let mut ids = Vec::with_capacity(n);
+    for _ in 0..n {
+        ids.push(create(app, &in_group(tq, &group)).await);
+    }
+    (group, ids)
+}
+
 /// Every taskId of a group, page by page.
 async fn members(app: &TestServer, group: &str, limit: Option<&str>) -> Vec<String> {
     let q = app.queue();
@@ -108,11 +118,8 @@ async fn paging_while_tasks_are_added_never_repeats_or_skips_an_existing_task() 
     let app = spawn_app().await;
     let q = app.queue();
     let tq = task_queue_id();
-    let group = slugid();
-    let mut before = HashSet::new();
-    for _ in 0..30 {
-        before.insert(create(&app, &in_group(&tq, &group)).await);
-    }
+    let (group, before) = new_group(&app, &tq, 30).await;
+    let before: HashSet<String> = before.into_iter().collect();
     let mut seen = Vec::new();
     let mut token: Option<String> = None;
     loop {
@@ -241,11 +248,7 @@ async fn cancelling_a_sealed_group_cancels_each_unresolved_task_once() {
     let app = spawn_app().await;
     let q = app.queue();
     let tq = task_queue_id();
-    let group = slugid();
-    let mut ids = Vec::new();
-    for _ in 0..5 {
-        ids.push(create(&app, &in_group(&tq, &group)).await);
-    }
+    let (group, mut ids) = new_group(&app, &tq, 5).await;
     // Unsealed: 409, and that is checked before the caller's scopes.
     assert_eq!(err_status(q.cancelTaskGroup(&group).await), 409);
     assert_eq!(
@@ -451,11 +454,7 @@ async fn a_pending_task_past_its_deadline_resolves_its_group() {
 async fn many_tasks_resolving_at_once_announce_their_group_once() {
     let app = spawn_app().await;
     let tq = task_queue_id();
-    let group = slugid();
-    let mut ids = Vec::new();
-    for _ in 0..24 {
-        ids.push(create(&app, &in_group(&tq, &group)).await);
-    }
+    let (group, ids) = new_group(&app, &tq, 24).await;
     futures_util::future::join_all(ids.iter().map(|id| async {
         app.queue().cancelTask(id).await.unwrap();
     }))
