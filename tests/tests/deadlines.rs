@@ -147,13 +147,14 @@ async fn a_completed_task_is_untouched_by_its_deadline() {
 
 #[tokio::test]
 async fn a_deadline_wins_over_an_expired_claim() {
-    // Claims last 1 s, but the deadline (3 s) is reached while the retry run is pending or
-    // running: the task ends deadline-exceeded, never pending again.
+    // Claims last 1 s, but the deadline (8 s: room for a slow claim on a loaded machine) is
+    // reached while the retry run is pending or running: the task ends deadline-exceeded,
+    // never pending again.
     let app = spawn_app_with(|c| c.claim_timeout_secs = 1).await;
     let tq = task_queue_id();
-    let id = create(&app, &short_deadline_def(&tq, DEADLINE_MS)).await;
+    let id = create(&app, &short_deadline_def(&tq, 8_000)).await;
     claim_one(&app, &tq, "g", "w").await;
-    let s = wait_status(&app, &id, WAIT, |s| {
+    let s = wait_status(&app, &id, Duration::from_secs(30), |s| {
         s["state"] == "exception"
             && s["runs"]
                 .as_array()
