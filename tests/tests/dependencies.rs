@@ -378,8 +378,13 @@ async fn fan_in_a_thousand_dependencies_release_one_task() {
     .await;
     let refs: Vec<&str> = deps.iter().map(String::as_str).collect();
     let last = slugid();
-    let r = app
-        .queue()
+    // Checking 1,000 dependencies and writing 1,000 edges takes tens of seconds on LocalStack
+    // under load: this one call gets a longer client timeout than the harness's 60 s.
+    let patient = taskcluster::Queue::new(
+        builder(&app.root_url(), Some(root_credentials())).timeout(Duration::from_secs(300)),
+    )
+    .unwrap();
+    let r = patient
         .createTask(&last, &depends_on(&final_tq, &refs))
         .await
         .unwrap();
