@@ -185,34 +185,17 @@ pub async fn serve_publisher() -> Result<(), lambda_runtime::Error> {
                     .as_array()
                     .cloned()
                     .unwrap_or_default();
-                let first = records
-                    .first()
-                    .and_then(|r| r["dynamodb"]["SequenceNumber"].as_str())
-                    .map(String::from);
-                let images = records
-                    .iter()
-                    .filter_map(|r| DynamoStore::item_from_stream_image(&r["dynamodb"]["NewImage"]))
-                    .collect();
                 let result = shared::events::drain_stream(
                     queue.store.as_ref(),
                     sink.as_ref(),
                     &queue.cfg.exchange_prefix,
-                    images,
+                    stream_images(&records),
                     &queue.published,
                 )
-                .await;
-                let failures = match (result, first) {
-                    (Ok(outcome), _) => {
-                        tracing::info!(records = records.len(), ?outcome, "stream batch");
-                        vec![]
-                    }
-                    (Err(e), Some(seq)) => {
-                        tracing::warn!(error = %e, "stream batch failed; Lambda retries it");
-                        vec![serde_json::json!({ "itemIdentifier": seq })]
-                    }
-                    (Err(e), None) => return Err(lambda_runtime::Error::from(e.to_string())),
-                };
-                Ok::<_, lambda_runtime::Error>(serde_json::json!({ "batchItemFailures": failures }))
+                .await
+                .map(|outcome| format!("{outcome:?}"))
+                .map_err(|e| e.to_string());
+                stream_batch_reply(&records, result)
             }
         },
     ))
@@ -227,23 +210,38 @@ async fn dependency_stream_batch(
     records: &[serde_json::Value],
     now: Ts,
 ) -> Result<serde_json::Value, lambda_runtime::Error> {
-    let images = records
+    let result = shared::reaper::dependencies_of(queue, stream_images(records), now)
+        .await
+        .map(|n| format!("{n} edges satisfied"));
+    stream_batch_reply(records, result)
+}
+
+/// The new images of a DynamoDB Streams batch, as store items.
+fn stream_images(records: &[serde_json::Value]) -> Vec<shared::store::Item> {
+    records
         .iter()
         .filter_map(|r| DynamoStore::item_from_stream_image(&r["dynamodb"]["NewImage"]))
-        .collect();
-    let failures = match shared::reaper::dependencies_of(queue, images, now).await {
-        Ok(n) => {
-            tracing::info!(records = records.len(), satisfied = n, "stream batch");
+        .collect()
+}
+
+/// The reply to a stream batch: on failure, a partial batch failure from the first record, so
+/// that Lambda retries the whole batch in order (handling a record twice changes nothing).
+fn stream_batch_reply(
+    records: &[serde_json::Value],
+    result: Result<String, String>,
+) -> Result<serde_json::Value, lambda_runtime::Error> {
+    let failures = match result {
+        Ok(outcome) => {
+            tracing::info!(records = records.len(), %outcome, "stream batch");
             vec![]
         }
         Err(e) => {
             tracing::warn!(error = %e, "stream batch failed; Lambda retries it");
-            records
+            let first = records
                 .first()
                 .and_then(|r| r["dynamodb"]["SequenceNumber"].as_str())
-                .map(|seq| serde_json::json!({ "itemIdentifier": seq }))
-                .into_iter()
-                .collect()
+                .ok_or_else(|| lambda_runtime::Error::from(e))?;
+            vec![serde_json::json!({ "itemIdentifier": first })]
         }
     };
     Ok(serde_json::json!({ "batchItemFailures": failures }))

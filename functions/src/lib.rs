@@ -416,7 +416,7 @@ pub async fn start(
         ])),
         None => sink,
     };
-    let artifact_reaper = tokio::spawn(artifact_reaper_loop(
+    let expiry = tokio::spawn(expiry_loop(
         queue.clone(),
         blobs.port(),
         Duration::from_millis(cfg.artifact_reaper_interval_ms.max(10)),
@@ -430,7 +430,7 @@ pub async fn start(
         api,
         root,
         stop,
-        tasks: vec![http, reapers, publisher, artifact_reaper, dependencies],
+        tasks: vec![http, reapers, publisher, expiry, dependencies],
     })
 }
 
@@ -473,8 +473,9 @@ async fn reaper_loop(queue: Arc<Queue>, every: Duration, mut stop: watch::Receiv
     }
 }
 
-/// Deletes expired artifacts (rows and objects) on a timer.
-async fn artifact_reaper_loop(
+/// Deletes expired artifacts (rows and objects), tasks, dependency edges and task groups on a
+/// timer.
+async fn expiry_loop(
     queue: Arc<Queue>,
     blobs: Arc<dyn BlobStore>,
     every: Duration,

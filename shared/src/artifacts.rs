@@ -14,7 +14,7 @@ use crate::keys::{self, SHARDS};
 use crate::model::{RunState, TaskRecord};
 use crate::queue::{decode_token, encode_token, PageReq, Queue};
 use crate::routes_scopes::get_artifact;
-use crate::store::{Cond, Item, SkRange, StoreError, WriteOp};
+use crate::store::{Cond, Item, SkRange, WriteOp};
 use crate::time::{Ts, MINUTE, SECOND};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
@@ -150,10 +150,6 @@ pub enum Download {
     },
 }
 
-fn internal(e: StoreError) -> ApiError {
-    ApiError::internal(e)
-}
-
 fn decode(item: Item) -> ApiResult<Artifact> {
     serde_json::from_value(item.data).map_err(ApiError::internal)
 }
@@ -253,7 +249,7 @@ impl Queue {
             .store
             .get(keys::ARTIFACTS, task_id, &keys::artifact_sk(run_id, name))
             .await
-            .map_err(internal)?;
+            .map_err(ApiError::internal)?;
         match item {
             Some(i) => {
                 let v = i.version;
@@ -339,7 +335,7 @@ impl Queue {
             match written {
                 Ok(()) => return self.create_reply(blobs, &art, now).await,
                 Err(e) if e.is_condition_failed() => backoff(attempt).await,
-                Err(e) => return Err(internal(e)),
+                Err(e) => return Err(ApiError::internal(e)),
             }
         }
         Err(ApiError::conflict(format!(
@@ -512,7 +508,7 @@ impl Queue {
                 limit + 1,
             )
             .await
-            .map_err(internal)?
+            .map_err(ApiError::internal)?
             .items;
         let token = if got.len() > limit {
             got.truncate(limit);
@@ -556,7 +552,7 @@ impl Queue {
                     batch,
                 )
                 .await
-                .map_err(internal)?;
+                .map_err(ApiError::internal)?;
             for item in page.items {
                 let v = item.version;
                 let a = decode(item)?;
@@ -590,7 +586,7 @@ impl Queue {
             match self.store.write(op).await {
                 Ok(_) => n += 1,
                 Err(e) if e.is_condition_failed() => {}
-                Err(e) => return Err(internal(e)),
+                Err(e) => return Err(ApiError::internal(e)),
             }
         }
         Ok(n)

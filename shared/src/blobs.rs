@@ -145,22 +145,17 @@ impl LocalBlobs {
     /// Blobs under `dir`, reached at `base_url` (the server's rootUrl); URLs are signed with a
     /// key derived from `secret` (the queue's own accessToken: nothing else to keep safe).
     pub fn new(dir: PathBuf, base_url: impl Into<String>, secret: &str) -> Self {
-        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(secret.as_bytes())
-            .expect("HMAC takes keys of any length");
-        m.update(b"tc-queue local blob URLs v1");
         LocalBlobs {
             dir,
             base_url: base_url.into().trim_end_matches('/').to_string(),
-            key: m.finalize().into_bytes().to_vec(),
+            key: crate::mac::digest(secret.as_bytes(), b"tc-queue local blob URLs v1"),
         }
     }
 
     fn mac(&self, method: &str, bucket: &str, key: &str, exp: i64, ct: &str) -> Hmac<Sha256> {
-        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&self.key)
-            .expect("HMAC takes keys of any length");
         // Newline-separated: none of the fields can contain one (keys are printable ASCII).
-        m.update(format!("{method}\n{bucket}\n{key}\n{exp}\n{ct}").as_bytes());
-        m
+        let text = format!("{method}\n{bucket}\n{key}\n{exp}\n{ct}");
+        crate::mac::keyed(&self.key, text.as_bytes())
     }
 
     fn sign(&self, method: &str, bucket: &str, key: &str, exp: i64, ct: &str) -> String {

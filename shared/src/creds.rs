@@ -3,11 +3,9 @@
 use crate::ids::new_slugid;
 use crate::model::Run;
 use crate::time::Ts;
-use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
-use hmac::{Hmac, Mac};
 use serde_json::json;
-use sha2::Sha256;
 
 /// The queue's own credentials, used to issue temporary credentials to workers.
 #[derive(Clone)]
@@ -45,10 +43,7 @@ impl TempCredentials {
 }
 
 fn hmac(key: &str, msg: &str) -> Vec<u8> {
-    let mut m =
-        Hmac::<Sha256>::new_from_slice(key.as_bytes()).expect("HMAC accepts any key length");
-    m.update(msg.as_bytes());
-    m.finalize().into_bytes().to_vec()
+    crate::mac::digest(key.as_bytes(), msg.as_bytes())
 }
 
 /// Issues named temporary credentials valid from `start` to `expiry`.
@@ -82,7 +77,7 @@ pub fn issue(
     });
     TempCredentials {
         client_id: client_id.to_string(),
-        access_token: URL_SAFE_NO_PAD.encode(hmac(&issuer.access_token, &seed)),
+        access_token: crate::auth::cert::temp_access_token(&issuer.access_token, &seed),
         certificate: certificate.to_string(),
     }
 }
@@ -125,6 +120,7 @@ pub fn for_claim(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
     #[test]
     fn seconds_print_like_javascript() {

@@ -24,7 +24,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::keys::{self, index};
 use crate::model::{RunState, TaskRecord};
 use crate::queue::{decode_token, encode_token, PageReq, Queue};
-use crate::store::{Cond, IndexEntry, Item, SkRange, StoreError, WriteOp, MAX_TRANSACTION_ITEMS};
+use crate::store::{Cond, IndexEntry, Item, SkRange, WriteOp, MAX_TRANSACTION_ITEMS};
 use crate::time::Ts;
 use futures_util::future::try_join_all;
 use serde_json::{json, Value};
@@ -87,10 +87,6 @@ pub struct DependencyPlan {
     pub edges: Vec<PlannedEdge>,
     /// Requirements not met yet: unsatisfied dependencies, plus one for a self-dependency.
     pub unsatisfied: u32,
-}
-
-fn internal(e: StoreError) -> ApiError {
-    ApiError::internal(e)
 }
 
 fn edge_item(
@@ -246,11 +242,11 @@ impl Queue {
                         match self.store.write(op).await {
                             Ok(_) => {}
                             Err(e) if e.is_condition_failed() => {}
-                            Err(e) => return Err(internal(e)),
+                            Err(e) => return Err(ApiError::internal(e)),
                         }
                     }
                 }
-                Err(e) => return Err(internal(e)),
+                Err(e) => return Err(ApiError::internal(e)),
             }
         }
         let dependent_id = dependent.task_id.as_str();
@@ -285,7 +281,7 @@ impl Queue {
                 .store
                 .get(keys::TASKS, dependency, &sk)
                 .await
-                .map_err(internal)?
+                .map_err(ApiError::internal)?
             else {
                 return Ok(false);
             };
@@ -318,7 +314,7 @@ impl Queue {
                     return Ok(true);
                 }
                 Err(e) if e.is_condition_failed() => crate::queue::backoff(attempt).await,
-                Err(e) => return Err(internal(e)),
+                Err(e) => return Err(ApiError::internal(e)),
             }
         }
         Err(ApiError::conflict(format!(
@@ -353,7 +349,7 @@ impl Queue {
                     crate::queue::MAX_PAGE,
                 )
                 .await
-                .map_err(internal)?;
+                .map_err(ApiError::internal)?;
             let todo: Vec<&str> = page
                 .items
                 .iter()
@@ -430,7 +426,7 @@ impl Queue {
             .store
             .query(keys::TASKS, task_id, &range, after.as_ref(), page.limit)
             .await
-            .map_err(internal)?;
+            .map_err(ApiError::internal)?;
         let ids: Vec<&str> = res
             .items
             .iter()

@@ -9,16 +9,12 @@
 use crate::error::{ApiError, ApiResult};
 use crate::keys::{self, index};
 use crate::queue::Queue;
-use crate::store::{Cond, Item, SkRange, StoreError, WriteOp};
+use crate::store::{Cond, Item, SkRange, WriteOp};
 use crate::time::Ts;
 use futures_util::future::try_join_all;
 
 /// Deletes run concurrently per task or group.
 const PARALLEL: usize = 16;
-
-fn internal(e: StoreError) -> ApiError {
-    ApiError::internal(e)
-}
 
 fn expires_of(item: &Item) -> Option<Ts> {
     item.data["expires"].as_str().and_then(Ts::parse)
@@ -62,7 +58,7 @@ impl Queue {
                 .store
                 .query(table, pk, &SkRange::default(), None, crate::queue::MAX_PAGE)
                 .await
-                .map_err(internal)?;
+                .map_err(ApiError::internal)?;
             let doomed: Vec<&Item> = page.items.iter().filter(|i| i.sk != keep).collect();
             for chunk in doomed.chunks(PARALLEL) {
                 try_join_all(chunk.iter().map(|i| {
@@ -74,11 +70,42 @@ impl Queue {
                     })
                 }))
                 .await
-                .map_err(internal)?;
+                .map_err(ApiError::internal)?;
             }
             if page.next.is_none() {
                 return Ok(());
             }
+        }
+    }
+
+    /// The item at `(table, pk, sk)` if it exists and expired at or before `now`.
+    async fn expired_item(
+        &self,
+        table: &'static str,
+        pk: &str,
+        sk: &str,
+        now: Ts,
+    ) -> ApiResult<Option<Item>> {
+        let item = self
+            .store
+            .get(table, pk, sk)
+            .await
+            .map_err(ApiError::internal)?;
+        Ok(item.filter(|i| expires_of(i).is_some_and(|e| e <= now)))
+    }
+
+    /// Deletes `item` if it is still at the version read; false if it changed meanwhile.
+    async fn delete_if_unchanged(&self, table: &'static str, item: &Item) -> ApiResult<bool> {
+        let op = WriteOp::Delete {
+            table,
+            pk: item.pk.clone(),
+            sk: item.sk.clone(),
+            cond: Cond::Version(item.version),
+        };
+        match self.store.write(op).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.is_condition_failed() => Ok(false),
+            Err(e) => Err(ApiError::internal(e)),
         }
     }
 
@@ -87,16 +114,11 @@ impl Queue {
     /// still has events to deliver).
     pub async fn expire_task(&self, task_id: &str, now: Ts) -> ApiResult<bool> {
         let Some(def) = self
-            .store
-            .get(keys::TASKS, task_id, keys::SK_DEF)
-            .await
-            .map_err(internal)?
+            .expired_item(keys::TASKS, task_id, keys::SK_DEF, now)
+            .await?
         else {
             return Ok(false);
         };
-        if expires_of(&def).is_none_or(|e| e > now) {
-            return Ok(false);
-        }
         let status = self.load(task_id).await?;
         if status.as_ref().is_some_and(|(r, _)| !r.outbox.is_empty()) {
             return Ok(false);
@@ -129,44 +151,19 @@ impl Queue {
                     cond: Cond::None,
                 })
                 .await
-                .map_err(internal)?;
+                .map_err(ApiError::internal)?;
         }
-        self.store
-            .write(WriteOp::Delete {
-                table: keys::TASKS,
-                pk: task_id.to_string(),
-                sk: keys::SK_DEF.to_string(),
-                cond: Cond::Version(def.version),
-            })
-            .await
-            .map_err(internal)?;
+        // The definition never changes, so this only fails if another pass deleted it first.
+        let deleted = self.delete_if_unchanged(keys::TASKS, &def).await?;
         self.forget_def(task_id);
-        Ok(true)
+        Ok(deleted)
     }
 
     /// Deletes a dependency edge whose dependent has expired.
     async fn expire_edge(&self, pk: &str, sk: &str, now: Ts) -> ApiResult<bool> {
-        let Some(edge) = self
-            .store
-            .get(keys::TASKS, pk, sk)
-            .await
-            .map_err(internal)?
-        else {
-            return Ok(false);
-        };
-        if expires_of(&edge).is_none_or(|e| e > now) {
-            return Ok(false);
-        }
-        let op = WriteOp::Delete {
-            table: keys::TASKS,
-            pk: pk.to_string(),
-            sk: sk.to_string(),
-            cond: Cond::Version(edge.version),
-        };
-        match self.store.write(op).await {
-            Ok(_) => Ok(true),
-            Err(e) if e.is_condition_failed() => Ok(false),
-            Err(e) => Err(internal(e)),
+        match self.expired_item(keys::TASKS, pk, sk, now).await? {
+            Some(edge) => self.delete_if_unchanged(keys::TASKS, &edge).await,
+            None => Ok(false),
         }
     }
 
@@ -174,30 +171,15 @@ impl Queue {
     /// item, on the version read (a task that revived the id meanwhile keeps it).
     pub async fn expire_group(&self, group_id: &str, now: Ts) -> ApiResult<bool> {
         let Some(group) = self
-            .store
-            .get(keys::TASK_GROUPS, group_id, keys::SK_GROUP)
-            .await
-            .map_err(internal)?
+            .expired_item(keys::TASK_GROUPS, group_id, keys::SK_GROUP, now)
+            .await?
         else {
             return Ok(false);
         };
-        if expires_of(&group).is_none_or(|e| e > now) {
-            return Ok(false);
-        }
         self.delete_partition(keys::TASK_GROUPS, group_id, keys::SK_GROUP, |i| {
             Cond::Version(i.version)
         })
         .await?;
-        let op = WriteOp::Delete {
-            table: keys::TASK_GROUPS,
-            pk: group_id.to_string(),
-            sk: keys::SK_GROUP.to_string(),
-            cond: Cond::Version(group.version),
-        };
-        match self.store.write(op).await {
-            Ok(_) => Ok(true),
-            Err(e) if e.is_condition_failed() => Ok(false),
-            Err(e) => Err(internal(e)),
-        }
+        self.delete_if_unchanged(keys::TASK_GROUPS, &group).await
     }
 }

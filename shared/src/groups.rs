@@ -107,10 +107,6 @@ fn is_sealed(item: &Item) -> bool {
     item.data.get("sealed").is_some_and(|s| !s.is_null())
 }
 
-fn internal(e: StoreError) -> ApiError {
-    ApiError::internal(e)
-}
-
 impl Queue {
     /// The group item if the group exists and has not expired at `now`.
     pub(crate) async fn live_group(&self, group_id: &str, now: Ts) -> ApiResult<Option<Item>> {
@@ -118,7 +114,7 @@ impl Queue {
             .store
             .get(keys::TASK_GROUPS, group_id, keys::SK_GROUP)
             .await
-            .map_err(internal)?;
+            .map_err(ApiError::internal)?;
         Ok(item.filter(|i| group_expires(i).is_some_and(|e| e > now)))
     }
 
@@ -191,7 +187,7 @@ impl Queue {
             .store
             .query(keys::TASK_GROUPS, group_id, &range, after, limit)
             .await
-            .map_err(internal)?;
+            .map_err(ApiError::internal)?;
         let ids = page
             .items
             .iter()
@@ -285,7 +281,7 @@ impl Queue {
                     return Ok(reply);
                 }
                 Err(e) if e.is_condition_failed() => backoff(attempt).await,
-                Err(e) => return Err(internal(e)),
+                Err(e) => return Err(ApiError::internal(e)),
             }
         }
         Err(ApiError::conflict(format!(
@@ -410,7 +406,7 @@ impl Queue {
                 keys::SHARDS as usize,
             )
             .await
-            .map_err(internal)?
+            .map_err(ApiError::internal)?
             .items)
     }
 
@@ -470,7 +466,7 @@ impl Queue {
                     };
                     (rec, version) = fresh;
                 }
-                Err(e) => return Err(internal(e)),
+                Err(e) => return Err(ApiError::internal(e)),
             }
         }
         Err(ApiError::conflict(format!(

@@ -26,6 +26,7 @@ pub mod expiry;
 pub mod groups;
 pub mod ids;
 pub mod keys;
+mod mac;
 pub mod model;
 pub mod queue;
 pub mod reaper;

@@ -5,9 +5,7 @@ use crate::scopes::ScopeExpr;
 use crate::time::Ts;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use hmac::{Hmac, Mac};
 use serde_json::Value;
-use sha2::Sha256;
 
 /// Clock skew allowed on a certificate's start and expiry.
 pub const CERT_SKEW_MS: i64 = 5 * 60 * 1000;
@@ -167,10 +165,7 @@ impl Certificate {
 
 /// The accessToken of temporary credentials: base64url (no padding) of HMAC-SHA256(seed).
 pub fn temp_access_token(issuer_token: &str, seed: &str) -> String {
-    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(issuer_token.as_bytes())
-        .unwrap_or_else(|_| unreachable!("HMAC accepts any key length"));
-    m.update(seed.as_bytes());
-    URL_SAFE_NO_PAD.encode(m.finalize().into_bytes())
+    URL_SAFE_NO_PAD.encode(crate::mac::digest(issuer_token.as_bytes(), seed.as_bytes()))
 }
 
 #[cfg(test)]

@@ -246,11 +246,7 @@ fn normalized(req: &SignedRequest, resource: &str, n: &Normalized) -> String {
 }
 
 fn keyed(key: &str, text: &str) -> Hmac<Sha256> {
-    // HMAC takes keys of any length, so this cannot fail; an empty key is still a key.
-    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key.as_bytes())
-        .unwrap_or_else(|_| unreachable!("HMAC accepts any key length"));
-    m.update(text.as_bytes());
-    m
+    crate::mac::keyed(key.as_bytes(), text.as_bytes())
 }
 
 /// HMAC-SHA256 of `text` under `key`, base64.
