@@ -29,7 +29,7 @@ def main(path, prefix):
                     "IndexName": g["name"],
                     "KeySchema": [{"AttributeName": g["pk"], "KeyType": "HASH"},
                                   {"AttributeName": g["sk"], "KeyType": "RANGE"}],
-                    "Projection": {"ProjectionType": "ALL"},
+                    "Projection": {"ProjectionType": g.get("projection", "ALL")},
                 })
             args = dict(
                 TableName=name,

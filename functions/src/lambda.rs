@@ -75,7 +75,9 @@ pub async fn api_from_env() -> Result<Api, Error> {
         issuer,
         qcfg,
     ));
-    Ok(Api::new(queue, Arc::new(auth)).with_blobs(blobs))
+    Ok(Api::new(queue, Arc::new(auth))
+        .with_blobs(blobs)
+        .with_scheduler_id(&cfg.scheduler_id))
 }
 
 /// The queue over DynamoDB alone (for the scheduled jobs).
@@ -90,6 +92,18 @@ pub async fn serve_endpoint(name: &'static str) -> Result<(), Error> {
     lambda_http::run(lambda_http::service_fn(move |req: Request| {
         let api = api.clone();
         async move { Ok::<_, Error>(handle(&api, Some(name), req).await) }
+    }))
+    .await
+}
+
+/// Serves one task-graph scheduler endpoint (named as in
+/// [`shared::api::routes::SCHEDULER_ROUTES`]) behind API Gateway.
+pub async fn serve_scheduler_endpoint(name: &'static str) -> Result<(), Error> {
+    init_tracing();
+    let api = Arc::new(api_from_env().await?);
+    lambda_http::run(lambda_http::service_fn(move |req: Request| {
+        let api = api.clone();
+        async move { Ok::<_, Error>(handle_scheduler(&api, name, req).await) }
     }))
     .await
 }
@@ -111,6 +125,32 @@ pub async fn serve_auth() -> Result<(), Error> {
 /// the clients encode and sign them; see [`crate::multicall::gateway_path`]), so that `%2F`
 /// inside a taskQueueId survives a gateway that decodes it.
 pub async fn handle(api: &Api, name: Option<&str>, req: Request) -> Response<Body> {
+    let target = match name {
+        Some(name) => Target::Queue(name),
+        None => Target::Auth,
+    };
+    handle_for(api, target, req).await
+}
+
+/// [`handle`] for one task-graph scheduler endpoint (`/api/scheduler/v1/`), with the same
+/// path handling.
+pub async fn handle_scheduler(api: &Api, name: &str, req: Request) -> Response<Body> {
+    handle_for(api, Target::Scheduler(name), req).await
+}
+
+/// What one HTTP function serves.
+#[derive(Debug, Clone, Copy)]
+pub enum Target<'a> {
+    /// One queue endpoint.
+    Queue(&'a str),
+    /// The auth service.
+    Auth,
+    /// One task-graph scheduler endpoint.
+    Scheduler(&'a str),
+}
+
+/// Converts a gateway request into the API's (path made canonical) and the answer back.
+pub async fn handle_for(api: &Api, target: Target<'_>, req: Request) -> Response<Body> {
     let req = crate::multicall::canonical_request(req);
     let raw_path = req.raw_http_path().to_string();
     let (parts, body) = req.into_parts();
@@ -132,9 +172,10 @@ pub async fn handle(api: &Api, name: Option<&str>, req: Request) -> Response<Bod
         headers: parts.headers,
         body,
     };
-    let out = match name {
-        Some(name) => api.handle_only(name, req).await,
-        None => api.handle_auth(req).await,
+    let out = match target {
+        Target::Queue(name) => api.handle_only(name, req).await,
+        Target::Auth => api.handle_auth(req).await,
+        Target::Scheduler(name) => api.handle_scheduler_only(name, req).await,
     };
     let mut resp = Response::builder().status(out.status);
     for (k, v) in out.headers {
@@ -161,22 +202,135 @@ pub enum Job {
 
 /// The RabbitMQ sink configured by `TCQ_AMQP_URL`; it connects on first use and the
 /// connection is kept across warm invocations.
+///
+/// With `TCQ_SCHEDULER_QUEUE` set, every (re)connect also declares that durable queue, bound
+/// to the resolution exchanges for the tasks of the scheduler `TCQ_SCHEDULER_ID`, before
+/// anything is published: the queue the task-graph consumer's event source mapping reads.
 fn amqp_sink_from_env(queue: &Queue) -> Result<Arc<AmqpSink>, Error> {
     let url = std::env::var("TCQ_AMQP_URL").map_err(|_| "TCQ_AMQP_URL is not set")?;
-    Ok(Arc::new(AmqpSink::new(
-        url,
-        queue.cfg.exchange_prefix.clone(),
-    )))
+    let sink = AmqpSink::new(url, queue.cfg.exchange_prefix.clone())
+        .with_scheduler_prefix(queue.cfg.scheduler_exchange_prefix.clone());
+    Ok(Arc::new(match scheduler_queue_from_env() {
+        Some((name, pattern)) => sink.with_durable_queue(name, pattern),
+        None => sink,
+    }))
 }
 
-/// The publisher: a DynamoDB Streams event source on the tasks table (NEW_IMAGE) invokes it
-/// with batches of changed items; it publishes their outbox events to RabbitMQ with
-/// confirms, then removes them. A failed batch is reported as a partial batch failure from
+/// The durable consumer queue of `TCQ_SCHEDULER_QUEUE` (unset or empty: none) and its binding
+/// pattern, for the scheduler `TCQ_SCHEDULER_ID` (default upstream's).
+pub fn scheduler_queue_from_env() -> Option<(String, String)> {
+    let name = std::env::var("TCQ_SCHEDULER_QUEUE")
+        .ok()
+        .filter(|n| !n.is_empty())?;
+    let id = std::env::var("TCQ_SCHEDULER_ID")
+        .ok()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| shared::scheduler::DEFAULT_SCHEDULER_ID.into());
+    Some((name, shared::amqp::scheduler_pattern(&id)))
+}
+
+/// The task-graph scheduler's consumer: an Amazon MQ (RabbitMQ) event source mapping on the
+/// durable queue the publisher declares (`TCQ_SCHEDULER_QUEUE`) invokes it with batches of
+/// the queue's task-completed, task-failed and task-exception messages about the scheduler's
+/// tasks (`TCQ_SCHEDULER_ID`). The mapping acknowledges a batch only when the function
+/// succeeds; any failure redelivers the whole batch, which is safe because
+/// [`shared::scheduler::Scheduler::on_resolution`] is idempotent.
+pub async fn serve_task_graph_consumer() -> Result<(), lambda_runtime::Error> {
+    init_tracing();
+    let api = Arc::new(api_from_env().await?);
+    tracing::info!(scheduler_id = %api.scheduler.scheduler_id, "task-graph consumer");
+    lambda_runtime::run(lambda_runtime::service_fn(
+        move |event: lambda_runtime::LambdaEvent<serde_json::Value>| {
+            let api = api.clone();
+            async move {
+                task_graph_batch(&api, &event.payload, Ts::now())
+                    .await
+                    .map_err(lambda_runtime::Error::from)
+            }
+        },
+    ))
+    .await
+}
+
+/// Handles one Amazon MQ for RabbitMQ event (`eventSource` `aws:rmq`):
+/// `{"rmqMessagesByQueue": {"<queue>::<vhost>": [{"basicProperties", "redelivered", "data"}]}}`
+/// with each body base64 in `data`. Each body is handed to the scheduler in order; the reply
+/// counts what happened. A body that is not base64 JSON can never succeed, so it is logged and
+/// skipped (a poison message must not block the queue); any other failure fails the whole
+/// batch (nothing is acknowledged; what was stored is found again on redelivery).
+pub async fn task_graph_batch(
+    api: &Api,
+    event: &serde_json::Value,
+    now: Ts,
+) -> Result<serde_json::Value, String> {
+    use base64::Engine as _;
+    if let Some(source) = event["eventSource"].as_str() {
+        if source != "aws:rmq" {
+            return Err(format!("not an Amazon MQ for RabbitMQ event: {source}"));
+        }
+    }
+    let (mut handled, mut ignored, mut skipped, mut total) = (0usize, 0usize, 0usize, 0usize);
+    let queues = event["rmqMessagesByQueue"]
+        .as_object()
+        .ok_or("no rmqMessagesByQueue in the event")?;
+    for (queue, messages) in queues {
+        for m in messages.as_array().map(Vec::as_slice).unwrap_or_default() {
+            total += 1;
+            let body = m["data"]
+                .as_str()
+                .ok_or_else(|| "no data".to_string())
+                .and_then(|d| {
+                    base64::engine::general_purpose::STANDARD
+                        .decode(d)
+                        .map_err(|e| format!("not base64: {e}"))
+                })
+                .and_then(|b| {
+                    serde_json::from_slice::<serde_json::Value>(&b)
+                        .map_err(|e| format!("not JSON: {e}"))
+                });
+            let body = match body {
+                Ok(body) => body,
+                Err(e) => {
+                    tracing::error!(%queue, error = %e, redelivered = %m["redelivered"], "skipping an undecodable message");
+                    skipped += 1;
+                    continue;
+                }
+            };
+            match api.scheduler.consume(&body, now).await {
+                Ok(shared::scheduler::Reaction::Handled) => handled += 1,
+                Ok(shared::scheduler::Reaction::Ignored) => ignored += 1,
+                Err(e) => {
+                    tracing::warn!(%queue, error = %e, "batch failed; the broker redelivers it");
+                    return Err(format!("scheduler: {e}"));
+                }
+            }
+        }
+    }
+    tracing::info!(
+        total,
+        handled,
+        ignored,
+        skipped,
+        "task-graph consumer batch"
+    );
+    Ok(serde_json::json!({
+        "messages": total, "handled": handled, "ignored": ignored, "skipped": skipped
+    }))
+}
+
+/// The publisher: DynamoDB Streams event sources on the tasks and task-graphs tables
+/// (NEW_IMAGE) invoke it with batches of changed items; it publishes their outbox events to
+/// RabbitMQ with confirms, then removes them. A failed batch is reported as a partial batch failure from
 /// its first record, so Lambda retries from there (at least once; order per task kept).
 pub async fn serve_publisher() -> Result<(), lambda_runtime::Error> {
     init_tracing();
     let queue = queue_from_env().await?;
     let sink = amqp_sink_from_env(&queue)?;
+    // Declares the exchanges and the scheduler's consumer queue at cold start (best effort:
+    // every publish connects again if needed).
+    if let Err(e) = sink.ensure_connected().await {
+        tracing::warn!(error = %e, "RabbitMQ not reachable at start; will retry on publish");
+    }
     lambda_runtime::run(lambda_runtime::service_fn(
         move |event: lambda_runtime::LambdaEvent<serde_json::Value>| {
             let (queue, sink) = (queue.clone(), sink.clone());
@@ -185,16 +339,10 @@ pub async fn serve_publisher() -> Result<(), lambda_runtime::Error> {
                     .as_array()
                     .cloned()
                     .unwrap_or_default();
-                let result = shared::events::drain_stream(
-                    queue.store.as_ref(),
-                    sink.as_ref(),
-                    &queue.cfg.exchange_prefix,
-                    stream_images(&records),
-                    &queue.published,
-                )
-                .await
-                .map(|outcome| format!("{outcome:?}"))
-                .map_err(|e| e.to_string());
+                let result =
+                    shared::reaper::outbox_stream(&queue, sink.as_ref(), stream_images(&records))
+                        .await
+                        .map(|n| format!("Delivered({n})"));
                 stream_batch_reply(&records, result)
             }
         },
@@ -274,6 +422,9 @@ pub async fn serve_job(job: Job) -> Result<(), lambda_runtime::Error> {
                     }
                     (Job::ExpiryReaper, _) => shared::reaper::expiry(&queue, now).await?,
                     (Job::OutboxSweeper, Some(sink)) => {
+                        // Connecting declares the scheduler's consumer queue, so it exists
+                        // within a minute of a deployment even before any event is published.
+                        sink.ensure_connected().await?;
                         shared::reaper::outbox(&queue, sink.as_ref()).await?
                     }
                     (Job::OutboxSweeper, None) => return Err("no sink".into()),

@@ -18,6 +18,7 @@ use shared::creds::IssuerCredentials;
 use shared::error::{ApiError, ErrorCode};
 use shared::events::{EventSink, FanoutSink};
 use shared::queue::{Queue, QueueConfig};
+use shared::scheduler::SchedulerSink;
 use shared::signal::LocalSignal;
 use shared::store::dynamodb;
 use shared::store::sqlite::SqliteStore;
@@ -64,6 +65,16 @@ pub struct LocalConfig {
     /// Prefix of every exchange name.
     #[arg(long, env = "TCQ_EXCHANGE_PREFIX", default_value = shared::routing::DEFAULT_EXCHANGE_PREFIX)]
     pub exchange_prefix: String,
+    /// Prefix of the task-graph scheduler's exchange names.
+    #[arg(long, env = "TCQ_SCHEDULER_EXCHANGE_PREFIX", default_value = shared::routing::SCHEDULER_EXCHANGE_PREFIX)]
+    pub scheduler_exchange_prefix: String,
+    /// The task-graph scheduler's schedulerId.
+    #[arg(long, env = "TCQ_SCHEDULER_ID", default_value = shared::scheduler::DEFAULT_SCHEDULER_ID)]
+    pub scheduler_id: String,
+    /// Run the scheduler's consumer of resolution messages in this process (off when another
+    /// consumer, such as the AWS function, reacts to them instead).
+    #[arg(long, env = "TCQ_SCHEDULER_CONSUMER", default_value_t = true, action = clap::ArgAction::Set)]
+    pub scheduler_consumer: bool,
     /// clientId the queue issues temporary credentials as.
     #[arg(
         long,
@@ -205,6 +216,7 @@ impl LocalConfig {
             max_task_deadline_days: self.max_task_deadline_days,
             group_expiry_extension_ms: self.group_expiry_extension_ms,
             exchange_prefix: self.exchange_prefix.clone(),
+            scheduler_exchange_prefix: self.scheduler_exchange_prefix.clone(),
             ..QueueConfig::default()
         }
     }
@@ -375,7 +387,11 @@ pub async fn start(
     let listener = tokio::net::TcpListener::bind((cfg.bind.as_str(), cfg.port)).await?;
     let addr = listener.local_addr()?;
     let blobs = open_blobs(&cfg, &format!("http://{addr}"), &queue.issuer.access_token).await?;
-    let api = Arc::new(Api::new(queue.clone(), Arc::new(auth)).with_blobs(blobs.port()));
+    let api = Arc::new(
+        Api::new(queue.clone(), Arc::new(auth))
+            .with_blobs(blobs.port())
+            .with_scheduler_id(&cfg.scheduler_id),
+    );
     let (stop, stopped) = watch::channel(false);
 
     let mut app = axum::Router::new();
@@ -409,13 +425,20 @@ pub async fn start(
         Duration::from_millis(cfg.reaper_interval_ms.max(10)),
         stopped.clone(),
     ));
-    let sink: Arc<dyn EventSink> = match &cfg.amqp_url {
-        Some(url) => Arc::new(FanoutSink(vec![
-            Arc::new(AmqpSink::new(url.clone(), cfg.exchange_prefix.clone())),
-            sink,
-        ])),
-        None => sink,
-    };
+    // The scheduler consumes the queue's resolution messages in process, last: an event
+    // leaves its outbox only once RabbitMQ, the given sink and the scheduler all took it.
+    let mut sinks = vec![];
+    if let Some(url) = &cfg.amqp_url {
+        sinks.push(Arc::new(
+            AmqpSink::new(url.clone(), cfg.exchange_prefix.clone())
+                .with_scheduler_prefix(cfg.scheduler_exchange_prefix.clone()),
+        ) as Arc<dyn EventSink>);
+    }
+    sinks.push(sink);
+    if cfg.scheduler_consumer {
+        sinks.push(Arc::new(SchedulerSink(api.scheduler.clone())));
+    }
+    let sink: Arc<dyn EventSink> = Arc::new(FanoutSink(sinks));
     let expiry = tokio::spawn(expiry_loop(
         queue.clone(),
         blobs.port(),

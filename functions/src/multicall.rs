@@ -2,13 +2,14 @@
 //! which costs about 80 s per binary; shipping one artifact that every function of the SAM
 //! template points at pays that once. Each function says what it is through its `Handler`
 //! (which `provided.al2023` passes on as `_HANDLER`): a queue endpoint's name from the route
-//! table, `auth`, `publisher`, or a scheduled job's name.
+//! table, `auth`, `publisher`, a scheduled job's name, a task-graph scheduler endpoint's
+//! name prefixed with `scheduler` (`schedulerCreateTaskGraph`), or `taskGraphConsumer`.
 
-use crate::lambda::{serve_job, serve_publisher, Job};
+use crate::lambda::{serve_job, serve_publisher, serve_task_graph_consumer, Job, Target};
 use lambda_http::http::Method;
 use lambda_http::{Request, RequestExt};
-use shared::api::routes::{Route, AUTH_ROUTES, ROUTES};
-use shared::api::{AUTH_PREFIX, PREFIX};
+use shared::api::routes::{Route, AUTH_ROUTES, ROUTES, SCHEDULER_ROUTES};
+use shared::api::{AUTH_PREFIX, PREFIX, SCHEDULER_PREFIX};
 use shared::time::Ts;
 use std::sync::Arc;
 
@@ -27,7 +28,27 @@ pub enum Handler {
     Job(Job),
     /// The scheduled artifact expiry pass.
     ArtifactReaper,
+    /// One task-graph scheduler endpoint, named as in its route table.
+    SchedulerEndpoint(&'static str),
+    /// The task-graph scheduler's consumer of resolution messages (Amazon MQ events).
+    TaskGraphConsumer,
 }
+
+/// The task-graph scheduler's endpoints: handler name (the route's name prefixed with
+/// `scheduler`, as several route names are the queue's too), route name. Functions are named
+/// by [`kebab`]: `scheduler-create-task-graph`.
+pub const SCHEDULER_HANDLERS: &[(&str, &str)] = &[
+    ("schedulerPing", "ping"),
+    ("schedulerLbheartbeat", "lbheartbeat"),
+    ("schedulerVersion", "version"),
+    ("schedulerHeartbeat", "heartbeat"),
+    ("schedulerCreateTaskGraph", "createTaskGraph"),
+    ("schedulerExtendTaskGraph", "extendTaskGraph"),
+    ("schedulerStatus", "status"),
+    ("schedulerInfo", "info"),
+    ("schedulerInspect", "inspect"),
+    ("schedulerInspectTask", "inspectTask"),
+];
 
 /// Handler names that are not routes, with what they serve.
 pub const NON_HTTP_HANDLERS: &[(&str, Handler)] = &[
@@ -39,6 +60,7 @@ pub const NON_HTTP_HANDLERS: &[(&str, Handler)] = &[
     ("dependencyResolver", Handler::Job(Job::DependencyResolver)),
     ("expiryReaper", Handler::Job(Job::ExpiryReaper)),
     ("artifactReaper", Handler::ArtifactReaper),
+    ("taskGraphConsumer", Handler::TaskGraphConsumer),
 ];
 
 /// Resolves a handler name. Queue endpoints are looked up in the route table itself, so a
@@ -46,6 +68,12 @@ pub const NON_HTTP_HANDLERS: &[(&str, Handler)] = &[
 pub fn resolve(name: &str) -> Option<Handler> {
     if let Some((_, h)) = NON_HTTP_HANDLERS.iter().find(|(n, _)| *n == name) {
         return Some(*h);
+    }
+    if let Some((_, route)) = SCHEDULER_HANDLERS.iter().find(|(n, _)| *n == name) {
+        return SCHEDULER_ROUTES
+            .iter()
+            .find(|r| r.name == *route)
+            .map(|r| Handler::SchedulerEndpoint(r.name));
     }
     ROUTES
         .iter()
@@ -67,7 +95,7 @@ pub fn kebab(name: &str) -> String {
     out
 }
 
-/// Every handler name: the non-HTTP ones, then each queue route once.
+/// Every handler name: the non-HTTP ones, each queue route once, then the scheduler's.
 pub fn handler_names() -> Vec<&'static str> {
     let mut names: Vec<&'static str> = NON_HTTP_HANDLERS.iter().map(|(n, _)| *n).collect();
     for r in ROUTES {
@@ -75,6 +103,7 @@ pub fn handler_names() -> Vec<&'static str> {
             names.push(r.name);
         }
     }
+    names.extend(SCHEDULER_HANDLERS.iter().map(|(n, _)| *n));
     names
 }
 
@@ -109,22 +138,24 @@ pub fn from_env() -> Result<Handler, Error> {
 /// Runs the handler until the Lambda runtime stops it.
 pub async fn run(handler: Handler) -> Result<(), Error> {
     match handler {
-        Handler::Endpoint(name) => serve_http(Some(name)).await,
-        Handler::Auth => serve_http(None).await,
+        Handler::Endpoint(name) => serve_http(Target::Queue(name)).await,
+        Handler::Auth => serve_http(Target::Auth).await,
+        Handler::SchedulerEndpoint(name) => serve_http(Target::Scheduler(name)).await,
         Handler::Publisher => serve_publisher().await,
         Handler::Job(job) => serve_job(job).await,
         Handler::ArtifactReaper => serve_artifact_reaper().await,
+        Handler::TaskGraphConsumer => serve_task_graph_consumer().await,
     }
 }
 
-/// Serves one queue endpoint (`Some(name)`) or the auth service (`None`) behind an API
+/// Serves one queue endpoint, the auth service or one scheduler endpoint behind an API
 /// Gateway HTTP API, with the path made canonical first (see [`gateway_path`]).
-pub async fn serve_http(only: Option<&'static str>) -> Result<(), Error> {
+pub async fn serve_http(only: Target<'static>) -> Result<(), Error> {
     crate::init_tracing();
     let api = Arc::new(crate::lambda::api_from_env().await?);
     lambda_http::run(lambda_http::service_fn(move |req: Request| {
         let api = api.clone();
-        async move { Ok::<_, Error>(crate::lambda::handle(&api, only, req).await) }
+        async move { Ok::<_, Error>(crate::lambda::handle_for(&api, only, req).await) }
     }))
     .await
 }
@@ -230,6 +261,8 @@ pub fn gateway_path(method: &Method, path: &str) -> Option<String> {
         (PREFIX, ROUTES)
     } else if path.starts_with(&format!("{AUTH_PREFIX}/")) {
         (AUTH_PREFIX, AUTH_ROUTES)
+    } else if path.starts_with(&format!("{SCHEDULER_PREFIX}/")) {
+        (SCHEDULER_PREFIX, SCHEDULER_ROUTES)
     } else {
         return None;
     };
@@ -313,6 +346,43 @@ mod tests {
             Some(Handler::Job(Job::ClaimReaper))
         ));
         assert!(resolve_function_name("xclaim-work").is_none());
+        assert!(matches!(
+            resolve_function_name("stack-scheduler-status"),
+            Some(Handler::SchedulerEndpoint("status"))
+        ));
+        assert!(matches!(
+            resolve_function_name("stack-status"),
+            Some(Handler::Endpoint("status"))
+        ));
+        assert!(matches!(
+            resolve_function_name("scheduler-inspect-task"),
+            Some(Handler::SchedulerEndpoint("inspectTask"))
+        ));
+        assert!(matches!(
+            resolve_function_name("task-graph-consumer"),
+            Some(Handler::TaskGraphConsumer)
+        ));
+    }
+
+    #[test]
+    fn every_scheduler_route_has_one_handler() {
+        for r in SCHEDULER_ROUTES {
+            let handlers: Vec<_> = SCHEDULER_HANDLERS
+                .iter()
+                .filter(|(_, route)| *route == r.name)
+                .collect();
+            assert_eq!(handlers.len(), 1, "{}", r.name);
+            assert!(matches!(
+                resolve(handlers[0].0),
+                Some(Handler::SchedulerEndpoint(n)) if n == r.name
+            ));
+        }
+        assert_eq!(SCHEDULER_HANDLERS.len(), SCHEDULER_ROUTES.len());
+        let names = handler_names();
+        let mut unique = names.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), names.len(), "handler names collide");
     }
 
     #[test]
@@ -331,6 +401,14 @@ mod tests {
             ),
             (Method::GET, "/api/queue/v1/task/abc"),
             (Method::GET, "/api/auth/v1/clients/"),
+            (
+                Method::GET,
+                "/api/scheduler/v1/task-graph/fN1SbArXTPSVFNUvaOlinQ/inspect/eN1SbArXTPSVFNUvaOlinQ",
+            ),
+            (
+                Method::PUT,
+                "/api/scheduler/v1/task-graph/fN1SbArXTPSVFNUvaOlinQ",
+            ),
         ];
         for (m, encoded) in cases {
             let decoded = decode_param(encoded);

@@ -6,9 +6,12 @@
 //! outbox drainer removes nothing the broker has not taken responsibility for.
 
 use crate::events::{Event, EventSink};
-use crate::routing::{exchange_name, EXCHANGES};
+use crate::routing::{exchange_name, EXCHANGES, SCHEDULER_EXCHANGES, SCHEDULER_EXCHANGE_PREFIX};
 use async_trait::async_trait;
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions};
+use lapin::options::{
+    BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions,
+    QueueDeclareOptions,
+};
 use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
 use tokio::sync::Mutex;
@@ -16,7 +19,16 @@ use tokio::sync::Mutex;
 /// Declares every exchange under `prefix` as a durable topic exchange (idempotent; consumers
 /// may declare them too, with the same arguments, to bind before anything is published).
 pub async fn declare_exchanges(channel: &Channel, prefix: &str) -> Result<(), String> {
-    for short in EXCHANGES {
+    declare(channel, prefix, &EXCHANGES).await
+}
+
+/// [`declare_exchanges`] for the task-graph scheduler's exchanges.
+pub async fn declare_scheduler_exchanges(channel: &Channel, prefix: &str) -> Result<(), String> {
+    declare(channel, prefix, &SCHEDULER_EXCHANGES).await
+}
+
+async fn declare(channel: &Channel, prefix: &str, names: &[&str]) -> Result<(), String> {
+    for short in names {
         channel
             .exchange_declare(
                 ShortString::from(exchange_name(prefix, short)),
@@ -40,7 +52,18 @@ const PERSISTENT: u8 = 2;
 pub struct AmqpSink {
     url: String,
     prefix: String,
+    scheduler_prefix: String,
+    durable_queue: Option<(String, String)>,
     open: Mutex<Option<(Connection, Channel)>>,
+}
+
+/// The queue exchanges a task-graph scheduler consumes: the resolutions.
+pub const RESOLUTION_EXCHANGES: [&str; 3] = ["task-completed", "task-failed", "task-exception"];
+
+/// The binding pattern of a consumer of the queue's messages about the tasks of scheduler
+/// `scheduler_id` (the routing key's eighth word is the task's schedulerId).
+pub fn scheduler_pattern(scheduler_id: &str) -> String {
+    format!("primary.*.*.*.*.*.*.{scheduler_id}.#")
 }
 
 impl AmqpSink {
@@ -49,11 +72,75 @@ impl AmqpSink {
         AmqpSink {
             url: url.into(),
             prefix: prefix.into(),
+            scheduler_prefix: SCHEDULER_EXCHANGE_PREFIX.into(),
+            durable_queue: None,
             open: Mutex::new(None),
         }
     }
 
-    /// Connects, enables confirms and declares every exchange (durable topic exchanges).
+    /// The same sink, declaring the scheduler's exchanges under `prefix` instead of the
+    /// default.
+    pub fn with_scheduler_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.scheduler_prefix = prefix.into();
+        self
+    }
+
+    /// The same sink, also declaring the durable queue `name`, bound to the resolution
+    /// exchanges ([`RESOLUTION_EXCHANGES`]) with `pattern`, on every (re)connect and so before
+    /// anything is published: the queue an event source mapping (the AWS task-graph consumer)
+    /// reads exists, and holds every matching message, from the first publish on.
+    pub fn with_durable_queue(
+        mut self,
+        name: impl Into<String>,
+        pattern: impl Into<String>,
+    ) -> Self {
+        self.durable_queue = Some((name.into(), pattern.into()));
+        self
+    }
+
+    /// Connects now (if not connected), declaring the exchanges and the durable queue, so that
+    /// consumers can rely on them before the first event.
+    pub async fn ensure_connected(&self) -> Result<(), String> {
+        let mut open = self.open.lock().await;
+        if !open.as_ref().is_some_and(|(c, _)| c.status().connected()) {
+            *open = Some(self.connect().await?);
+        }
+        Ok(())
+    }
+
+    /// Declares the durable consumer queue, if any, and binds it.
+    async fn declare_durable_queue(&self, channel: &Channel) -> Result<(), String> {
+        let Some((name, pattern)) = &self.durable_queue else {
+            return Ok(());
+        };
+        channel
+            .queue_declare(
+                ShortString::from(name.as_str()),
+                QueueDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| format!("declaring queue {name}: {e}"))?;
+        for short in RESOLUTION_EXCHANGES {
+            channel
+                .queue_bind(
+                    ShortString::from(name.as_str()),
+                    ShortString::from(exchange_name(&self.prefix, short)),
+                    ShortString::from(pattern.as_str()),
+                    QueueBindOptions::default(),
+                    FieldTable::default(),
+                )
+                .await
+                .map_err(|e| format!("binding queue {name} to {short}: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// Connects, enables confirms and declares every exchange (durable topic exchanges) and
+    /// the durable consumer queue, if any.
     async fn connect(&self) -> Result<(Connection, Channel), String> {
         let conn = Connection::connect(&self.url, ConnectionProperties::default())
             .await
@@ -64,6 +151,8 @@ impl AmqpSink {
             .await
             .map_err(|e| e.to_string())?;
         declare_exchanges(&channel, &self.prefix).await?;
+        declare_scheduler_exchanges(&channel, &self.scheduler_prefix).await?;
+        self.declare_durable_queue(&channel).await?;
         Ok((conn, channel))
     }
 

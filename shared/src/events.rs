@@ -135,41 +135,68 @@ fn to_event(prefix: &str, e: &OutboxEvent) -> Event {
     }
 }
 
-fn decode(item: Item) -> Result<(TaskRecord, u64), StoreError> {
+/// A record that keeps the events of its own changes in an outbox inside its item, so that
+/// each event is written in the same conditional write as the change it announces: a task's
+/// status item (queue events) or a task graph's item (scheduler events).
+pub trait Outboxed: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static {
+    /// The table its items live in.
+    const TABLE: &'static str;
+    /// The sort key of its items (their partition key is [`Outboxed::pk`]).
+    const SK: &'static str;
+    /// Its partition key.
+    fn pk(&self) -> &str;
+    /// The events waiting to be published.
+    fn outbox(&self) -> &[OutboxEvent];
+    /// The same, to remove what was published.
+    fn outbox_mut(&mut self) -> &mut Vec<OutboxEvent>;
+    /// The index entries of its item as it stands (the outbox entry while events wait).
+    fn index_entries(&self) -> Vec<crate::store::IndexEntry>;
+}
+
+impl Outboxed for TaskRecord {
+    const TABLE: &'static str = keys::TASKS;
+    const SK: &'static str = keys::SK_STATUS;
+    fn pk(&self) -> &str {
+        &self.task_id
+    }
+    fn outbox(&self) -> &[OutboxEvent] {
+        &self.outbox
+    }
+    fn outbox_mut(&mut self) -> &mut Vec<OutboxEvent> {
+        &mut self.outbox
+    }
+    fn index_entries(&self) -> Vec<crate::store::IndexEntry> {
+        TaskRecord::index_entries(self)
+    }
+}
+
+fn decode<R: Outboxed>(item: Item) -> Result<(R, u64), StoreError> {
     let rec = serde_json::from_value(item.data).map_err(|e| StoreError::Other(e.to_string()))?;
     Ok((rec, item.version))
 }
 
-/// Removes the events `published` from a task's outbox, starting from a copy of the record
+/// Removes the events `published` from a record's outbox, starting from a copy of the record
 /// believed current at `version`; on a concurrent change, re-reads and tries again.
-async fn remove_published(
+async fn remove_published<R: Outboxed>(
     store: &dyn Store,
-    mut rec: TaskRecord,
+    mut rec: R,
     mut version: u64,
     published: &[String],
 ) -> Result<(), StoreError> {
     loop {
-        rec.outbox.retain(|e| !published.contains(&e.id));
+        rec.outbox_mut().retain(|e| !published.contains(&e.id));
         let data = serde_json::to_value(&rec).map_err(|e| StoreError::Other(e.to_string()))?;
-        let item = Item::new(
-            rec.task_id.clone(),
-            keys::SK_STATUS,
-            data,
-            rec.index_entries(),
-        );
+        let item = Item::new(rec.pk(), R::SK, data, rec.index_entries());
         let op = WriteOp::Put {
-            table: keys::TASKS,
+            table: R::TABLE,
             item,
             cond: Cond::Version(version),
         };
         match store.write(op).await {
             Ok(_) => return Ok(()),
             Err(e) if e.is_condition_failed() => {
-                // The task changed meanwhile; re-read and remove only what we published.
-                match store
-                    .get(keys::TASKS, &rec.task_id, keys::SK_STATUS)
-                    .await?
-                {
+                // The record changed meanwhile; re-read and remove only what we published.
+                match store.get(R::TABLE, rec.pk(), R::SK).await? {
                     Some(item) => (rec, version) = decode(item)?,
                     None => return Ok(()),
                 }
@@ -179,30 +206,30 @@ async fn remove_published(
     }
 }
 
-/// Delivers the outboxes of tasks whose status records (at the given versions) the caller
-/// has just written: publishes all their events in one call (except those in `published`,
-/// which went out already), then removes them, writing the tasks concurrently. Without the
-/// read this saves, it is [`drain_task`] for many tasks.
-pub async fn drain_written(
+/// Delivers the outboxes of records (at the given versions) the caller has just written:
+/// publishes all their events in one call (except those in `published`, which went out
+/// already), then removes them, writing the records concurrently. Without the read this
+/// saves, it is [`drain_task`] for many records.
+pub async fn drain_written<R: Outboxed>(
     store: &dyn Store,
     sink: &dyn EventSink,
     prefix: &str,
-    written: Vec<(TaskRecord, u64)>,
+    written: Vec<(R, u64)>,
     published: &RecentIds,
 ) -> Result<DrainOutcome, StoreError> {
     let written: Vec<_> = written
         .into_iter()
-        .filter(|(rec, _)| !rec.outbox.is_empty())
+        .filter(|(rec, _)| !rec.outbox().is_empty())
         .collect();
     if written.is_empty() {
         return Ok(DrainOutcome::Empty);
     }
     let mut events = Vec::new();
     for (rec, _) in &written {
-        for e in rec.outbox.iter().filter(|e| !published.contains(&e.id)) {
+        for e in rec.outbox().iter().filter(|e| !published.contains(&e.id)) {
             match crate::schema::check(&format!("{}-message", e.exchange), &e.payload) {
                 Ok(()) => events.push(to_event(prefix, e)),
-                Err(errors) => keep_dead_letter(store, &rec.task_id, e, errors).await?,
+                Err(errors) => keep_dead_letter(store, R::TABLE, rec.pk(), e, errors).await?,
             }
         }
     }
@@ -213,10 +240,10 @@ pub async fn drain_written(
     published.extend(
         written
             .iter()
-            .flat_map(|(rec, _)| rec.outbox.iter().map(|e| e.id.as_str())),
+            .flat_map(|(rec, _)| rec.outbox().iter().map(|e| e.id.as_str())),
     );
     let removals = written.into_iter().map(|(rec, version)| async move {
-        let published: Vec<String> = rec.outbox.iter().map(|e| e.id.clone()).collect();
+        let published: Vec<String> = rec.outbox().iter().map(|e| e.id.clone()).collect();
         remove_published(store, rec, version, &published).await
     });
     for result in futures_util::future::join_all(removals).await {
@@ -229,17 +256,18 @@ pub async fn drain_written(
 /// removal from the outbox follows with the published ones), so that it blocks nothing.
 async fn keep_dead_letter(
     store: &dyn Store,
-    task_id: &str,
+    table: &'static str,
+    pk: &str,
     event: &OutboxEvent,
     errors: Vec<String>,
 ) -> Result<(), StoreError> {
-    tracing::error!(task_id, exchange = %event.exchange, event_id = %event.id, ?errors,
+    tracing::error!(pk, exchange = %event.exchange, event_id = %event.id, ?errors,
         "BUG: an event does not match its schema; kept as a dead letter instead of published");
     let data = serde_json::json!({ "event": event, "errors": errors });
-    let item = Item::new(task_id, keys::sk_dead_letter(&event.id), data, vec![]);
+    let item = Item::new(pk, keys::sk_dead_letter(&event.id), data, vec![]);
     store
         .write(WriteOp::Put {
-            table: keys::TASKS,
+            table,
             item,
             cond: Cond::None,
         })
@@ -247,21 +275,21 @@ async fn keep_dead_letter(
         .map(|_| ())
 }
 
-/// Delivers the outboxes in status items as a change stream (DynamoDB Streams) reports them:
-/// the latest image of each task is enough, because an event only ever leaves an outbox
-/// after it was published. Items other than status items are ignored.
-pub async fn drain_stream(
+/// Delivers the outboxes in records' items as a change stream (DynamoDB Streams) reports
+/// them: the latest image of each record is enough, because an event only ever leaves an
+/// outbox after it was published. Other items are ignored.
+pub async fn drain_stream<R: Outboxed>(
     store: &dyn Store,
     sink: &dyn EventSink,
     prefix: &str,
     images: Vec<Item>,
     published: &RecentIds,
 ) -> Result<DrainOutcome, StoreError> {
-    let mut latest: std::collections::HashMap<String, (TaskRecord, u64)> = Default::default();
-    for item in images.into_iter().filter(|i| i.sk == keys::SK_STATUS) {
-        let (rec, version) = decode(item)?;
-        if latest.get(&rec.task_id).is_none_or(|(_, v)| *v < version) {
-            latest.insert(rec.task_id.clone(), (rec, version));
+    let mut latest: std::collections::HashMap<String, (R, u64)> = Default::default();
+    for item in images.into_iter().filter(|i| i.sk == R::SK) {
+        let (rec, version) = decode::<R>(item)?;
+        if latest.get(rec.pk()).is_none_or(|(_, v)| *v < version) {
+            latest.insert(rec.pk().to_string(), (rec, version));
         }
     }
     drain_written(
@@ -274,23 +302,24 @@ pub async fn drain_stream(
     .await
 }
 
-/// Delivers the outbox of one task: publish, then remove exactly what was published.
-pub async fn drain_task(
+/// Delivers the outbox of one record (a task's, by taskId): publish, then remove exactly
+/// what was published.
+pub async fn drain_task<R: Outboxed>(
     store: &dyn Store,
     sink: &dyn EventSink,
     prefix: &str,
-    task_id: &str,
+    pk: &str,
     published: &RecentIds,
 ) -> Result<DrainOutcome, StoreError> {
-    match store.get(keys::TASKS, task_id, keys::SK_STATUS).await? {
-        Some(item) => drain_written(store, sink, prefix, vec![decode(item)?], published).await,
+    match store.get(R::TABLE, pk, R::SK).await? {
+        Some(item) => drain_written::<R>(store, sink, prefix, vec![decode(item)?], published).await,
         None => Ok(DrainOutcome::Empty),
     }
 }
 
-/// One pass over every outbox shard, leaving out the tasks for which `skip` is true (a faster
-/// path will deliver them); returns the number of events delivered.
-pub async fn drain_all(
+/// One pass over every outbox shard of `R`'s table, leaving out the records for which `skip`
+/// is true (a faster path will deliver them); returns the number of events delivered.
+pub async fn drain_all<R: Outboxed>(
     store: &dyn Store,
     sink: &dyn EventSink,
     prefix: &str,
@@ -302,7 +331,7 @@ pub async fn drain_all(
     for shard in 0..SHARDS {
         let page = store
             .query_index(
-                keys::TASKS,
+                R::TABLE,
                 index::OUTBOX,
                 &keys::shard_pk(index::OUTBOX, shard),
                 &SkRange::default(),
@@ -312,7 +341,7 @@ pub async fn drain_all(
             .await?;
         for item in page.items.into_iter().filter(|i| !skip(&i.pk)) {
             if let DrainOutcome::Delivered(n) =
-                drain_task(store, sink, prefix, &item.pk, published).await?
+                drain_task::<R>(store, sink, prefix, &item.pk, published).await?
             {
                 delivered += n;
             }

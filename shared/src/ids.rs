@@ -25,6 +25,14 @@ pub fn new_slugid() -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
+/// The "nice" slugid made from 16 given bytes (version and variant bits set as for a random
+/// v4 UUID), for ids that must be derived again from the same secret.
+pub fn slugid_from(bytes: [u8; 16]) -> String {
+    let mut bytes = *uuid::Builder::from_random_bytes(bytes).as_uuid().as_bytes();
+    bytes[0] &= 0x7f;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
 /// True for provisionerId, workerGroup, workerId and the like: `^[a-zA-Z0-9-_]{1,38}$`.
 pub fn is_identifier(s: &str) -> bool {
     (1..=38).contains(&s.len()) && s.bytes().all(is_id_char)

@@ -8,6 +8,8 @@
 //! | `task-groups` | taskGroupId   | `group`    | schedulerId, expires, sealed           |
 //! | `task-groups` | taskGroupId   | `task#<taskId>` | membership, for listTaskGroup     |
 //! | `task-groups` | taskGroupId   | `unresolved#<shard>` | a share of the unresolved-task count |
+//! | `task-graphs` | taskGraphId   | `task-graph` | the scheduler's graph: state, leaves, event outbox |
+//! | `task-graphs` | taskGraphId   | `task#<taskId>` | one task of the graph: label, requires, reruns |
 //! | `auth`        | `clients`     | clientId   | a client of the auth API (with secret) |
 //! | `auth`        | `roles`       | roleId     | a role of the auth API                 |
 //!
@@ -23,6 +25,8 @@
 //! | `claims`   | `claims#<shard>`      | `<takenUntil ms>:<taskId>`                 | last run running |
 //! | `deadline` | `deadline#<shard>`    | `<deadline ms>:<taskId>`                   | task unresolved  |
 //! | `outbox`   | `outbox#<shard>`      | `<taskId>`                                 | events to deliver|
+//!
+//! `task-graphs/task-graph` items have an `outbox` index of the same shape (keyed by taskGraphId).
 //! | `resolved` | `resolved#<shard>`    | `<resolved ms>:<taskId>`                   | dependents unseen|
 //!
 //! Expiry indexes (written once with the item; the expiry job walks them with `sk <= now`):
@@ -31,6 +35,9 @@
 //! |----------------|-------------------------------------|---------------------|------------------------|
 //! | `task-expiry`  | `tasks/def`, `tasks/dependent#<id>` | `task-expiry#<shard>` | `<expires ms>:<pk>:<sk>` |
 //! | `group-expiry` | `task-groups/group`                 | `group-expiry#<shard>` | `<expires ms>:<taskGroupId>` |
+//!
+//! On DynamoDB only `pending` projects whole items; every other index is KEYS_ONLY (see
+//! `infra/resources.json`), so writes that leave an item's entry alone cost that index nothing.
 //!
 //! Time-ordered partitions are sharded so that no single partition key is hot on DynamoDB;
 //! the reapers walk every shard with `sk <= now`.
@@ -43,6 +50,18 @@ use crate::time::Ts;
 pub const TASKS: &str = "tasks";
 /// Task groups.
 pub const TASK_GROUPS: &str = "task-groups";
+
+/// The task-graph scheduler's graphs and their tasks.
+pub const TASK_GRAPHS: &str = "task-graphs";
+/// Sort key of a graph's own item in [`TASK_GRAPHS`].
+pub const SK_TASK_GRAPH: &str = "task-graph";
+/// Sort-key prefix of a graph's task items in [`TASK_GRAPHS`].
+pub const SK_GRAPH_TASK_PREFIX: &str = "task#";
+
+/// Sort key of the item of task `task_id` in its graph's partition of [`TASK_GRAPHS`].
+pub fn sk_graph_task(task_id: &str) -> String {
+    format!("{SK_GRAPH_TASK_PREFIX}{task_id}")
+}
 
 /// Clients and roles of the auth API.
 pub const AUTH: &str = "auth";

@@ -8,6 +8,7 @@
 //! - [`artifacts`], [`blobs`]: artifact rows and the blob port that holds their bytes.
 //! - [`api`]: the HTTP API (queue and auth services), independent of any server.
 //! - [`auth`]: Hawk, temporary credentials, clients and roles.
+//! - [`scheduler`]: the task-graph scheduler (seed 001) on top of the queue.
 //! - [`keys`], [`routing`]: every storage key and routing key, each built in one place.
 
 #![warn(missing_docs)]
@@ -32,6 +33,7 @@ pub mod queue;
 pub mod reaper;
 pub mod routes_scopes;
 pub mod routing;
+pub mod scheduler;
 pub mod schema;
 pub mod scopes;
 #[cfg(feature = "aws")]

@@ -29,6 +29,9 @@ pub struct QueueConfig {
     pub group_expiry_extension_ms: i64,
     /// Exchange name prefix.
     pub exchange_prefix: String,
+    /// Exchange name prefix of the task-graph scheduler's events, which the same publisher
+    /// delivers.
+    pub scheduler_exchange_prefix: String,
 }
 
 impl Default for QueueConfig {
@@ -40,6 +43,7 @@ impl Default for QueueConfig {
             max_task_deadline_days: 5,
             group_expiry_extension_ms: GROUP_EXPIRY_EXTENSION_MS,
             exchange_prefix: crate::routing::DEFAULT_EXCHANGE_PREFIX.to_string(),
+            scheduler_exchange_prefix: crate::routing::SCHEDULER_EXCHANGE_PREFIX.to_string(),
         }
     }
 }
@@ -73,6 +77,9 @@ pub struct Queue {
     /// Events this process published recently: a record written while its earlier events
     /// were still being removed carries them again, and they must not go out twice.
     pub published: crate::events::RecentIds,
+    /// Set when this process wrote a task graph's event (the scheduler's), so that the
+    /// publisher looks at the graphs' outboxes at once rather than at its next sweep.
+    pub graph_events: std::sync::atomic::AtomicBool,
     /// Task definitions never change after creation, so each process keeps the ones it read.
     defs: std::sync::Mutex<std::collections::HashMap<String, Value>>,
 }
@@ -179,6 +186,7 @@ impl Queue {
             dependents_waiting: Arc::new(Notify::new()),
             dirty: Default::default(),
             published: Default::default(),
+            graph_events: Default::default(),
             defs: Default::default(),
         }
     }

@@ -3,9 +3,12 @@
 
 use crate::events::{drain_all, EventSink};
 use crate::keys;
+use crate::model::TaskRecord;
 use crate::queue::Queue;
+use crate::scheduler::{GraphRecord, Scheduler};
 use crate::store::Item;
 use crate::time::Ts;
+use std::sync::atomic::Ordering;
 
 /// Items each job handles per shard and pass.
 pub const BATCH: usize = 100;
@@ -69,10 +72,11 @@ pub async fn expiry(queue: &Queue, now: Ts) -> Result<usize, String> {
 }
 
 /// Delivers the events of the tasks this process just wrote (the fast path; the full pass
-/// below remains the safety net for anything else).
+/// below remains the safety net for anything else), and of the task graphs if this process
+/// wrote any.
 pub async fn outbox_recent(queue: &Queue, sink: &dyn EventSink) -> Result<usize, String> {
     let written = queue.take_dirty();
-    match crate::events::drain_written(
+    let mut n = match crate::events::drain_written(
         queue.store.as_ref(),
         sink,
         &queue.cfg.exchange_prefix,
@@ -81,15 +85,29 @@ pub async fn outbox_recent(queue: &Queue, sink: &dyn EventSink) -> Result<usize,
     )
     .await
     {
-        Ok(crate::events::DrainOutcome::Delivered(n)) => Ok(n),
-        Ok(crate::events::DrainOutcome::Empty) => Ok(0),
-        Err(e) => Err(e.to_string()),
+        Ok(crate::events::DrainOutcome::Delivered(n)) => n,
+        Ok(crate::events::DrainOutcome::Empty) => 0,
+        Err(e) => return Err(e.to_string()),
+    };
+    if queue.graph_events.swap(false, Ordering::SeqCst) {
+        n += graph_outboxes(queue, sink).await.inspect_err(|_| {
+            // Look again next time.
+            queue.graph_events.store(true, Ordering::SeqCst);
+        })?;
     }
+    Ok(n)
 }
 
-/// One pass of the outbox publisher over every shard of the outbox index.
+async fn graph_outboxes(queue: &Queue, sink: &dyn EventSink) -> Result<usize, String> {
+    Scheduler::drain_graph_events(queue, sink)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// One pass of the outbox publisher over every shard of the outbox index, the tasks' and
+/// the task graphs'.
 pub async fn outbox(queue: &Queue, sink: &dyn EventSink) -> Result<usize, String> {
-    drain_all(
+    let tasks = drain_all::<TaskRecord>(
         queue.store.as_ref(),
         sink,
         &queue.cfg.exchange_prefix,
@@ -100,5 +118,42 @@ pub async fn outbox(queue: &Queue, sink: &dyn EventSink) -> Result<usize, String
         &queue.published,
     )
     .await
-    .map_err(|e| e.to_string())
+    .map_err(|e| e.to_string())?;
+    Ok(tasks + graph_outboxes(queue, sink).await?)
+}
+
+/// Delivers the outboxes in a batch of changed items (the tables' streams in AWS): task
+/// status images with the queue's prefix, task graph images with the scheduler's.
+pub async fn outbox_stream(
+    queue: &Queue,
+    sink: &dyn EventSink,
+    images: Vec<Item>,
+) -> Result<usize, String> {
+    let (graphs, tasks): (Vec<Item>, Vec<Item>) = images
+        .into_iter()
+        .partition(|i| i.sk == keys::SK_TASK_GRAPH);
+    let mut n = 0;
+    for outcome in [
+        crate::events::drain_stream::<TaskRecord>(
+            queue.store.as_ref(),
+            sink,
+            &queue.cfg.exchange_prefix,
+            tasks,
+            &queue.published,
+        )
+        .await,
+        crate::events::drain_stream::<GraphRecord>(
+            queue.store.as_ref(),
+            sink,
+            &queue.cfg.scheduler_exchange_prefix,
+            graphs,
+            &queue.published,
+        )
+        .await,
+    ] {
+        if let crate::events::DrainOutcome::Delivered(d) = outcome.map_err(|e| e.to_string())? {
+            n += d;
+        }
+    }
+    Ok(n)
 }

@@ -18,6 +18,35 @@ pub const EXCHANGES: [&str; 11] = [
 /// The default exchange prefix.
 pub const DEFAULT_EXCHANGE_PREFIX: &str = "exchange/taskcluster-queue/v1/";
 
+/// The exchanges of the task-graph scheduler (seed 001).
+pub const SCHEDULER_EXCHANGES: [&str; 4] = [
+    "task-graph-running",
+    "task-graph-extended",
+    "task-graph-blocked",
+    "task-graph-finished",
+];
+
+/// The scheduler's default exchange prefix.
+pub const SCHEDULER_EXCHANGE_PREFIX: &str = "exchange/taskcluster-scheduler/v1/";
+
+/// A task graph's routing key, laid out like a task message's ten words so that one binding
+/// pattern matches both services' messages about a graph:
+/// `primary._._._._._._.<schedulerId>.<taskGraphId>.<routing>`.
+pub fn task_graph_routing_key(scheduler_id: &str, task_graph_id: &str, routing: &str) -> String {
+    format!(
+        "primary._._._._._._.{}.{}.{}",
+        word(Some(scheduler_id)),
+        word(Some(task_graph_id)),
+        word(Some(routing))
+    )
+}
+
+/// The route the scheduler adds to each of a graph's tasks, so that the queue's messages about
+/// them are CC'ed to `route.<schedulerId>.<taskGraphId>.<routing>`.
+pub fn task_graph_route(scheduler_id: &str, task_graph_id: &str, routing: &str) -> String {
+    format!("{scheduler_id}.{task_graph_id}.{}", word(Some(routing)))
+}
+
 /// The ten words of a task message's routing key; `None` renders as `_`.
 #[derive(Debug, Clone, Default)]
 pub struct TaskKey<'a> {
@@ -112,5 +141,10 @@ mod tests {
             vec!["route.notify.by-email".to_string()]
         );
         assert_eq!(task_group_routing_key("G", "s"), "primary.G.s._");
+        assert_eq!(
+            task_graph_routing_key("s", "G", ""),
+            "primary._._._._._._.s.G._"
+        );
+        assert_eq!(task_graph_route("s", "G", "a.b"), "s.G.a.b");
     }
 }

@@ -97,7 +97,7 @@ async fn main() {
             .await
             .expect("complete");
         phases[3] = snap(&usage);
-        shared::events::drain_task(
+        shared::events::drain_task::<shared::model::TaskRecord>(
             queue.store.as_ref(),
             &sink,
             "x/",

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 pub mod amqp;
 pub mod runtime_api;
+pub mod scheduler;
 
 pub use shared::ids::new_slugid as slugid;
 

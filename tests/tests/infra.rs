@@ -8,11 +8,11 @@
 //! After changing a route, a job or `resources.json`, regenerate with
 //! `TCQ_BLESS=1 cargo test -p blackbox --test infra`.
 
-use functions::multicall::{gateway_path, resolve, Handler, NON_HTTP_HANDLERS};
+use functions::multicall::{gateway_path, resolve, Handler, NON_HTTP_HANDLERS, SCHEDULER_HANDLERS};
 use lambda_http::RequestExt;
 use serde_json::{json, Map, Value};
-use shared::api::routes::{find_in, Route, AUTH_ROUTES, ROUTES};
-use shared::api::{AUTH_PREFIX, PREFIX};
+use shared::api::routes::{find_in, Route, AUTH_ROUTES, ROUTES, SCHEDULER_ROUTES};
+use shared::api::{AUTH_PREFIX, PREFIX, SCHEDULER_PREFIX};
 use std::path::PathBuf;
 
 fn repo() -> PathBuf {
@@ -140,6 +140,37 @@ fn endpoint_policies(route: &Route) -> Vec<Value> {
     p
 }
 
+/// The handler (and so the function) of a scheduler route.
+fn scheduler_handler(route: &str) -> &'static str {
+    SCHEDULER_HANDLERS
+        .iter()
+        .find(|(_, r)| *r == route)
+        .map(|(h, _)| *h)
+        .unwrap_or_else(|| panic!("scheduler route {route} has no handler"))
+}
+
+/// What one scheduler endpoint touches: the ones that create or extend a graph write the
+/// graphs and, as they define and schedule its tasks in process, the tasks and task groups;
+/// the other routes with a parameter read the graphs only; the monitoring routes nothing.
+/// Every endpoint reads the auth table to authenticate.
+fn scheduler_endpoint_policies(route: &Route) -> Vec<Value> {
+    let mut p = vec![table_policy(false, "auth")];
+    if route.method.as_str() != "GET" {
+        p.push(table_policy(true, "task-graphs"));
+        p.push(table_policy(true, "tasks"));
+        p.push(table_policy(true, "task-groups"));
+    } else if route.pattern.contains('<') {
+        p.push(table_policy(false, "task-graphs"));
+    }
+    p
+}
+
+/// The RabbitMQ queue the task-graph consumer reads: durable, declared and bound by the
+/// publishers (`TCQ_SCHEDULER_QUEUE`) before they publish anything.
+fn scheduler_queue() -> Value {
+    sub("${AWS::StackName}-task-graph-scheduler")
+}
+
 fn secret_policies() -> Vec<Value> {
     ["QueueAccessTokenSecret", "RootAccessTokenSecret"]
         .iter()
@@ -191,7 +222,7 @@ const JOBS: &[JobSpec] = &[
     JobSpec {
         handler: "outboxSweeper",
         default_rate: "rate(5 minutes)",
-        tables: &["tasks"],
+        tables: &["tasks", "task-graphs"],
         buckets: false,
         amqp: true,
         stream_on: None,
@@ -321,7 +352,7 @@ fn table_resource(t: &Value) -> Value {
                     { "AttributeName": g["pk"], "KeyType": "HASH" },
                     { "AttributeName": g["sk"], "KeyType": "RANGE" }
                 ],
-                "Projection": { "ProjectionType": "ALL" },
+                "Projection": { "ProjectionType": projection(g) },
                 "ProvisionedThroughput": if_("IsProvisioned", provisioned.clone(), no_value()),
             })
         })
@@ -464,6 +495,25 @@ fn template() -> Value {
         ),
     );
     params.insert(
+        "ExistingBrokerArn".into(),
+        parameter(
+            "String",
+            json!(""),
+            "With RabbitMqMode=existing: ARN of that Amazon MQ broker (the task-graph consumer's event source)",
+        ),
+    );
+    params.insert(
+        "ExistingBrokerCredentialsSecretArn".into(),
+        parameter(
+            "String",
+            json!(""),
+            concat!(
+                "With RabbitMqMode=existing: ARN of a Secrets Manager secret holding ",
+                "{\"username\", \"password\"} of a broker user the task-graph consumer reads as"
+            ),
+        ),
+    );
+    params.insert(
         "BrokerInstanceType".into(),
         parameter(
             "String",
@@ -485,6 +535,22 @@ fn template() -> Value {
             "String",
             json!(shared::routing::DEFAULT_EXCHANGE_PREFIX),
             "Prefix of every exchange name",
+        ),
+    );
+    params.insert(
+        "SchedulerId".into(),
+        parameter(
+            "String",
+            json!(shared::scheduler::DEFAULT_SCHEDULER_ID),
+            "schedulerId of the task-graph scheduler's tasks",
+        ),
+    );
+    params.insert(
+        "SchedulerExchangePrefix".into(),
+        parameter(
+            "String",
+            json!(shared::routing::SCHEDULER_EXCHANGE_PREFIX),
+            "Prefix of the task-graph scheduler's exchange names",
         ),
     );
     params.insert(
@@ -666,7 +732,7 @@ fn template() -> Value {
         json!({
             "Type": "AWS::Serverless::HttpApi",
             "Properties": {
-                "Description": "Taskcluster Queue and Auth APIs",
+                "Description": "Taskcluster Queue, Auth and Task-Graph Scheduler APIs",
                 "CorsConfiguration": {
                     "AllowOrigins": [r("CorsAllowedOrigin")],
                     "AllowMethods": ["GET", "PUT", "POST", "DELETE"],
@@ -777,6 +843,84 @@ fn template() -> Value {
     );
     function_alarms(&mut res, &function_id("auth"));
 
+    // One function per task-graph scheduler endpoint.
+    for route in SCHEDULER_ROUTES {
+        let handler = scheduler_handler(route.name);
+        let mut events = Map::new();
+        for (i, path) in gateway_paths(SCHEDULER_PREFIX, route.pattern)
+            .into_iter()
+            .enumerate()
+        {
+            events.insert(
+                format!("Api{}", if i == 0 { String::new() } else { i.to_string() }),
+                json!({ "Type": "HttpApi", "Properties": {
+                    "ApiId": r("QueueApi"),
+                    "Method": route.method.as_str(),
+                    "Path": path,
+                    "PayloadFormatVersion": "2.0"
+                } }),
+            );
+        }
+        // createTaskGraph and extendTaskGraph define up to 1000 tasks per call.
+        let timeout = if route.method.as_str() == "GET" {
+            15
+        } else {
+            29
+        };
+        let id = function_id(handler);
+        res.insert(
+            id.clone(),
+            function(
+                handler,
+                format!(
+                    "Task-graph scheduler endpoint {} ({} {})",
+                    route.name, route.method, route.pattern
+                ),
+                timeout,
+                256,
+                scheduler_endpoint_policies(route),
+                events,
+                Map::new(),
+            ),
+        );
+        function_alarms(&mut res, &id);
+    }
+
+    // The task-graph scheduler's consumer of the queue's resolution messages: an Amazon MQ
+    // event source mapping on the durable queue the publishers declare. The mapping
+    // acknowledges a batch only once the function succeeded; on failure the batch is
+    // redelivered (the consumer is idempotent).
+    let mut events = Map::new();
+    events.insert(
+        "Resolutions".into(),
+        json!({ "Type": "MQ", "Properties": {
+            "Broker": if_("CreateBroker", att("Broker", "Arn"), r("ExistingBrokerArn")),
+            "Queues": [scheduler_queue()],
+            "SourceAccessConfigurations": [{
+                "Type": "BASIC_AUTH",
+                "URI": if_("CreateBroker", r("BrokerSecret"), r("ExistingBrokerCredentialsSecretArn"))
+            }],
+            "BatchSize": 100,
+            "MaximumBatchingWindowInSeconds": 1
+        } }),
+    );
+    let consumer = function(
+        "taskGraphConsumer",
+        "The task-graph scheduler's consumer of task-completed, task-failed and task-exception"
+            .into(),
+        120,
+        256,
+        vec![
+            table_policy(true, "task-graphs"),
+            table_policy(true, "tasks"),
+            table_policy(true, "task-groups"),
+        ],
+        events,
+        Map::new(),
+    );
+    res.insert(function_id("taskGraphConsumer"), consumer);
+    function_alarms(&mut res, &function_id("taskGraphConsumer"));
+
     // The publisher, on the tasks table's stream.
     let mut events = Map::new();
     events.insert(
@@ -795,13 +939,19 @@ fn template() -> Value {
         }
     } }),
     );
+    // ... and on the task-graphs table's (the scheduler's events), the same way.
+    let mut graph_stream = events["Stream"].clone();
+    graph_stream["Properties"]["Stream"] = att(&table_id("task-graphs"), "StreamArn");
+    events.insert("GraphStream".into(), graph_stream);
     let mut env = Map::new();
     env.insert("TCQ_AMQP_URL".into(), amqp_url());
+    env.insert("TCQ_SCHEDULER_QUEUE".into(), scheduler_queue());
     let policies = vec![
         table_policy(true, "tasks"),
+        table_policy(true, "task-graphs"),
         send_policy("publisher-failures"),
     ];
-    let what = "Publishes the events of the tasks table's stream to RabbitMQ";
+    let what = "Publishes the events of the tasks and task-graphs tables' streams to RabbitMQ";
     let publisher = function("publisher", what.into(), 60, 512, policies, events, env);
     res.insert(function_id("publisher"), publisher);
     function_alarms(&mut res, &function_id("publisher"));
@@ -846,6 +996,7 @@ fn template() -> Value {
         let mut env = Map::new();
         if j.amqp {
             env.insert("TCQ_AMQP_URL".into(), amqp_url());
+            env.insert("TCQ_SCHEDULER_QUEUE".into(), scheduler_queue());
         }
         let id = function_id(j.handler);
         let mut f = function(
@@ -923,6 +1074,12 @@ fn template() -> Value {
             "Assertions": [{
                 "Assert": { "Fn::Not": [{ "Fn::Equals": [r("AmqpUrlSecretArn"), ""] }] },
                 "AssertDescription": "RabbitMqMode=existing needs AmqpUrlSecretArn"
+            }, {
+                "Assert": { "Fn::Not": [{ "Fn::Equals": [r("ExistingBrokerArn"), ""] }] },
+                "AssertDescription": "RabbitMqMode=existing needs ExistingBrokerArn"
+            }, {
+                "Assert": { "Fn::Not": [{ "Fn::Equals": [r("ExistingBrokerCredentialsSecretArn"), ""] }] },
+                "AssertDescription": "RabbitMqMode=existing needs ExistingBrokerCredentialsSecretArn"
             }]
         } },
         "Globals": { "Function": {
@@ -941,6 +1098,8 @@ fn template() -> Value {
                 "TCQ_PUBLIC_ARTIFACT_BUCKET": r(&public),
                 "TCQ_PRIVATE_ARTIFACT_BUCKET": r(&bucket_id("tcq-private-artifacts")),
                 "TCQ_EXCHANGE_PREFIX": r("ExchangePrefix"),
+                "TCQ_SCHEDULER_ID": r("SchedulerId"),
+                "TCQ_SCHEDULER_EXCHANGE_PREFIX": r("SchedulerExchangePrefix"),
                 "TCQ_CLAIM_WORK_TIMEOUT_MS": "20000",
                 "TCQ_LOG_JSON": "1",
                 "RUST_LOG": "info"
@@ -1128,6 +1287,7 @@ fn sample_paths(
 fn sample(param: &str) -> &'static str {
     match param {
         "taskId" | "taskGroupId" => "fN1SbArXTPSVFNUvaOlinQ",
+        "taskGraphId" => "eN1SbArXTPSVFNUvaOlinQ",
         "runId" => "0",
         "taskQueueId" => "prov-1/worker-type",
         "name" => "public/logs/live log.txt",
@@ -1141,10 +1301,16 @@ fn sample(param: &str) -> &'static str {
 fn every_route_reaches_its_own_function_encoded_or_decoded() {
     let t = template();
     let keys = route_keys(&t);
-    for (table, prefix) in [(ROUTES, PREFIX), (AUTH_ROUTES, AUTH_PREFIX)] {
+    for (table, prefix) in [
+        (ROUTES, PREFIX),
+        (AUTH_ROUTES, AUTH_PREFIX),
+        (SCHEDULER_ROUTES, SCHEDULER_PREFIX),
+    ] {
         for route in table {
             let want = if prefix == AUTH_PREFIX {
                 function_id("auth")
+            } else if prefix == SCHEDULER_PREFIX {
+                function_id(scheduler_handler(route.name))
             } else {
                 function_id(route.name)
             };
@@ -1191,7 +1357,10 @@ fn every_function_has_a_handler_in_the_binary() {
             .is_some_and(|e| e.values().any(|e| e["Type"] == "HttpApi"));
         assert_eq!(
             http,
-            matches!(handler, Handler::Endpoint(_) | Handler::Auth),
+            matches!(
+                handler,
+                Handler::Endpoint(_) | Handler::Auth | Handler::SchedulerEndpoint(_)
+            ),
             "{id}"
         );
         handlers.push(h.to_string());
@@ -1210,16 +1379,80 @@ fn every_function_has_a_handler_in_the_binary() {
             r.name
         );
     }
+    for r in SCHEDULER_ROUTES {
+        let h = scheduler_handler(r.name);
+        assert!(
+            handlers.iter().any(|x| x == h),
+            "scheduler route {} has no function",
+            r.name
+        );
+    }
+}
+
+/// The task-graph consumer reads, through an Amazon MQ event source mapping with the broker
+/// user's credentials, exactly the durable queue that every publishing function declares and
+/// binds; the publisher takes both tables' streams.
+#[test]
+fn the_consumer_reads_the_queue_the_publishers_declare() {
+    let t = template();
+    let res = t["Resources"].as_object().expect("resources");
+    let consumer = &res[&function_id("taskGraphConsumer")]["Properties"];
+    let events = consumer["Events"].as_object().expect("events");
+    assert_eq!(events.len(), 1);
+    let mq = events.values().next().expect("one event");
+    assert_eq!(mq["Type"], "MQ");
+    let p = &mq["Properties"];
+    assert_eq!(
+        p["Broker"],
+        if_("CreateBroker", att("Broker", "Arn"), r("ExistingBrokerArn"))
+    );
+    assert_eq!(p["Queues"], json!([scheduler_queue()]));
+    assert_eq!(p["SourceAccessConfigurations"][0]["Type"], "BASIC_AUTH");
+    assert_eq!(
+        p["SourceAccessConfigurations"][0]["URI"],
+        if_(
+            "CreateBroker",
+            r("BrokerSecret"),
+            r("ExistingBrokerCredentialsSecretArn")
+        )
+    );
+    // Every function that publishes declares that queue first.
+    for (id, f) in of_type(res, "AWS::Serverless::Function") {
+        let env = &f["Properties"]["Environment"]["Variables"];
+        if env.get("TCQ_AMQP_URL").is_some() {
+            assert_eq!(env["TCQ_SCHEDULER_QUEUE"], scheduler_queue(), "{id}");
+        }
+    }
+    // The scheduler's id reaches every function (the consumer acts on that id's tasks, the
+    // publishers bind the queue with it).
+    assert_eq!(
+        t["Globals"]["Function"]["Environment"]["Variables"]["TCQ_SCHEDULER_ID"],
+        r("SchedulerId")
+    );
+    let publisher = &res[&function_id("publisher")]["Properties"]["Events"];
+    let streams: Vec<&Value> = publisher
+        .as_object()
+        .expect("events")
+        .values()
+        .map(|e| &e["Properties"]["Stream"])
+        .collect();
+    assert!(streams.contains(&&att(&table_id("tasks"), "StreamArn")));
+    assert!(streams.contains(&&att(&table_id("task-graphs"), "StreamArn")));
 }
 
 /// A table as both sides declare it: name, keys, indexes, stream, TTL.
+/// An index's projection as declared in resources.json (ALL unless it says KEYS_ONLY).
+fn projection(g: &Value) -> &str {
+    g["projection"].as_str().unwrap_or("ALL")
+}
+
 fn normalize_spec_table(t: &Value) -> Value {
     let mut idx: Vec<Value> = t["indexes"]
         .as_array()
         .cloned()
         .unwrap_or_default()
         .iter()
-        .map(|g| json!([g["name"], g["pk"], g["sk"]]))
+        .map(|g| json!([g["name"], g["pk"], g["sk"], projection(g)]))
         .collect();
     idx.sort_by_key(|v| v.to_string());
     json!({
@@ -1243,11 +1476,11 @@ fn normalize_template_table(p: &Value) -> Value {
         .unwrap_or_default()
         .iter()
         .map(|g| {
-            assert_eq!(g["Projection"]["ProjectionType"], "ALL");
             json!([
                 g["IndexName"],
                 keys(&g["KeySchema"])[0],
-                keys(&g["KeySchema"])[1]
+                keys(&g["KeySchema"])[1],
+                g["Projection"]["ProjectionType"]
             ])
         })
         .collect();
@@ -1491,7 +1724,15 @@ fn policies_grant_only_what_each_function_needs() {
             "{id}"
         );
         // Only endpoints that change something, and jobs, may write.
-        if let Some(route) = ROUTES.iter().find(|r| r.name == handler) {
+        let scheduler_route = SCHEDULER_HANDLERS
+            .iter()
+            .find(|(h, _)| *h == handler)
+            .and_then(|(_, n)| SCHEDULER_ROUTES.iter().find(|r| r.name == *n));
+        if let Some(route) = ROUTES
+            .iter()
+            .find(|r| r.name == handler)
+            .or(scheduler_route)
+        {
             let writes = policies
                 .iter()
                 .any(|p| p.get("DynamoDBCrudPolicy").is_some());
@@ -1507,6 +1748,13 @@ fn policies_grant_only_what_each_function_needs() {
         let buckets = policies
             .iter()
             .any(|p| p.get("S3CrudPolicy").or(p.get("S3ReadPolicy")).is_some());
+        // The task graphs: the scheduler's functions and the publishers of their events.
+        let graphs = policies
+            .iter()
+            .any(|p| p.to_string().contains("\"TaskGraphsTable\""));
+        let scheduler = scheduler_route.is_some_and(|r| r.pattern.contains('<'))
+            || ["taskGraphConsumer", "publisher", "outboxSweeper"].contains(&handler);
+        assert_eq!(graphs, scheduler, "{id}");
         let artifacts = handler == "artifactReaper"
             || ROUTES
                 .iter()

@@ -11,6 +11,7 @@ pub mod auth;
 mod auth_handlers;
 mod handlers;
 pub mod routes;
+mod scheduler_handlers;
 
 use crate::auth::{AuthService, Realm, TEST_GET_SCOPES};
 use crate::blobs::{BlobStore, NoBlobs};
@@ -33,6 +34,8 @@ pub const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
 pub const PREFIX: &str = "/api/queue/v1";
 /// Every auth route is served under this prefix.
 pub const AUTH_PREFIX: &str = "/api/auth/v1";
+/// Every task-graph scheduler route is served under this prefix.
+pub const SCHEDULER_PREFIX: &str = "/api/scheduler/v1";
 
 /// A request, as any server hands it over.
 #[derive(Debug, Clone)]
@@ -168,18 +171,34 @@ pub struct Api {
     pub validate_output: bool,
     /// Where artifact bytes live (none until [`Api::with_blobs`]).
     pub blobs: Arc<dyn BlobStore>,
+    /// The task-graph scheduler, over the same queue.
+    pub scheduler: Arc<crate::scheduler::Scheduler>,
 }
 
 impl Api {
     /// An API over a queue and an auth service.
     pub fn new(queue: Arc<Queue>, auth: Arc<AuthService>) -> Self {
+        let scheduler = Arc::new(crate::scheduler::Scheduler::new(
+            queue.clone(),
+            crate::scheduler::DEFAULT_SCHEDULER_ID,
+        ));
         Api {
             queue,
             auth,
             started: Instant::now(),
             validate_output: true,
             blobs: Arc::new(NoBlobs),
+            scheduler,
         }
+    }
+
+    /// The same API with the scheduler's id set (the default is upstream's).
+    pub fn with_scheduler_id(mut self, scheduler_id: &str) -> Self {
+        self.scheduler = Arc::new(crate::scheduler::Scheduler::new(
+            self.queue.clone(),
+            scheduler_id,
+        ));
+        self
     }
 
     /// The same API with artifact bytes kept in `blobs`.
@@ -202,6 +221,11 @@ impl Api {
     /// Serves only the auth service's routes (one Lambda function for all of them).
     pub async fn handle_auth(&self, req: ApiRequest) -> ApiResponse {
         self.serve(req, Serving::AuthService).await
+    }
+
+    /// Serves only the scheduler endpoint named `name` (one Lambda function per endpoint).
+    pub async fn handle_scheduler_only(&self, name: &str, req: ApiRequest) -> ApiResponse {
+        self.serve(req, Serving::SchedulerEndpoint(name)).await
     }
 
     async fn serve(&self, req: ApiRequest, only: Serving<'_>) -> ApiResponse {
@@ -246,15 +270,20 @@ impl Api {
             (routes::ROUTES, rest)
         } else if let Some(rest) = req.path.strip_prefix(AUTH_PREFIX) {
             (routes::AUTH_ROUTES, rest)
+        } else if let Some(rest) = req.path.strip_prefix(SCHEDULER_PREFIX) {
+            (routes::SCHEDULER_ROUTES, rest)
         } else {
             return Err(ApiError::not_found(format!("No such path {}", req.path)));
         };
         let is_auth = std::ptr::eq(table, routes::AUTH_ROUTES);
+        let is_scheduler = std::ptr::eq(table, routes::SCHEDULER_ROUTES);
+        let is_queue = !is_auth && !is_scheduler;
         let (route, raw_params) = routes::find_in(table, &req.method, rest)
             .filter(|(r, _)| match only {
                 Serving::All => true,
-                Serving::QueueEndpoint(n) => !is_auth && n == r.name,
+                Serving::QueueEndpoint(n) => is_queue && n == r.name,
                 Serving::AuthService => is_auth,
+                Serving::SchedulerEndpoint(n) => is_scheduler && n == r.name,
             })
             .ok_or_else(|| {
                 ApiError::not_found(format!("No such endpoint: {} {}", req.method, req.path))
@@ -295,6 +324,9 @@ impl Api {
         let (status, out, extra) = if is_auth {
             let (s, v) = auth_handlers::dispatch(self, route, call).await?;
             (s, v, vec![])
+        } else if is_scheduler {
+            let (s, v) = scheduler_handlers::dispatch(self, route, call).await?;
+            (s, v, vec![])
         } else if artifact_handlers::handles(route.name) {
             artifact_handlers::dispatch(self, route, call).await?
         } else {
@@ -329,6 +361,8 @@ enum Serving<'a> {
     QueueEndpoint(&'a str),
     /// Every route of the auth service (one Lambda function).
     AuthService,
+    /// One scheduler endpoint (a Lambda function per endpoint).
+    SchedulerEndpoint(&'a str),
 }
 
 /// How far a request got, for the `requestInfo` of an error.

@@ -281,6 +281,56 @@ pub static ROUTES: &[Route] = &[
     ),
 ];
 
+/// Every endpoint of the task-graph scheduler (served under [`super::SCHEDULER_PREFIX`]).
+pub static SCHEDULER_ROUTES: &[Route] = &[
+    route!("ping", GET, "/ping", None, Some("ping-response")),
+    route!("lbheartbeat", GET, "/__lbheartbeat__", None, None),
+    route!("version", GET, "/__version__", None, None),
+    route!("heartbeat", GET, "/__heartbeat__", None, None),
+    route!(
+        "createTaskGraph",
+        PUT,
+        "/task-graph/<taskGraphId>",
+        Some("create-task-graph-request"),
+        Some("task-graph-status-response")
+    ),
+    route!(
+        "extendTaskGraph",
+        POST,
+        "/task-graph/<taskGraphId>/extend",
+        Some("extend-task-graph-request"),
+        Some("task-graph-status-response")
+    ),
+    route!(
+        "status",
+        GET,
+        "/task-graph/<taskGraphId>/status",
+        None,
+        Some("task-graph-status-response")
+    ),
+    route!(
+        "info",
+        GET,
+        "/task-graph/<taskGraphId>/info",
+        None,
+        Some("task-graph-info-response")
+    ),
+    route!(
+        "inspect",
+        GET,
+        "/task-graph/<taskGraphId>/inspect",
+        None,
+        Some("inspect-task-graph-response")
+    ),
+    route!(
+        "inspectTask",
+        GET,
+        "/task-graph/<taskGraphId>/inspect/<taskId>",
+        None,
+        Some("task-graph-task")
+    ),
+];
+
 /// Every endpoint of the auth service (served under [`super::AUTH_PREFIX`]).
 pub static AUTH_ROUTES: &[Route] = &[
     route!("ping", GET, "/ping", None, Some("ping-response")),
@@ -469,7 +519,7 @@ pub fn check_params(
 ) -> Result<HashMap<&'static str, String>, ApiError> {
     for (name, v) in &params {
         match *name {
-            "taskId" | "taskGroupId" => {
+            "taskId" | "taskGroupId" | "taskGraphId" => {
                 TaskId::parse(v)?;
             }
             "runId" => {

@@ -245,6 +245,64 @@ impl DynamoStore {
         }
     }
 
+    /// Strongly consistent reads of many items of one table (BatchGetItem, 100 keys per
+    /// request; keys DynamoDB leaves unprocessed are asked for again with backoff).
+    async fn batch_get(
+        &self,
+        table: &str,
+        keys: &[(String, String)],
+    ) -> Result<HashMap<(String, String), Item>, StoreError> {
+        use aws_sdk_dynamodb::types::KeysAndAttributes;
+        let name = self.table(table);
+        let mut out = HashMap::new();
+        for chunk in keys.chunks(100) {
+            let mut wanted: Vec<Attrs> = chunk
+                .iter()
+                .map(|(pk, sk)| Attrs::from([("pk".into(), s(pk)), ("sk".into(), s(sk))]))
+                .collect();
+            let mut attempt = 0u32;
+            while !wanted.is_empty() {
+                let req = KeysAndAttributes::builder()
+                    .set_keys(Some(std::mem::take(&mut wanted)))
+                    .consistent_read(true)
+                    .build()
+                    .map_err(other)?;
+                let resp = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&name, req)
+                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                    .send()
+                    .await
+                    .map_err(sdk_err)?;
+                self.count(resp.consumed_capacity().first(), false);
+                for m in resp
+                    .responses()
+                    .and_then(|r| r.get(&name))
+                    .into_iter()
+                    .flatten()
+                {
+                    let it = Self::decode(m)?;
+                    out.insert((it.pk.clone(), it.sk.clone()), it);
+                }
+                wanted = resp
+                    .unprocessed_keys()
+                    .and_then(|u| u.get(&name))
+                    .map(|k| k.keys().to_vec())
+                    .unwrap_or_default();
+                if !wanted.is_empty() {
+                    attempt += 1;
+                    if attempt > 8 {
+                        return Err(StoreError::Throttled);
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(25 << attempt.min(6)))
+                        .await;
+                }
+            }
+        }
+        Ok(out)
+    }
+
     #[allow(clippy::too_many_arguments)]
     async fn query_inner(
         &self,
@@ -260,6 +318,7 @@ impl DynamoStore {
             Some(i) => (format!("{i}_pk"), format!("{i}_sk")),
             None => ("pk".to_string(), "sk".to_string()),
         };
+        let keys_only = !count_only && index.is_some_and(|i| is_keys_only(table, i));
         let mut values = Attrs::new();
         values.insert(":pk".into(), s(pk));
         let mut key_cond = "#pk = :pk".to_string();
@@ -299,32 +358,45 @@ impl DynamoStore {
             if count_only {
                 q = q.select(Select::Count);
             } else {
-                q = q.limit((limit + 1 - items.len()).min(1000) as i32);
+                q = q.limit((limit + 1 - cursors.len()).min(1000) as i32);
             }
             let out = q.send().await.map_err(sdk_err)?;
             self.count(out.consumed_capacity(), false);
             total += out.count() as u64;
             for m in out.items() {
-                let it = Self::decode(m)?;
-                let isk = m
-                    .get(&sk_attr)
-                    .and_then(|v| v.as_s().ok())
-                    .cloned()
-                    .unwrap_or_default();
-                cursors.push((isk, it.pk.clone(), it.sk.clone()));
-                items.push(it);
+                let text = |k: &str| m.get(k).and_then(|v| v.as_s().ok()).cloned();
+                let isk = text(&sk_attr).unwrap_or_default();
+                let (pk, sk) = match (text("pk"), text("sk")) {
+                    (Some(pk), Some(sk)) => (pk, sk),
+                    _ => return Err(StoreError::Other("item lacks pk/sk".into())),
+                };
+                cursors.push((isk, pk, sk));
+                if !keys_only {
+                    items.push(Self::decode(m)?);
+                }
             }
             match out.last_evaluated_key() {
-                Some(k) if count_only || items.len() <= limit => start = Some(k.clone()),
+                Some(k) if count_only || cursors.len() <= limit => start = Some(k.clone()),
                 _ => break,
             }
         }
-        let next = if items.len() > limit {
+        let next = if cursors.len() > limit {
+            cursors.truncate(limit);
             items.truncate(limit);
-            cursors.into_iter().nth(limit.saturating_sub(1))
+            cursors.last().cloned()
         } else {
             None
         };
+        if keys_only {
+            // The index holds keys only: the items themselves are read from the table,
+            // strongly consistent, in index order (one deleted meanwhile is left out).
+            let keys: Vec<(String, String)> = cursors
+                .iter()
+                .map(|(_, pk, sk)| (pk.clone(), sk.clone()))
+                .collect();
+            let mut found = self.batch_get(table, &keys).await?;
+            items = keys.iter().filter_map(|k| found.remove(k)).collect();
+        }
         Ok((Page { items, next }, total))
     }
 
@@ -572,6 +644,32 @@ impl Store for DynamoStore {
 /// The resource declarations shared with LocalStack and the SAM template.
 pub const RESOURCES_JSON: &str = include_str!("../../../infra/resources.json");
 
+/// `(table, index)` pairs declared with `"projection": "KEYS_ONLY"` in [`RESOURCES_JSON`]:
+/// their queries read the items from the table.
+fn is_keys_only(table: &str, index: &str) -> bool {
+    static KEYS_ONLY: std::sync::OnceLock<std::collections::HashSet<(String, String)>> =
+        std::sync::OnceLock::new();
+    KEYS_ONLY
+        .get_or_init(|| {
+            let spec: serde_json::Value = serde_json::from_str(RESOURCES_JSON).unwrap_or_default();
+            let mut set = std::collections::HashSet::new();
+            for key in ["tables", "test_tables"] {
+                for t in spec[key].as_array().into_iter().flatten() {
+                    for g in t["indexes"].as_array().into_iter().flatten() {
+                        if g["projection"] == "KEYS_ONLY" {
+                            set.insert((
+                                t["name"].as_str().unwrap_or_default().to_string(),
+                                g["name"].as_str().unwrap_or_default().to_string(),
+                            ));
+                        }
+                    }
+                }
+            }
+            set
+        })
+        .contains(&(table.to_string(), index.to_string()))
+}
+
 /// Builds the SDK configuration from the standard AWS environment (`AWS_REGION`,
 /// `AWS_ENDPOINT_URL*`, credentials). A missing region is named at once, not at first use.
 pub async fn sdk_config() -> Result<aws_config::SdkConfig, String> {
@@ -658,7 +756,9 @@ async fn create_tables_with(
                     .key_schema(key(sk, KeyType::Range)?)
                     .projection(
                         Projection::builder()
-                            .projection_type(ProjectionType::All)
+                            .projection_type(ProjectionType::from(
+                                g["projection"].as_str().unwrap_or("ALL"),
+                            ))
                             .build(),
                     )
                     .build()
