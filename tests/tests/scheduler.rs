@@ -1268,3 +1268,89 @@ async fn creating_and_extending_graphs_need_the_scheduler_scopes_and_the_tasks_s
     assert_graph_status(&extended, &gid, "running", "sc");
     assert_eq!(task_ids(&ok("inspect", anon.inspect(&gid).await)).len(), 2);
 }
+
+/// The completed message of `id` (run `run`) once the server published it.
+async fn completed_message(app: &TestServer, id: &str, run: u64) -> Value {
+    app.wait_for_event(WAIT, |e| {
+        e.exchange.ends_with("/task-completed")
+            && e.payload["status"]["taskId"] == id
+            && e.payload["runId"] == run
+    })
+    .await
+    .unwrap_or_else(|| panic!("no task-completed for {id}"))
+    .payload
+}
+
+/// Two completions that arrive together (as two consumer invocations would in AWS) both land
+/// in the dependent's requiresLeft, conditional writes making one of them retry, and the
+/// dependent is scheduled exactly once; both messages again change nothing. The in-process
+/// consumer is off, so the test hands the scheduler the queue's own messages itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completions_arriving_together_both_count_and_repeats_change_nothing() {
+    use shared::scheduler::Reaction;
+    let app = spawn_app_with(|c| c.scheduler_consumer = false).await;
+    let s = Scheduler::root(&app);
+    let consumer = app.api().scheduler.clone();
+    let now = shared::time::Ts::now;
+    let tq = task_queue_id();
+    let gid = slugid();
+    let body = json!({"tasks": {
+        "A": node(&[], 0, graph_task(&tq, "A")),
+        "B": node(&["A"], 0, graph_task(&tq, "B")),
+        "C": node(&["A"], 0, graph_task(&tq, "C")),
+        "D": node(&["B", "C"], 0, graph_task(&tq, "D")),
+    }});
+    ok("createTaskGraph", s.create(&gid, &body).await);
+    let ids = task_ids(&ok("inspect", s.inspect(&gid).await));
+    let (a, b, c, d) = (&ids["A"], &ids["B"], &ids["C"], &ids["D"]);
+
+    claim_exactly(&app, &tq, &[("A", a)]).await;
+    complete(&app, a, 0).await;
+    let msg_a = completed_message(&app, a, 0).await;
+    assert_eq!(
+        consumer.on_resolution(&msg_a, now()).await.expect("A"),
+        Reaction::Handled
+    );
+    claim_exactly(&app, &tq, &[("B", b), ("C", c)]).await;
+    complete(&app, b, 0).await;
+    complete(&app, c, 0).await;
+    let (msg_b, msg_c) = (
+        completed_message(&app, b, 0).await,
+        completed_message(&app, c, 0).await,
+    );
+    let (rb, rc) = tokio::join!(
+        consumer.on_resolution(&msg_b, now()),
+        consumer.on_resolution(&msg_c, now())
+    );
+    assert_eq!(rb.expect("B"), Reaction::Handled);
+    assert_eq!(rc.expect("C"), Reaction::Handled);
+    let dn = ok("inspectTask D", s.inspect_task(&gid, d).await);
+    assert_eq!(
+        dn["requiresLeft"],
+        json!([]),
+        "both completions counted: {dn:#}"
+    );
+    assert_eq!(dn["state"], "scheduled", "{dn:#}");
+    let st = status(&app, d).await;
+    assert_eq!(st["runs"].as_array().map(Vec::len), Some(1), "{st:#}");
+
+    // Every message again, B's and C's at once: nothing changes.
+    let before = ok("inspect", s.inspect(&gid).await);
+    let (ra, rb, rc) = tokio::join!(
+        consumer.on_resolution(&msg_a, now()),
+        consumer.on_resolution(&msg_b, now()),
+        consumer.on_resolution(&msg_c, now())
+    );
+    for r in [ra, rb, rc] {
+        r.expect("a repeated message is not an error");
+    }
+    assert_eq!(ok("inspect", s.inspect(&gid).await), before);
+    let st = status(&app, d).await;
+    assert_eq!(st["runs"].as_array().map(Vec::len), Some(1), "{st:#}");
+
+    claim_exactly(&app, &tq, &[("D", d)]).await;
+    complete(&app, d, 0).await;
+    let msg_d = completed_message(&app, d, 0).await;
+    consumer.on_resolution(&msg_d, now()).await.expect("D");
+    assert_graph_status(&ok("status", s.status(&gid).await), &gid, "finished", "");
+}
