@@ -16,6 +16,14 @@
 //! `BENCH_MAX_SECS` (time bound per phase, default 120), `BENCH_SERVER_THREADS` and
 //! `BENCH_LOAD_THREADS` (tokio worker threads per side, default 2 each).
 //! No tracing subscriber is installed, so the server does not log.
+//!
+//! With `BENCH_LOCALSTACK=1`, phase 1 runs once more, after the embedded server has stopped,
+//! against a second local server with `backend = "aws"` on fresh tables of its own on
+//! LocalStack (needs the AWS environment: `AWS_ENDPOINT_URL=http://127.0.0.1:4566
+//! AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test`, and
+//! `bash localstack/localstack.sh start`), with `BENCH_LOCALSTACK_LIFECYCLES` (default 500),
+//! `BENCH_LOCALSTACK_WARMUP` (default 50) and `BENCH_LOCALSTACK_MAX_SECS` (default 600); both
+//! backends are then printed in one table. LocalStack's own CPU counts as "other processes".
 
 use serde_json::{json, Value};
 use shared::events::{Event, EventSink};
@@ -420,6 +428,148 @@ async fn run_pickup(c: &Client, samples: usize, park: Duration, max: Duration) -
     out
 }
 
+/// One backend's phase-1 figures, for the table that compares backends.
+struct Row {
+    backend: &'static str,
+    done: usize,
+    total: usize,
+    errors: usize,
+    rate: f64,
+    /// Server CPU per life cycle, microseconds.
+    srv_us: f64,
+    /// Other processes, % of a core.
+    others_pct: f64,
+    create: (f64, f64),
+    claim: (f64, f64),
+    complete: (f64, f64),
+}
+
+impl Row {
+    fn new(
+        backend: &'static str,
+        total: usize,
+        (done, wall, stats): &(usize, Duration, CallStats),
+        cpu: Cpu,
+        others: f64,
+    ) -> Row {
+        let secs = wall.as_secs_f64().max(1e-9);
+        let p = |s: &Samples| (s.pct(50.0), s.pct(99.0));
+        Row {
+            backend,
+            done: *done,
+            total,
+            errors: stats.errors,
+            rate: *done as f64 / secs,
+            srv_us: 1e6 * cpu.srv / (*done).max(1) as f64,
+            others_pct: 100.0 * others / secs,
+            create: p(&stats.create),
+            claim: p(&stats.claim),
+            complete: p(&stats.complete),
+        }
+    }
+}
+
+/// Server CPU, and CPU of other processes, between two readings of `(cpu_by_thread,
+/// machine_cpu)`.
+fn cpu_between(a: (Cpu, (f64, f64)), b: (Cpu, (f64, f64))) -> (Cpu, f64) {
+    let ((c0, m0), (c1, m1)) = (a, b);
+    let cpu = Cpu {
+        srv: c1.srv - c0.srv,
+        load: c1.load - c0.load,
+        other: c1.other - c0.other,
+    };
+    let others = ((m1.0 - m0.0) - cpu.srv - cpu.load - cpu.other).max(0.0);
+    (cpu, others)
+}
+
+/// Phase 1 against a second local server on DynamoDB (LocalStack), on the same runtimes.
+fn localstack_phase(
+    srv_rt: &tokio::runtime::Runtime,
+    load_rt: &tokio::runtime::Runtime,
+    clients: usize,
+) -> Option<Row> {
+    let total: usize = env_num("BENCH_LOCALSTACK_LIFECYCLES", 500usize);
+    let warmup: usize = env_num("BENCH_LOCALSTACK_WARMUP", 50usize);
+    let max = Duration::from_secs(env_num("BENCH_LOCALSTACK_MAX_SECS", 600u64));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut cfg = functions::LocalConfig::defaults();
+    cfg.port = 0;
+    cfg.bind = "127.0.0.1".into();
+    cfg.data_dir = dir.path().to_path_buf();
+    cfg.backend = "aws".into();
+    cfg.create_tables = true;
+    cfg.table_prefix = format!(
+        "bench{}-",
+        blackbox::slugid()
+            .to_ascii_lowercase()
+            .replace(['-', '_'], "x")
+    );
+    cfg.claim_work_timeout_ms = 5_000;
+    cfg.root_access_token = Some(blackbox::ROOT_ACCESS_TOKEN.into());
+    let prefix = cfg.table_prefix.clone();
+    let running = match srv_rt.block_on(functions::start(cfg, Arc::new(NullSink))) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!(
+                "BENCH_LOCALSTACK=1: the server on LocalStack did not start ({e}); is LocalStack \
+                 running and the AWS environment set? (see the header of this file)"
+            );
+            return None;
+        }
+    };
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(clients + 8)
+        .tcp_nodelay(true)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("http client");
+    let client = Client {
+        http,
+        api: format!("{}/api/queue/v1", running.root_url()),
+    };
+    println!();
+    println!("== the same phase 1 on the LocalStack backend (DynamoDB tables {prefix}*) ==");
+    println!("clients={clients} lifecycles={total} warmup={warmup}");
+    let (lc, cpu0, cpu1) = load_rt.block_on(async {
+        if warmup > 0 {
+            let (_, _, w) = run_lifecycles(&client, clients, warmup, max).await;
+            if w.errors > 0 {
+                eprintln!("LocalStack warm-up: {} errors", w.errors);
+            }
+        }
+        let cpu0 = (cpu_by_thread(), machine_cpu());
+        let lc = run_lifecycles(&client, clients, total, max).await;
+        let cpu1 = (cpu_by_thread(), machine_cpu());
+        (lc, cpu0, cpu1)
+    });
+    let (cpu, others) = cpu_between(cpu0, cpu1);
+    let secs = lc.1.as_secs_f64();
+    println!("  completed life cycles : {} of {total}", lc.0);
+    println!(
+        "  errors / empty claims : {} / {}",
+        lc.2.errors, lc.2.empty_claims
+    );
+    println!("  total time            : {secs:.3} s");
+    println!(
+        "  throughput            : {:.0} life cycles/s",
+        lc.0 as f64 / secs.max(1e-9)
+    );
+    println!(
+        "  CPU during phase      : server {:.2} s ({:.0}% of a core), load generator {:.2} s, \
+         other processes (LocalStack included) {:.2} s ({:.0}% of a core)",
+        cpu.srv,
+        100.0 * cpu.srv / secs.max(1e-9),
+        cpu.load,
+        others,
+        100.0 * others / secs.max(1e-9)
+    );
+    drop(client);
+    srv_rt.block_on(async {
+        let _ = tokio::time::timeout(Duration::from_secs(5), running.stop()).await;
+    });
+    Some(Row::new("LocalStack (DynamoDB)", total, &lc, cpu, others))
+}
+
 fn runtime(name: &'static str, threads: usize) -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads.max(1))
@@ -600,6 +750,45 @@ fn main() {
     srv_rt.block_on(async {
         let _ = tokio::time::timeout(Duration::from_secs(5), running.stop()).await;
     });
+    if std::env::var("BENCH_LOCALSTACK").as_deref() == Ok("1") {
+        let embedded = Row::new(
+            "embedded (SQLite)",
+            total,
+            &(done, wall, stats),
+            cpu,
+            others,
+        );
+        let rows: Vec<Row> = std::iter::once(embedded)
+            .chain(localstack_phase(&srv_rt, &load_rt, clients))
+            .collect();
+        println!();
+        println!("Life cycles per second by backend (same run, {clients} clients)");
+        println!(
+            "  | backend | life cycles | life cycles/s | server CPU per life cycle | \
+             createTask p50 / p99 ms | claimWork p50 / p99 ms | reportCompleted p50 / p99 ms | \
+             other processes |"
+        );
+        println!("  |---|---|---|---|---|---|---|---|");
+        for r in &rows {
+            println!(
+                "  | {} | {} of {} ({} errors) | {:.0} | {:.2} ms | {:.2} / {:.2} | \
+                 {:.2} / {:.2} | {:.2} / {:.2} | {:.0}% of a core |",
+                r.backend,
+                r.done,
+                r.total,
+                r.errors,
+                r.rate,
+                r.srv_us / 1000.0,
+                r.create.0,
+                r.create.1,
+                r.claim.0,
+                r.claim.1,
+                r.complete.0,
+                r.complete.1,
+                r.others_pct
+            );
+        }
+    }
     drop(load_rt);
     drop(srv_rt);
 }
