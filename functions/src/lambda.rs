@@ -87,37 +87,19 @@ pub async fn queue_from_env() -> Result<Arc<Queue>, Error> {
 
 /// Serves one endpoint (named as in the route table) behind API Gateway.
 pub async fn serve_endpoint(name: &'static str) -> Result<(), Error> {
-    init_tracing();
-    let api = Arc::new(api_from_env().await?);
-    lambda_http::run(lambda_http::service_fn(move |req: Request| {
-        let api = api.clone();
-        async move { Ok::<_, Error>(handle(&api, Some(name), req).await) }
-    }))
-    .await
+    crate::multicall::serve_http(Target::Queue(name)).await
 }
 
 /// Serves one task-graph scheduler endpoint (named as in
 /// [`shared::api::routes::SCHEDULER_ROUTES`]) behind API Gateway.
 pub async fn serve_scheduler_endpoint(name: &'static str) -> Result<(), Error> {
-    init_tracing();
-    let api = Arc::new(api_from_env().await?);
-    lambda_http::run(lambda_http::service_fn(move |req: Request| {
-        let api = api.clone();
-        async move { Ok::<_, Error>(handle_scheduler(&api, name, req).await) }
-    }))
-    .await
+    crate::multicall::serve_http(Target::Scheduler(name)).await
 }
 
 /// Serves every route of the auth service (`/api/auth/v1/`) behind API Gateway: it is small
 /// and rarely called, so one function holds all of it.
 pub async fn serve_auth() -> Result<(), Error> {
-    init_tracing();
-    let api = Arc::new(api_from_env().await?);
-    lambda_http::run(lambda_http::service_fn(move |req: Request| {
-        let api = api.clone();
-        async move { Ok::<_, Error>(handle(&api, None, req).await) }
-    }))
-    .await
+    crate::multicall::serve_http(Target::Auth).await
 }
 
 /// Converts a gateway request into the API's and back; `name` selects one queue endpoint,
@@ -130,12 +112,6 @@ pub async fn handle(api: &Api, name: Option<&str>, req: Request) -> Response<Bod
         None => Target::Auth,
     };
     handle_for(api, target, req).await
-}
-
-/// [`handle`] for one task-graph scheduler endpoint (`/api/scheduler/v1/`), with the same
-/// path handling.
-pub async fn handle_scheduler(api: &Api, name: &str, req: Request) -> Response<Body> {
-    handle_for(api, Target::Scheduler(name), req).await
 }
 
 /// What one HTTP function serves.

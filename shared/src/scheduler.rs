@@ -218,10 +218,6 @@ fn digest_of(v: &Value) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(hash)
 }
 
-fn internal(e: StoreError) -> ApiError {
-    ApiError::internal(e)
-}
-
 /// One submitted task entry, checked.
 struct Entry {
     label: String,
@@ -422,7 +418,7 @@ impl Scheduler {
             .store()
             .get(keys::TASK_GRAPHS, gid, sk)
             .await
-            .map_err(internal)?
+            .map_err(ApiError::internal)?
         {
             Some(item) => Ok(Some((
                 serde_json::from_value(item.data).map_err(ApiError::internal)?,
@@ -477,7 +473,7 @@ impl Scheduler {
             {
                 Ok(_) => return Ok(Some(node)),
                 Err(e) if e.is_condition_failed() => continue,
-                Err(e) => return Err(internal(e)),
+                Err(e) => return Err(ApiError::internal(e)),
             }
         }
         Err(ApiError::conflict(format!(
@@ -511,7 +507,7 @@ impl Scheduler {
                     return Ok(graph);
                 }
                 Err(e) if e.is_condition_failed() => continue,
-                Err(e) => return Err(internal(e)),
+                Err(e) => return Err(ApiError::internal(e)),
             }
         }
         Err(ApiError::conflict(format!(
@@ -637,7 +633,7 @@ impl Scheduler {
                     }
                     // Created concurrently: continue with whichever graph won.
                     Err(e) if e.is_condition_failed() => self.existing_graph(gid).await?.0,
-                    Err(e) => return Err(internal(e)),
+                    Err(e) => return Err(ApiError::internal(e)),
                 }
             }
         };
@@ -693,7 +689,7 @@ impl Scheduler {
                 match r {
                     Ok(_) => {}
                     Err(e) if e.is_condition_failed() => {}
-                    Err(e) => return Err(internal(e)),
+                    Err(e) => return Err(ApiError::internal(e)),
                 }
             }
         }
@@ -896,7 +892,7 @@ impl Scheduler {
                 .store()
                 .query(keys::TASK_GRAPHS, gid, &range, after.as_ref(), 1000)
                 .await
-                .map_err(internal)?;
+                .map_err(ApiError::internal)?;
             for item in page.items {
                 out.push(serde_json::from_value(item.data).map_err(ApiError::internal)?);
             }

@@ -384,6 +384,13 @@ async fn the_consumer_function_advances_graphs_from_rabbitmq_events() {
             })
             .count()
     };
+    // RabbitMQ is the publisher's first sink, the server's recording sink the next: wait for it.
+    app.wait_for_event(Duration::from_secs(20), |e| {
+        e.exchange.ends_with("task-graph-finished")
+            && e.payload["status"]["taskGraphId"] == gid.as_str()
+    })
+    .await
+    .expect("the recording sink sees task-graph-finished");
     assert_eq!(finished_count(&app), 1);
 
     // Again: idempotent, no second task-graph-finished.
