@@ -445,12 +445,16 @@ async fn a_diamond_graph_runs_in_dependency_order_and_finishes() {
     claim_exactly(&app, &tq, &[("B", b), ("C", c)]).await;
     assert_never_scheduled(&app, "D", d).await;
     complete(&app, b, 0).await;
-    wait_node(&s, &gid, b, "B's node to be completed", |n| {
-        n["state"] == "completed"
+    // The scheduler marks B's node completed, then takes B off its dependents: wait for the
+    // latter. D still waits for C.
+    let dn = wait_node(&s, &gid, d, "D to stop waiting for B", |n| {
+        !n["requiresLeft"]
+            .as_array()
+            .is_some_and(|l| l.contains(&json!(b)))
     })
     .await;
-    // The scheduler has seen B complete; D still waits for C.
-    let dn = ok("inspectTask D", s.inspect_task(&gid, d).await);
+    let bn = ok("inspectTask B", s.inspect_task(&gid, b).await);
+    assert_eq!(bn["state"], "completed", "{bn:#}");
     assert_eq!(dn["state"], "unscheduled", "{dn:#}");
     assert_eq!(sorted(&dn["requiresLeft"]), set(&[c]), "{dn:#}");
     assert_never_scheduled(&app, "D", d).await;
