@@ -68,6 +68,12 @@ pub struct LocalConfig {
     /// Prefix of the task-graph scheduler's exchange names.
     #[arg(long, env = "TCQ_SCHEDULER_EXCHANGE_PREFIX", default_value = shared::routing::SCHEDULER_EXCHANGE_PREFIX)]
     pub scheduler_exchange_prefix: String,
+    /// A table stream triggers the publisher on every write (the AWS deployment sets it for
+    /// every function): task records are then written without their outbox index entry
+    /// unless delivery failed (see `QueueConfig::events_from_stream`). Leave it off for a
+    /// server that publishes in process.
+    #[arg(long, env = "TCQ_EVENTS_FROM_STREAM", default_value_t = false, action = clap::ArgAction::Set)]
+    pub events_from_stream: bool,
     /// The task-graph scheduler's schedulerId.
     #[arg(long, env = "TCQ_SCHEDULER_ID", default_value = shared::scheduler::DEFAULT_SCHEDULER_ID)]
     pub scheduler_id: String,
@@ -217,6 +223,7 @@ impl LocalConfig {
             group_expiry_extension_ms: self.group_expiry_extension_ms,
             exchange_prefix: self.exchange_prefix.clone(),
             scheduler_exchange_prefix: self.scheduler_exchange_prefix.clone(),
+            events_from_stream: self.events_from_stream,
             ..QueueConfig::default()
         }
     }

@@ -138,7 +138,9 @@ fn to_event(prefix: &str, e: &OutboxEvent) -> Event {
 /// A record that keeps the events of its own changes in an outbox inside its item, so that
 /// each event is written in the same conditional write as the change it announces: a task's
 /// status item (queue events) or a task graph's item (scheduler events).
-pub trait Outboxed: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static {
+pub trait Outboxed:
+    Clone + serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static
+{
     /// The table its items live in.
     const TABLE: &'static str;
     /// The sort key of its items (their partition key is [`Outboxed::pk`]).
@@ -151,6 +153,11 @@ pub trait Outboxed: serde::Serialize + serde::de::DeserializeOwned + Send + Sync
     fn outbox_mut(&mut self) -> &mut Vec<OutboxEvent>;
     /// The index entries of its item as it stands (the outbox entry while events wait).
     fn index_entries(&self) -> Vec<crate::store::IndexEntry>;
+    /// Makes the record findable by the outbox sweeper while events wait, if it was not;
+    /// true if that changed it (and it must be written).
+    fn mark_for_sweep(&mut self) -> bool {
+        false
+    }
 }
 
 impl Outboxed for TaskRecord {
@@ -167,6 +174,9 @@ impl Outboxed for TaskRecord {
     }
     fn index_entries(&self) -> Vec<crate::store::IndexEntry> {
         TaskRecord::index_entries(self)
+    }
+    fn mark_for_sweep(&mut self) -> bool {
+        !std::mem::replace(&mut self.sweep, true)
     }
 }
 
@@ -275,9 +285,43 @@ async fn keep_dead_letter(
         .map(|_| ())
 }
 
+/// Makes a record whose events could not be delivered findable by the outbox sweeper (see
+/// [`Outboxed::mark_for_sweep`]), starting from a copy believed current at `version`.
+async fn mark_for_sweep<R: Outboxed>(
+    store: &dyn Store,
+    mut rec: R,
+    mut version: u64,
+) -> Result<(), StoreError> {
+    loop {
+        if rec.outbox().is_empty() || !rec.mark_for_sweep() {
+            return Ok(());
+        }
+        let data = serde_json::to_value(&rec).map_err(|e| StoreError::Other(e.to_string()))?;
+        let item = Item::new(rec.pk(), R::SK, data, rec.index_entries());
+        let op = WriteOp::Put {
+            table: R::TABLE,
+            item,
+            cond: Cond::Version(version),
+        };
+        match store.write(op).await {
+            Ok(_) => return Ok(()),
+            Err(e) if e.is_condition_failed() => {
+                match store.get(R::TABLE, rec.pk(), R::SK).await? {
+                    Some(item) => (rec, version) = decode(item)?,
+                    None => return Ok(()),
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Delivers the outboxes in records' items as a change stream (DynamoDB Streams) reports
 /// them: the latest image of each record is enough, because an event only ever leaves an
-/// outbox after it was published. Other items are ignored.
+/// outbox after it was published. Other items are ignored. If delivery fails, every record
+/// is first made findable by the outbox sweeper, so that its events no longer depend on the
+/// stream's retries (nor on its 24-hour retention); the error is still returned, so the
+/// stream retries the batch as well.
 pub async fn drain_stream<R: Outboxed>(
     store: &dyn Store,
     sink: &dyn EventSink,
@@ -292,14 +336,20 @@ pub async fn drain_stream<R: Outboxed>(
             latest.insert(rec.pk().to_string(), (rec, version));
         }
     }
-    drain_written(
-        store,
-        sink,
-        prefix,
-        latest.into_values().collect(),
-        published,
-    )
-    .await
+    let records: Vec<(R, u64)> = latest.into_values().collect();
+    // Kept for marking: delivery consumes the records.
+    let copies: Vec<(R, u64)> = records
+        .iter()
+        .filter(|(r, _)| !r.outbox().is_empty())
+        .cloned()
+        .collect();
+    let result = drain_written(store, sink, prefix, records, published).await;
+    if result.is_err() {
+        for (rec, version) in copies {
+            mark_for_sweep(store, rec, version).await?;
+        }
+    }
+    result
 }
 
 /// Delivers the outbox of one record (a task's, by taskId): publish, then remove exactly
@@ -381,6 +431,7 @@ mod tests {
             unsatisfied: 0,
             dependents_due: None,
             group_counted: false,
+            sweep: true,
         };
         rec.start_first_run(Ts(0));
         rec.emit_created();
@@ -430,5 +481,89 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(status.data["outbox"], json!([]), "both left the outbox");
+    }
+
+    /// RabbitMQ unreachable, as far as the publisher can tell.
+    struct Down;
+
+    #[async_trait]
+    impl EventSink for Down {
+        async fn publish(&self, _: &[Event]) -> Result<(), String> {
+            Err("connection refused".into())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_record_the_stream_could_not_deliver_is_left_findable_by_the_sweeper() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("db")).unwrap();
+        let id = crate::ids::new_slugid();
+        let mut rec = TaskRecord {
+            task_id: id.clone(),
+            task_queue_id: "prov/wt".into(),
+            scheduler_id: "-".into(),
+            project_id: "none".into(),
+            task_group_id: id.clone(),
+            priority: Priority::Lowest,
+            deadline: Ts(100_000),
+            expires: Ts(1_000_000),
+            retries: 0,
+            retries_left: 0,
+            runs: vec![],
+            routes: vec![],
+            tags: json!({}),
+            outbox: vec![],
+            unsatisfied: 0,
+            dependents_due: None,
+            group_counted: false,
+            sweep: false,
+        };
+        rec.start_first_run(Ts(0));
+        rec.emit_created();
+        let entries = rec.index_entries();
+        assert!(
+            entries.iter().all(|e| e.index != index::OUTBOX),
+            "{entries:?}"
+        );
+        let data = serde_json::to_value(&rec).unwrap();
+        let item = Item::new(&id, keys::SK_STATUS, data.clone(), entries);
+        let version = store
+            .write(WriteOp::Put {
+                table: keys::TASKS,
+                item,
+                cond: Cond::NotExists,
+            })
+            .await
+            .unwrap();
+        let sweep = |sink: RecordingSink| {
+            let store = &store;
+            async move {
+                drain_all::<TaskRecord>(store, &sink, "x/", 10, &|_| false, &RecentIds::default())
+                    .await
+                    .unwrap()
+            }
+        };
+        assert_eq!(sweep(RecordingSink::default()).await, 0, "not in the index");
+
+        // The stream hands the write over; delivery fails.
+        let mut image = Item::new(&id, keys::SK_STATUS, data, vec![]);
+        image.version = version;
+        let out =
+            drain_stream::<TaskRecord>(&store, &Down, "x/", vec![image], &RecentIds::default())
+                .await;
+        assert!(out.is_err(), "the stream retries the batch");
+        let stored = store
+            .get(keys::TASKS, &id, keys::SK_STATUS)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(stored.data["sweep"], true);
+        assert_eq!(stored.data["outbox"].as_array().map(Vec::len), Some(2));
+
+        let sink = RecordingSink::default();
+        assert_eq!(sweep(sink.clone()).await, 2);
+        let sent: Vec<String> = sink.events().into_iter().map(|e| e.exchange).collect();
+        assert_eq!(sent, ["x/task-defined", "x/task-pending"]);
+        assert_eq!(sweep(RecordingSink::default()).await, 0, "delivered once");
     }
 }

@@ -294,6 +294,18 @@ pub struct TaskRecord {
     /// dependency worker, after the task resolved).
     #[serde(default)]
     pub group_counted: bool,
+    /// Whether the outbox sweeper must be able to find this record while events wait in its
+    /// outbox (the `outbox` index entry). Always so, unless a table stream delivers the
+    /// events ([`crate::queue::QueueConfig::events_from_stream`]): then the entry, which costs
+    /// a write unit to add and one to remove on every write with events, is only added by a
+    /// stream publisher that could not deliver, and kept from then on.
+    #[serde(default = "sweep_by_default")]
+    pub sweep: bool,
+}
+
+/// Records written before [`TaskRecord::sweep`] existed always had their outbox entry.
+fn sweep_by_default() -> bool {
+    true
 }
 
 /// What a claim hands to the worker.
@@ -378,7 +390,7 @@ impl TaskRecord {
         if self.is_unresolved() {
             out.push(keys::deadline_entry(self.deadline, &self.task_id));
         }
-        if !self.outbox.is_empty() {
+        if !self.outbox.is_empty() && self.sweep {
             out.push(keys::outbox_entry(&self.task_id));
         }
         if let Some(t) = self.dependents_due {
@@ -822,6 +834,7 @@ mod tests {
             unsatisfied: 0,
             dependents_due: None,
             group_counted: false,
+            sweep: true,
         }
     }
 

@@ -32,6 +32,11 @@ pub struct QueueConfig {
     /// Exchange name prefix of the task-graph scheduler's events, which the same publisher
     /// delivers.
     pub scheduler_exchange_prefix: String,
+    /// True where a table stream triggers the publisher on every write (AWS: the publisher
+    /// function): new task records then leave out the `outbox` index entry, saving a write
+    /// unit to add it and one to remove it on every write with events; the publisher adds
+    /// it to a record whose events it could not deliver, so the sweeper still finds them.
+    pub events_from_stream: bool,
 }
 
 impl Default for QueueConfig {
@@ -44,6 +49,7 @@ impl Default for QueueConfig {
             group_expiry_extension_ms: GROUP_EXPIRY_EXTENSION_MS,
             exchange_prefix: crate::routing::DEFAULT_EXCHANGE_PREFIX.to_string(),
             scheduler_exchange_prefix: crate::routing::SCHEDULER_EXCHANGE_PREFIX.to_string(),
+            events_from_stream: false,
         }
     }
 }
@@ -501,6 +507,7 @@ impl Queue {
             unsatisfied: 0,
             dependents_due: None,
             group_counted: true,
+            sweep: !self.cfg.events_from_stream,
         };
         let plan = self
             .plan_dependencies(task_id.as_str(), def, rec.deadline, now)

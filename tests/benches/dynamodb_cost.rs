@@ -11,15 +11,18 @@ use shared::model::ReasonResolved;
 use shared::queue::{Queue, QueueConfig};
 use shared::signal::LocalSignal;
 use shared::store::dynamodb::{self, DynamoStore, Usage};
+use shared::store::Store;
 use shared::time::Ts;
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Default)]
 struct Snap {
     rcu: f64,
     wcu: f64,
     req: u64,
+    by_target: BTreeMap<String, u64>,
 }
 
 fn snap(u: &Usage) -> Snap {
@@ -27,15 +30,83 @@ fn snap(u: &Usage) -> Snap {
         rcu: u.read_milli.load(Ordering::Relaxed) as f64 / 1000.0,
         wcu: u.write_milli.load(Ordering::Relaxed) as f64 / 1000.0,
         req: u.requests.load(Ordering::Relaxed),
+        by_target: u
+            .writes_by_target
+            .lock()
+            .map(|m| m.clone())
+            .unwrap_or_default(),
     }
 }
 
-fn delta(a: Snap, b: Snap, n: f64) -> (f64, f64, f64) {
+/// Write units per table and index (thousandths, summed over `n`), as `target units` pairs.
+fn per_target(m: &BTreeMap<String, u64>, n: f64) -> String {
+    m.iter()
+        .filter(|(_, v)| **v > 0)
+        .map(|(k, v)| format!("{k} {:.2}", *v as f64 / 1000.0 / n))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn delta(a: &Snap, b: &Snap, n: f64) -> (f64, f64, f64) {
     (
         (b.rcu - a.rcu) / n,
         (b.wcu - a.wcu) / n,
         (b.req - a.req) as f64 / n,
     )
+}
+
+/// Delivers the task's waiting events as the publisher function does after every write (it
+/// is triggered by each write's stream record, which carries the item's image: the image is
+/// fetched here through `images`, whose reads are not counted).
+async fn drain(queue: &Queue, images: &DynamoStore, sink: &RecordingSink, id: &TaskId) {
+    let image = images
+        .get(shared::keys::TASKS, id.as_str(), shared::keys::SK_STATUS)
+        .await
+        .expect("image")
+        .expect("status item");
+    shared::events::drain_stream::<shared::model::TaskRecord>(
+        queue.store.as_ref(),
+        sink,
+        "x/",
+        vec![image],
+        &queue.published,
+    )
+    .await
+    .expect("drain");
+}
+
+/// Every record of a table's stream so far (LocalStack: its API is called unsigned).
+async fn stream_records(arn: Result<String, String>) -> Result<Vec<serde_json::Value>, String> {
+    use blackbox::runtime_api::localstack_json;
+    let streams = |op: &str, body: serde_json::Value| {
+        let target = format!("DynamoDBStreams_20120810.{op}");
+        async move { localstack_json("dynamodb", "1.0", &target, body).await }
+    };
+    let arn = arn?;
+    let desc = streams("DescribeStream", serde_json::json!({ "StreamArn": arn })).await?;
+    let mut out = vec![];
+    for shard in desc["StreamDescription"]["Shards"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let it = streams(
+            "GetShardIterator",
+            serde_json::json!({ "StreamArn": arn, "ShardId": shard["ShardId"], "ShardIteratorType": "TRIM_HORIZON" }),
+        )
+        .await?;
+        let mut it = it["ShardIterator"].as_str().map(String::from);
+        while let Some(i) = it {
+            let page = streams("GetRecords", serde_json::json!({ "ShardIterator": i })).await?;
+            let records = page["Records"].as_array().cloned().unwrap_or_default();
+            if records.is_empty() {
+                break;
+            }
+            out.extend(records);
+            it = page["NextShardIterator"].as_str().map(String::from);
+        }
+    }
+    Ok(out)
 }
 
 #[tokio::main]
@@ -55,10 +126,14 @@ async fn main() {
             .to_ascii_lowercase()
             .replace(['-', '_'], "x")
     );
-    dynamodb::create_tables(&client, &prefix, false)
+    dynamodb::create_tables_with_streams(&client, &prefix, false)
         .await
         .expect("tables");
-    let store = DynamoStore::new(client, prefix);
+    // A second store on the same tables, whose reads are not counted: it stands for the
+    // stream record that hands the publisher each written image for free.
+    let images = DynamoStore::new(client.clone(), prefix.clone());
+    let describe = client.clone();
+    let store = DynamoStore::new(client, prefix.clone());
     let usage = store.usage();
     let issuer = IssuerCredentials {
         client_id: "static/q".into(),
@@ -68,86 +143,137 @@ async fn main() {
         Arc::new(store),
         Arc::new(LocalSignal::default()),
         issuer,
-        QueueConfig::default(),
+        // As deployed: the publisher function runs on the table's stream.
+        QueueConfig {
+            events_from_stream: true,
+            ..QueueConfig::default()
+        },
     );
     let sink = RecordingSink::default();
     let tq = TaskQueueId::parse(&blackbox::task_queue_id()).expect("queue id");
 
-    let mut phases = [Snap::default(); 5];
-    let mut totals = [(0.0, 0.0, 0.0); 5];
+    // Per step: read, write, requests, and write units by table/index (thousandths).
+    let mut acc: Vec<(f64, f64, f64, BTreeMap<String, u64>)> = vec![Default::default(); 5];
+    let mut last = snap(&usage);
+    let mut step = |i: usize, last: &mut Snap| {
+        let now = snap(&usage);
+        let d = delta(last, &now, 1.0);
+        acc[i].0 += d.0;
+        acc[i].1 += d.1;
+        acc[i].2 += d.2;
+        for (k, v) in &now.by_target {
+            let before = last.by_target.get(k).copied().unwrap_or(0);
+            *acc[i].3.entry(k.clone()).or_default() += v - before;
+        }
+        *last = now;
+    };
     for _ in 0..n {
         let id = TaskId::parse(&blackbox::slugid()).expect("id");
-        let body = blackbox::task_def(tq.as_str());
-        let mut body = body;
+        let mut body = blackbox::task_def(tq.as_str());
         shared::schema::validate_input("create-task-request", &mut body).expect("valid");
-        phases[0] = snap(&usage);
         queue
             .create_task(&id, body, false, Ts::now())
             .await
             .expect("create");
-        phases[1] = snap(&usage);
+        step(0, &mut last);
+        drain(&queue, &images, &sink, &id).await;
+        step(3, &mut last);
         let claims = queue
             .try_claim_work(&tq, "g", "w", 1, Ts::now())
             .await
             .expect("claim");
         assert_eq!(claims.claims.len(), 1);
-        phases[2] = snap(&usage);
+        step(1, &mut last);
+        drain(&queue, &images, &sink, &id).await;
+        step(3, &mut last);
         queue
             .resolve(&id, 0, ReasonResolved::Completed, Ts::now())
             .await
             .expect("complete");
-        phases[3] = snap(&usage);
-        shared::events::drain_task::<shared::model::TaskRecord>(
-            queue.store.as_ref(),
-            &sink,
-            "x/",
-            id.as_str(),
-            &queue.published,
-        )
-        .await
-        .expect("drain");
-        phases[4] = snap(&usage);
+        step(2, &mut last);
+        drain(&queue, &images, &sink, &id).await;
+        step(3, &mut last);
         // The dependency worker visits every resolution: clears its mark and takes the task
         // off its group's unresolved count (announcing the group, which has no other task).
         queue
             .resolve_dependents(id.as_str(), Ts::now())
             .await
             .expect("dependency worker");
-        let end = snap(&usage);
-        for (i, (a, b)) in [
-            (phases[0], phases[1]),
-            (phases[1], phases[2]),
-            (phases[2], phases[3]),
-            (phases[3], phases[4]),
-            (phases[4], end),
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            let d = delta(a, b, 1.0);
-            totals[i].0 += d.0;
-            totals[i].1 += d.1;
-            totals[i].2 += d.2;
-        }
+        step(4, &mut last);
+        drain(&queue, &images, &sink, &id).await;
+        step(3, &mut last);
     }
-    println!("DynamoDB cost per task life cycle, averaged over {n} (ReturnConsumedCapacity=TOTAL)");
-    println!("| step | read units | write units | DynamoDB requests |");
-    println!("|---|---|---|---|");
+    println!(
+        "DynamoDB cost per task life cycle, averaged over {n} (ReturnConsumedCapacity=INDEXES)"
+    );
+    println!(
+        "| step | read units | write units | DynamoDB requests | write units by table/index |"
+    );
+    println!("|---|---|---|---|---|");
     let names = [
         "createTask",
         "claimWork (1 task)",
         "reportCompleted",
-        "event delivery (outbox drain)",
+        "event delivery (4 outbox drains: after create, claim, completion, worker)",
         "dependency worker (mark, group count)",
     ];
+    let nf = n as f64;
     let mut sum = (0.0, 0.0, 0.0);
-    for (name, t) in names.iter().zip(totals) {
-        let (r, w, q) = (t.0 / n as f64, t.1 / n as f64, t.2 / n as f64);
+    let mut sum_targets: BTreeMap<String, u64> = BTreeMap::new();
+    for (name, t) in names.iter().zip(&acc) {
+        let (r, w, q) = (t.0 / nf, t.1 / nf, t.2 / nf);
         sum = (sum.0 + r, sum.1 + w, sum.2 + q);
-        println!("| {name} | {r:.2} | {w:.2} | {q:.2} |");
+        for (k, v) in &t.3 {
+            *sum_targets.entry(k.clone()).or_default() += v;
+        }
+        println!(
+            "| {name} | {r:.2} | {w:.2} | {q:.2} | {} |",
+            per_target(&t.3, nf)
+        );
     }
-    println!("| **total** | {:.2} | {:.2} | {:.2} |", sum.0, sum.1, sum.2);
+    println!(
+        "| **total** | {:.2} | {:.2} | {:.2} | {} |",
+        sum.0,
+        sum.1,
+        sum.2,
+        per_target(&sum_targets, nf)
+    );
     println!("events delivered: {}", sink.events().len());
+    let arn = describe
+        .describe_table()
+        .table_name(format!("{prefix}tasks"))
+        .send()
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|t| {
+            t.table()
+                .and_then(|t| t.latest_stream_arn())
+                .map(String::from)
+                .ok_or_else(|| "no stream".to_string())
+        });
+    match stream_records(arn).await {
+        Ok(records) => {
+            let resolutions = records
+                .iter()
+                .filter(|r| r["dynamodb"]["NewImage"]["resolved_pk"]["S"].is_string())
+                .count();
+            let nf = n as f64;
+            println!();
+            println!("Lambda invocations per life cycle, counted from the tasks table's stream");
+            println!("| function | invocations |");
+            println!("|---|---|");
+            println!("| API functions (createTask, claimWork, reportCompleted) | 3 |");
+            println!(
+                "| publisher (one per stream record at most; batches of up to 100 share one) | ≤ {:.2} |",
+                records.len() as f64 / nf
+            );
+            println!(
+                "| dependency-resolver (records passing its filter: resolution marks) | ≤ {:.2} |",
+                resolutions as f64 / nf
+            );
+        }
+        Err(e) => println!("stream records not counted: {e}"),
+    }
 
     // Dependency edges: one dependency with `k` dependents. Creating each dependent (with its
     // edge) is compared with a plain createTask; satisfying is the worker's pass after the
@@ -199,10 +325,10 @@ async fn main() {
         .expect("dependency worker");
     assert_eq!(satisfied, k);
     let done = snap(&usage);
-    let (br, bw, bq) = delta(base, before, k as f64);
-    let (cr, cw, cq) = delta(before, created, k as f64);
+    let (br, bw, bq) = delta(&base, &before, k as f64);
+    let (cr, cw, cq) = delta(&before, &created, k as f64);
     let (cr, cw, cq) = (cr - br, cw - bw, cq - bq);
-    let (sr, sw, sq) = delta(resolved, done, k as f64);
+    let (sr, sw, sq) = delta(&resolved, &done, k as f64);
     println!();
     println!("Dependency edges ({k} dependents of one task), per edge");
     println!("| step | read units | write units | DynamoDB requests |");

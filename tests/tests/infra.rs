@@ -1101,6 +1101,9 @@ fn template() -> Value {
                 "TCQ_SCHEDULER_ID": r("SchedulerId"),
                 "TCQ_SCHEDULER_EXCHANGE_PREFIX": r("SchedulerExchangePrefix"),
                 "TCQ_CLAIM_WORK_TIMEOUT_MS": "20000",
+                // The publisher function runs on the tables' streams: no outbox index entry
+                // per write (the publisher adds it where delivery failed).
+                "TCQ_EVENTS_FROM_STREAM": "true",
                 "TCQ_LOG_JSON": "1",
                 "RUST_LOG": "info"
             } }

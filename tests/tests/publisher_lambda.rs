@@ -259,3 +259,124 @@ async fn the_stream_hands_resolutions_to_the_dependency_resolver() {
     assert_eq!(queue.status(&dependent, now()).await.unwrap().runs.len(), 1);
     resolver.kill().ok();
 }
+
+/// The raw attributes of a task's status item, as DynamoDB holds them.
+async fn raw_status(prefix: &str, id: &str) -> Value {
+    localstack_json(
+        "dynamodb",
+        "1.0",
+        "DynamoDB_20120810.GetItem",
+        json!({
+            "TableName": format!("{prefix}tasks"),
+            "Key": { "pk": { "S": id }, "sk": { "S": shared::keys::SK_STATUS } },
+            "ConsistentRead": true
+        }),
+    )
+    .await
+    .expect("GetItem")["Item"]
+        .clone()
+}
+
+/// As deployed (`TCQ_EVENTS_FROM_STREAM=true`), the API functions write their events without
+/// the outbox index entry, which the stream makes unnecessary; a publisher that cannot reach
+/// RabbitMQ adds the entry to every record of the batch it failed, and the outbox sweeper
+/// then delivers those events once RabbitMQ is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_outbox_entry_a_failed_stream_delivery_is_left_to_the_sweeper() {
+    if !localstack() {
+        eprintln!("TCQ_LOCALSTACK is not 1: run through scripts/test.sh, which starts LocalStack");
+        return;
+    }
+    let prefix = localstack_tables("ps", true).await;
+    let start = stream_start(&prefix).await;
+    let broker = Broker::connect().await;
+    let q = broker.bind(&ALL, "#").await;
+    let env = |amqp: &str| -> Vec<(&'static str, String)> {
+        vec![
+            ("TCQ_EXCHANGE_PREFIX", broker.prefix.clone()),
+            ("TCQ_AMQP_URL", amqp.to_string()),
+            ("TCQ_EVENTS_FROM_STREAM", "true".to_string()),
+        ]
+    };
+    let up = env("amqp://guest:guest@127.0.0.1:5672/%2f");
+    let down = env("amqp://guest:guest@127.0.0.1:1/%2f");
+
+    let tq = task_queue_id();
+    let ids = vec![slugid(), slugid()];
+    let api = RuntimeApi::start().await;
+    let up_refs: Vec<(&str, &str)> = up.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (mut create, _) = start_function("create-task", &api, &prefix, &up_refs);
+    for id in &ids {
+        let event = apigw_v2_event(
+            "PUT",
+            &format!("/api/queue/v1/task/{id}"),
+            Some(&task_def(&tq)),
+        );
+        let reply = api
+            .invoke(event, Duration::from_secs(30))
+            .await
+            .expect("createTask answered");
+        assert_eq!(reply["statusCode"], 200, "{reply}");
+    }
+    create.kill().ok();
+    for id in &ids {
+        let item = raw_status(&prefix, id).await;
+        assert!(item["pk"]["S"] == id.as_str(), "{item}");
+        assert!(
+            item.get("outbox_pk").is_none(),
+            "no outbox index entry: {item}"
+        );
+    }
+
+    // RabbitMQ unreachable: the batch fails, and each record is now findable by the sweeper.
+    let (records, _) = read_until(start, |rs| covers(rs, &ids)).await;
+    let down_refs: Vec<(&str, &str)> = down.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let api = RuntimeApi::start().await;
+    let (mut publisher, _) = start_function("publisher", &api, &prefix, &down_refs);
+    let reply = api
+        .invoke(json!({ "Records": records }), Duration::from_secs(60))
+        .await
+        .expect("publisher answered");
+    publisher.kill().ok();
+    assert_eq!(
+        reply["batchItemFailures"].as_array().map(Vec::len),
+        Some(1),
+        "the batch is retried from its first record: {reply}"
+    );
+    for id in &ids {
+        let item = raw_status(&prefix, id).await;
+        assert!(item["outbox_pk"]["S"].is_string(), "outbox entry: {item}");
+    }
+    assert!(broker.rest(&q, Duration::from_millis(300)).await.is_empty());
+
+    // The sweeper delivers them, and empties the outboxes and their entries.
+    let sdk = dynamodb::sdk_config().await.expect("AWS environment");
+    let queue = shared::queue::Queue::new(
+        std::sync::Arc::new(dynamodb::DynamoStore::new(dynamodb::client(&sdk), &prefix)),
+        std::sync::Arc::new(shared::signal::LocalSignal::default()),
+        shared::creds::IssuerCredentials {
+            client_id: "static/q".into(),
+            access_token: "t".into(),
+        },
+        shared::queue::QueueConfig {
+            exchange_prefix: broker.prefix.clone(),
+            events_from_stream: true,
+            ..Default::default()
+        },
+    );
+    let sink = shared::amqp::AmqpSink::new("amqp://guest:guest@127.0.0.1:5672/%2f", &broker.prefix);
+    let delivered = shared::reaper::outbox(&queue, &sink).await.expect("sweep");
+    assert_eq!(delivered, 4);
+    let got = broker.take(&q, 4, Duration::from_secs(20)).await;
+    for id in &ids {
+        let names: Vec<&str> = got
+            .iter()
+            .filter(|m| m.payload["status"]["taskId"] == id.as_str())
+            .map(|m| broker.short(m))
+            .collect();
+        assert_eq!(names, ["task-defined", "task-pending"], "{id}");
+        let item = raw_status(&prefix, id).await;
+        assert!(item.get("outbox_pk").is_none(), "{item}");
+    }
+    broker.cleanup().await;
+}

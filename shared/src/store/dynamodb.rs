@@ -1,9 +1,14 @@
 //! The DynamoDB adapter of the storage port.
 //!
-//! Each item is stored as `pk`, `sk`, `v` (version), `d` (the data as a JSON string) and, per
-//! index entry, `<index>_pk` / `<index>_sk`; each port index is a GSI over those two
-//! attributes, so a put that omits them removes the item from the index (sparse GSIs).
-//! Every request asks for its consumed capacity, which [`DynamoStore::usage`] adds up.
+//! Each item is stored as `pk`, `sk`, `v` (version), `d` (the data: its JSON, deflated, as a
+//! binary attribute) and, per index entry, `<index>_pk` / `<index>_sk`; each port index is a
+//! GSI over those two attributes, so a put that omits them removes the item from the index
+//! (sparse GSIs). Deflating matters for cost: DynamoDB bills every write by the whole item's
+//! size in 1 KB steps (and an ALL-projection index by the same again), and a status item's
+//! JSON, with the events waiting in its outbox repeating the status, shrinks to about a third.
+//! Items written with `d` as a JSON string (before deflating) are still read.
+//! Every request asks for its consumed capacity, which [`DynamoStore::usage`] adds up, per
+//! table and index as well.
 
 use super::*;
 use aws_sdk_dynamodb::error::SdkError;
@@ -26,6 +31,9 @@ pub struct Usage {
     pub write_milli: AtomicU64,
     /// Requests sent.
     pub requests: AtomicU64,
+    /// Write units × 1000 by where they were spent: the table's name without the prefix, or
+    /// `<table>/<index>` for a secondary index.
+    pub writes_by_target: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
 }
 
 /// DynamoDB-backed [`Store`].
@@ -42,6 +50,27 @@ fn other<E: std::fmt::Debug>(e: E) -> StoreError {
 
 fn s(v: impl Into<String>) -> AttributeValue {
     AttributeValue::S(v.into())
+}
+
+/// Raw deflate of an item's JSON (see the module's header for why).
+fn deflate(json: &[u8]) -> Result<Vec<u8>, StoreError> {
+    use std::io::Write as _;
+    let mut z = flate2::write::DeflateEncoder::new(
+        Vec::with_capacity(json.len() / 2),
+        flate2::Compression::default(),
+    );
+    z.write_all(json).map_err(other)?;
+    z.finish().map_err(other)
+}
+
+fn inflate(bytes: &[u8]) -> Result<Vec<u8>, StoreError> {
+    use std::io::Read as _;
+    let mut out = Vec::with_capacity(bytes.len() * 3);
+    flate2::read::DeflateDecoder::new(bytes)
+        .take(MAX_ITEM_BYTES as u64 * 4)
+        .read_to_end(&mut out)
+        .map_err(other)?;
+    Ok(out)
 }
 
 fn is_throttle(code: Option<&str>) -> bool {
@@ -116,6 +145,9 @@ impl DynamoStore {
 
     fn count(&self, cc: Option<&aws_sdk_dynamodb::types::ConsumedCapacity>, write: bool) {
         self.usage.requests.fetch_add(1, Ordering::Relaxed);
+        if let (true, Some(c)) = (write, cc) {
+            self.count_targets(c);
+        }
         if let Some(units) = cc.and_then(|c| c.capacity_units()) {
             let slot = if write {
                 &self.usage.write_milli
@@ -126,13 +158,33 @@ impl DynamoStore {
         }
     }
 
+    /// Adds a write's units per table and index (present when asked for `INDEXES`).
+    fn count_targets(&self, c: &aws_sdk_dynamodb::types::ConsumedCapacity) {
+        let table = c.table_name().unwrap_or("");
+        let table = table.strip_prefix(self.prefix.as_str()).unwrap_or(table);
+        let mut parts = vec![];
+        if let Some(u) = c.table().and_then(|t| t.capacity_units()) {
+            parts.push((table.to_string(), u));
+        }
+        for (index, cap) in c.global_secondary_indexes().into_iter().flatten() {
+            if let Some(u) = cap.capacity_units() {
+                parts.push((format!("{table}/{index}"), u));
+            }
+        }
+        if let Ok(mut m) = self.usage.writes_by_target.lock() {
+            for (k, u) in parts {
+                *m.entry(k).or_default() += (u * 1000.0).round() as u64;
+            }
+        }
+    }
+
     fn encode(&self, item: &Item, version: u64) -> Result<Attrs, StoreError> {
-        let data = encode_item(item)?;
+        let data = deflate(&encode_item(item)?)?;
         let mut m = Attrs::new();
         m.insert("pk".into(), s(&item.pk));
         m.insert("sk".into(), s(&item.sk));
         m.insert("v".into(), AttributeValue::N(version.to_string()));
-        m.insert("d".into(), s(String::from_utf8(data).map_err(other)?));
+        m.insert("d".into(), AttributeValue::B(data.into()));
         for e in &item.indexes {
             m.insert(format!("{}_pk", e.index), s(&e.pk));
             m.insert(format!("{}_sk", e.index), s(&e.sk));
@@ -152,7 +204,12 @@ impl DynamoStore {
             .and_then(|v| v.as_n().ok())
             .and_then(|n| n.parse().ok())
             .unwrap_or(0);
-        let data = serde_json::from_str(&get("d")?).map_err(other)?;
+        let data = match m.get("d") {
+            Some(AttributeValue::B(b)) => serde_json::from_slice(&inflate(b.as_ref())?),
+            Some(AttributeValue::S(text)) => serde_json::from_str(text),
+            _ => return Err(StoreError::Other("item lacks d".into())),
+        }
+        .map_err(other)?;
         Ok(Item {
             pk: get("pk")?,
             sk: get("sk")?,
@@ -165,12 +222,22 @@ impl DynamoStore {
     /// The item in a DynamoDB Streams record's `NewImage` (the JSON form a Lambda receives,
     /// `{"pk": {"S": ..}, "v": {"N": ..}, ..}`), or `None` if it is not one of ours.
     pub fn item_from_stream_image(image: &serde_json::Value) -> Option<Item> {
+        use base64::Engine as _;
         let text = |k: &str| image[k]["S"].as_str();
+        let data = match (image["d"]["B"].as_str(), text("d")) {
+            // Lambda hands binary attributes over base64-encoded.
+            (Some(b64), _) => {
+                let bytes = base64::engine::general_purpose::STANDARD.decode(b64).ok()?;
+                serde_json::from_slice(&inflate(&bytes).ok()?).ok()?
+            }
+            (None, Some(json)) => serde_json::from_str(json).ok()?,
+            (None, None) => return None,
+        };
         Some(Item {
             pk: text("pk")?.to_string(),
             sk: text("sk")?.to_string(),
             version: image["v"]["N"].as_str()?.parse().ok()?,
-            data: serde_json::from_str(text("d")?).ok()?,
+            data,
             indexes: vec![],
         })
     }
@@ -190,7 +257,7 @@ impl DynamoStore {
             .projection_expression("#v")
             .expression_attribute_names("#v", "v")
             .consistent_read(true)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
             .send()
             .await
             .map_err(sdk_err)?;
@@ -271,7 +338,7 @@ impl DynamoStore {
                     .client
                     .batch_get_item()
                     .request_items(&name, req)
-                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                    .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
                     .send()
                     .await
                     .map_err(sdk_err)?;
@@ -347,7 +414,7 @@ impl DynamoStore {
                 .expression_attribute_names("#pk", &pk_attr)
                 .set_expression_attribute_values(Some(values.clone()))
                 .set_exclusive_start_key(start.take())
-                .return_consumed_capacity(ReturnConsumedCapacity::Total);
+                .return_consumed_capacity(ReturnConsumedCapacity::Indexes);
             if key_cond.contains("#sk") {
                 q = q.expression_attribute_names("#sk", &sk_attr);
             }
@@ -468,7 +535,7 @@ impl Store for DynamoStore {
             .key("pk", s(pk))
             .key("sk", s(sk))
             .consistent_read(true)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
             .send()
             .await
             .map_err(sdk_err)?;
@@ -530,7 +597,7 @@ impl Store for DynamoStore {
                     .put_item()
                     .table_name(self.table(table))
                     .set_item(Some(self.encode(item, version)?))
-                    .return_consumed_capacity(ReturnConsumedCapacity::Total);
+                    .return_consumed_capacity(ReturnConsumedCapacity::Indexes);
                 if let Some((expr, value)) = condition(cond) {
                     req = req.condition_expression(expr);
                     if let Some((k, v)) = value {
@@ -555,7 +622,7 @@ impl Store for DynamoStore {
                     .table_name(self.table(table))
                     .key("pk", s(pk))
                     .key("sk", s(sk))
-                    .return_consumed_capacity(ReturnConsumedCapacity::Total);
+                    .return_consumed_capacity(ReturnConsumedCapacity::Indexes);
                 if let Some((expr, value)) = condition(*cond) {
                     req = req.condition_expression(expr);
                     if let Some((k, v)) = value {
@@ -593,7 +660,7 @@ impl Store for DynamoStore {
                 .client
                 .transact_write_items()
                 .set_transact_items(Some(items.clone()))
-                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
                 .send()
                 .await;
             let conflict = res.as_ref().err().and_then(|e| e.as_service_error()).is_some_and(|e| match e {
