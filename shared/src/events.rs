@@ -153,11 +153,15 @@ pub trait Outboxed:
     fn outbox_mut(&mut self) -> &mut Vec<OutboxEvent>;
     /// The index entries of its item as it stands (the outbox entry while events wait).
     fn index_entries(&self) -> Vec<crate::store::IndexEntry>;
-    /// Makes the record findable by the outbox sweeper while events wait, if it was not;
-    /// true if that changed it (and it must be written).
-    fn mark_for_sweep(&mut self) -> bool {
+    /// True if a table stream delivers this record's events: each write stores only its own,
+    /// which its stream record carries, and publishers remove nothing (see
+    /// [`TaskRecord::sweep`]).
+    fn stream_delivered(&self) -> bool {
         false
     }
+    /// Makes the record's events wait in its outbox until a publisher removes them, findable
+    /// by the outbox sweeper.
+    fn hold_for_sweep(&mut self) {}
 }
 
 impl Outboxed for TaskRecord {
@@ -175,8 +179,11 @@ impl Outboxed for TaskRecord {
     fn index_entries(&self) -> Vec<crate::store::IndexEntry> {
         TaskRecord::index_entries(self)
     }
-    fn mark_for_sweep(&mut self) -> bool {
-        !std::mem::replace(&mut self.sweep, true)
+    fn stream_delivered(&self) -> bool {
+        !self.sweep
+    }
+    fn hold_for_sweep(&mut self) {
+        self.sweep = true;
     }
 }
 
@@ -236,12 +243,7 @@ pub async fn drain_written<R: Outboxed>(
     }
     let mut events = Vec::new();
     for (rec, _) in &written {
-        for e in rec.outbox().iter().filter(|e| !published.contains(&e.id)) {
-            match crate::schema::check(&format!("{}-message", e.exchange), &e.payload) {
-                Ok(()) => events.push(to_event(prefix, e)),
-                Err(errors) => keep_dead_letter(store, R::TABLE, rec.pk(), e, errors).await?,
-            }
-        }
+        events.extend(checked_events(store, prefix, rec, published).await?);
     }
     if let Err(e) = sink.publish(&events).await {
         tracing::warn!(error = %e, "publishing failed; events stay in the outbox");
@@ -260,6 +262,24 @@ pub async fn drain_written<R: Outboxed>(
         result?;
     }
     Ok(DrainOutcome::Delivered(events.len()))
+}
+
+/// The events of a record's outbox to publish (leaving out those in `published`, which went
+/// out already); one that fails its message schema is kept aside instead.
+async fn checked_events<R: Outboxed>(
+    store: &dyn Store,
+    prefix: &str,
+    rec: &R,
+    published: &RecentIds,
+) -> Result<Vec<Event>, StoreError> {
+    let mut events = Vec::new();
+    for e in rec.outbox().iter().filter(|e| !published.contains(&e.id)) {
+        match crate::schema::check(&format!("{}-message", e.exchange), &e.payload) {
+            Ok(()) => events.push(to_event(prefix, e)),
+            Err(errors) => keep_dead_letter(store, R::TABLE, rec.pk(), e, errors).await?,
+        }
+    }
+    Ok(events)
 }
 
 /// An event that fails its message schema is a bug: it is logged loudly and moved aside (its
@@ -285,17 +305,27 @@ async fn keep_dead_letter(
         .map(|_| ())
 }
 
-/// Makes a record whose events could not be delivered findable by the outbox sweeper (see
-/// [`Outboxed::mark_for_sweep`]), starting from a copy believed current at `version`.
-async fn mark_for_sweep<R: Outboxed>(
+/// Keeps the events of a stream-delivered record's image that could not be published: adds
+/// those the stored record no longer holds (a later write replaced them) ahead of its own,
+/// older first, and makes it hold its events for the sweeper ([`Outboxed::hold_for_sweep`]).
+async fn hold_for_sweep<R: Outboxed>(
     store: &dyn Store,
-    mut rec: R,
-    mut version: u64,
+    image: R,
+    version: u64,
 ) -> Result<(), StoreError> {
+    let (mut rec, mut version) = (image.clone(), version);
     loop {
-        if rec.outbox().is_empty() || !rec.mark_for_sweep() {
+        let missing: Vec<OutboxEvent> = image
+            .outbox()
+            .iter()
+            .filter(|e| !rec.outbox().iter().any(|held| held.id == e.id))
+            .cloned()
+            .collect();
+        if missing.is_empty() && !rec.stream_delivered() {
             return Ok(());
         }
+        rec.outbox_mut().splice(0..0, missing);
+        rec.hold_for_sweep();
         let data = serde_json::to_value(&rec).map_err(|e| StoreError::Other(e.to_string()))?;
         let item = Item::new(rec.pk(), R::SK, data, rec.index_entries());
         let op = WriteOp::Put {
@@ -317,11 +347,12 @@ async fn mark_for_sweep<R: Outboxed>(
 }
 
 /// Delivers the outboxes in records' items as a change stream (DynamoDB Streams) reports
-/// them: the latest image of each record is enough, because an event only ever leaves an
-/// outbox after it was published. Other items are ignored. If delivery fails, every record
-/// is first made findable by the outbox sweeper, so that its events no longer depend on the
-/// stream's retries (nor on its 24-hour retention); the error is still returned, so the
-/// stream retries the batch as well.
+/// them; other items are ignored. A stream-delivered record ([`Outboxed::stream_delivered`])
+/// has each image's own events published, in order, and nothing written; if that fails, the
+/// images' events are held for the sweeper ([`hold_for_sweep`]), so that they no longer
+/// depend on the stream's retries (nor on its 24-hour retention), and the error is returned
+/// so that the stream retries the batch too. Any other record has the events of its latest
+/// image published and then removed: an event only leaves such an outbox once published.
 pub async fn drain_stream<R: Outboxed>(
     store: &dyn Store,
     sink: &dyn EventSink,
@@ -329,27 +360,53 @@ pub async fn drain_stream<R: Outboxed>(
     images: Vec<Item>,
     published: &RecentIds,
 ) -> Result<DrainOutcome, StoreError> {
+    let mut streamed: Vec<(R, u64)> = vec![];
     let mut latest: std::collections::HashMap<String, (R, u64)> = Default::default();
     for item in images.into_iter().filter(|i| i.sk == R::SK) {
         let (rec, version) = decode::<R>(item)?;
-        if latest.get(rec.pk()).is_none_or(|(_, v)| *v < version) {
+        if rec.stream_delivered() {
+            if !rec.outbox().is_empty() {
+                streamed.push((rec, version));
+            }
+        } else if latest.get(rec.pk()).is_none_or(|(_, v)| *v < version) {
             latest.insert(rec.pk().to_string(), (rec, version));
         }
     }
-    let records: Vec<(R, u64)> = latest.into_values().collect();
-    // Kept for marking: delivery consumes the records.
-    let copies: Vec<(R, u64)> = records
-        .iter()
-        .filter(|(r, _)| !r.outbox().is_empty())
-        .cloned()
-        .collect();
-    let result = drain_written(store, sink, prefix, records, published).await;
-    if result.is_err() {
-        for (rec, version) in copies {
-            mark_for_sweep(store, rec, version).await?;
+    let mut delivered = 0;
+    if !streamed.is_empty() {
+        let mut events = vec![];
+        for (rec, _) in &streamed {
+            events.extend(checked_events(store, prefix, rec, published).await?);
         }
+        if let Err(e) = sink.publish(&events).await {
+            tracing::warn!(error = %e, "publishing failed; the events are held for the sweeper");
+            // Newest first: each adds its events ahead of those already held.
+            for (rec, version) in streamed.into_iter().rev() {
+                hold_for_sweep(store, rec, version).await?;
+            }
+            return Err(StoreError::Other(format!("publish failed: {e}")));
+        }
+        published.extend(
+            streamed
+                .iter()
+                .flat_map(|(rec, _)| rec.outbox().iter().map(|e| e.id.as_str())),
+        );
+        delivered += events.len();
     }
-    result
+    match drain_written(
+        store,
+        sink,
+        prefix,
+        latest.into_values().collect(),
+        published,
+    )
+    .await?
+    {
+        DrainOutcome::Delivered(n) => delivered += n,
+        DrainOutcome::Empty if delivered == 0 => return Ok(DrainOutcome::Empty),
+        DrainOutcome::Empty => {}
+    }
+    Ok(DrainOutcome::Delivered(delivered))
 }
 
 /// Delivers the outbox of one record (a task's, by taskId): publish, then remove exactly
@@ -408,17 +465,13 @@ mod tests {
     use crate::time::Ts;
     use serde_json::json;
 
-    #[tokio::test]
-    async fn an_event_failing_its_schema_is_kept_aside_and_blocks_nothing() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(&dir.path().join("db")).unwrap();
-        let id = crate::ids::new_slugid();
-        let mut rec = TaskRecord {
-            task_id: id.clone(),
+    fn record(id: &str, sweep: bool) -> TaskRecord {
+        TaskRecord {
+            task_id: id.to_string(),
             task_queue_id: "prov/wt".into(),
             scheduler_id: "-".into(),
             project_id: "none".into(),
-            task_group_id: id.clone(),
+            task_group_id: id.to_string(),
             priority: Priority::Lowest,
             deadline: Ts(100_000),
             expires: Ts(1_000_000),
@@ -431,8 +484,31 @@ mod tests {
             unsatisfied: 0,
             dependents_due: None,
             group_counted: false,
-            sweep: true,
-        };
+            sweep,
+        }
+    }
+
+    /// Writes a status item as the queue does; returns its image (as a stream would carry it).
+    async fn put_status(store: &SqliteStore, rec: &TaskRecord, cond: Cond) -> Item {
+        let data = rec.stored_json().unwrap();
+        let item = Item::new(&rec.task_id, keys::SK_STATUS, data, rec.index_entries());
+        let version = store
+            .write(WriteOp::Put {
+                table: keys::TASKS,
+                item: item.clone(),
+                cond,
+            })
+            .await
+            .unwrap();
+        Item { version, ..item }
+    }
+
+    #[tokio::test]
+    async fn an_event_failing_its_schema_is_kept_aside_and_blocks_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("db")).unwrap();
+        let id = crate::ids::new_slugid();
+        let mut rec = record(&id, true);
         rec.start_first_run(Ts(0));
         rec.emit_created();
         assert_eq!(rec.outbox.len(), 2, "task-defined and task-pending");
@@ -493,77 +569,79 @@ mod tests {
         }
     }
 
+    /// Where the stream delivers events, each write stores only its own, the publisher
+    /// publishes every image's events and writes nothing; when it cannot, the events of every
+    /// image in the batch, even those a later write replaced, are held in order for the
+    /// sweeper.
     #[tokio::test]
-    async fn a_record_the_stream_could_not_deliver_is_left_findable_by_the_sweeper() {
+    async fn each_write_carries_its_own_events_and_a_failed_batch_is_held_whole() {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(&dir.path().join("db")).unwrap();
         let id = crate::ids::new_slugid();
-        let mut rec = TaskRecord {
-            task_id: id.clone(),
-            task_queue_id: "prov/wt".into(),
-            scheduler_id: "-".into(),
-            project_id: "none".into(),
-            task_group_id: id.clone(),
-            priority: Priority::Lowest,
-            deadline: Ts(100_000),
-            expires: Ts(1_000_000),
-            retries: 0,
-            retries_left: 0,
-            runs: vec![],
-            routes: vec![],
-            tags: json!({}),
-            outbox: vec![],
-            unsatisfied: 0,
-            dependents_due: None,
-            group_counted: false,
-            sweep: false,
-        };
+        let mut rec = record(&id, false);
         rec.start_first_run(Ts(0));
         rec.emit_created();
-        let entries = rec.index_entries();
-        assert!(
-            entries.iter().all(|e| e.index != index::OUTBOX),
-            "{entries:?}"
-        );
-        let data = serde_json::to_value(&rec).unwrap();
-        let item = Item::new(&id, keys::SK_STATUS, data.clone(), entries);
-        let version = store
-            .write(WriteOp::Put {
-                table: keys::TASKS,
-                item,
-                cond: Cond::NotExists,
-            })
+        let first = put_status(&store, &rec, Cond::NotExists).await;
+        // The next write starts from the stored record, as every writer does.
+        let mut rec: TaskRecord = serde_json::from_value(first.data.clone()).unwrap();
+        assert_eq!(rec.outbox.len(), 2);
+        rec.claim(0, "g", "w", Ts(1), Ts(1_000)).unwrap();
+        let second = put_status(&store, &rec, Cond::Version(first.version)).await;
+        let names = |v: &serde_json::Value| -> Vec<String> {
+            v["outbox"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["exchange"].as_str().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(names(&second.data), ["task-running"]);
+        assert!(second.indexes.iter().all(|e| e.index != index::OUTBOX));
+        let sweep = || async {
+            let sink = RecordingSink::default();
+            drain_all::<TaskRecord>(&store, &sink, "x/", 10, &|_| false, &RecentIds::default())
+                .await
+                .unwrap()
+        };
+        assert_eq!(sweep().await, 0, "nothing for the sweeper");
+
+        let sink = RecordingSink::default();
+        let batch = vec![first.clone(), second.clone()];
+        let out = drain_stream::<TaskRecord>(&store, &sink, "x/", batch, &RecentIds::default())
             .await
             .unwrap();
-        let sweep = |sink: RecordingSink| {
-            let store = &store;
-            async move {
-                drain_all::<TaskRecord>(store, &sink, "x/", 10, &|_| false, &RecentIds::default())
-                    .await
-                    .unwrap()
-            }
-        };
-        assert_eq!(sweep(RecordingSink::default()).await, 0, "not in the index");
+        assert_eq!(out, DrainOutcome::Delivered(3));
+        let sent: Vec<String> = sink.events().into_iter().map(|e| e.exchange).collect();
+        assert_eq!(sent, ["x/task-defined", "x/task-pending", "x/task-running"]);
+        let stored = store
+            .get(keys::TASKS, &id, keys::SK_STATUS)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            stored.version, second.version,
+            "the publisher wrote nothing"
+        );
 
-        // The stream hands the write over; delivery fails.
-        let mut image = Item::new(&id, keys::SK_STATUS, data, vec![]);
-        image.version = version;
+        let batch = vec![first, second];
         let out =
-            drain_stream::<TaskRecord>(&store, &Down, "x/", vec![image], &RecentIds::default())
-                .await;
-        assert!(out.is_err(), "the stream retries the batch");
+            drain_stream::<TaskRecord>(&store, &Down, "x/", batch, &RecentIds::default()).await;
+        assert!(out.is_err());
         let stored = store
             .get(keys::TASKS, &id, keys::SK_STATUS)
             .await
             .unwrap()
             .unwrap();
         assert_eq!(stored.data["sweep"], true);
-        assert_eq!(stored.data["outbox"].as_array().map(Vec::len), Some(2));
-
+        assert_eq!(
+            names(&stored.data),
+            ["task-defined", "task-pending", "task-running"]
+        );
         let sink = RecordingSink::default();
-        assert_eq!(sweep(sink.clone()).await, 2);
-        let sent: Vec<String> = sink.events().into_iter().map(|e| e.exchange).collect();
-        assert_eq!(sent, ["x/task-defined", "x/task-pending"]);
-        assert_eq!(sweep(RecordingSink::default()).await, 0, "delivered once");
+        let swept =
+            drain_all::<TaskRecord>(&store, &sink, "x/", 10, &|_| false, &RecentIds::default())
+                .await
+                .unwrap();
+        assert_eq!(swept, 3);
     }
 }

@@ -120,7 +120,11 @@ impl Queue {
             return Ok(false);
         };
         let status = self.load(task_id).await?;
-        if status.as_ref().is_some_and(|(r, _)| !r.outbox.is_empty()) {
+        // (Where the stream delivers events, the outbox only shows the last write's.)
+        if status
+            .as_ref()
+            .is_some_and(|(r, _)| r.sweep && !r.outbox.is_empty())
+        {
             return Ok(false);
         }
         let status_version = status.as_ref().map(|(_, v)| *v);

@@ -245,6 +245,10 @@ pub struct OutboxEvent {
     pub cc: Vec<String>,
     /// The message body.
     pub payload: Value,
+    /// True for an event added since its record was read (never stored): the next write of a
+    /// record whose events the stream delivers keeps only these (see [`TaskRecord::sweep`]).
+    #[serde(skip)]
+    pub fresh: bool,
 }
 
 /// The status item of a task: everything that changes after creation, plus the few
@@ -294,11 +298,13 @@ pub struct TaskRecord {
     /// dependency worker, after the task resolved).
     #[serde(default)]
     pub group_counted: bool,
-    /// Whether the outbox sweeper must be able to find this record while events wait in its
-    /// outbox (the `outbox` index entry). Always so, unless a table stream delivers the
-    /// events ([`crate::queue::QueueConfig::events_from_stream`]): then the entry, which costs
-    /// a write unit to add and one to remove on every write with events, is only added by a
-    /// stream publisher that could not deliver, and kept from then on.
+    /// Whether events wait in the outbox until a publisher removes them, findable by the
+    /// outbox sweeper meanwhile (the `outbox` index entry). Always so, unless a table stream
+    /// delivers the events ([`crate::queue::QueueConfig::events_from_stream`]): then each
+    /// write stores only its own events, which its stream record carries to the publisher,
+    /// and neither the entry (a write unit to add, one to remove) nor a removal write (one
+    /// more) is needed. A stream publisher that cannot deliver sets this, with the events it
+    /// holds, and it stays set.
     #[serde(default = "sweep_by_default")]
     pub sweep: bool,
 }
@@ -358,6 +364,17 @@ impl TaskRecord {
             "state": self.state(),
             "runs": self.runs,
         })
+    }
+
+    /// The item's data: the record, whose outbox, where the stream delivers the events, holds
+    /// only those this write adds (each earlier write's own are in its stream record).
+    pub fn stored_json(&self) -> serde_json::Result<Value> {
+        let mut data = serde_json::to_value(self)?;
+        if !self.sweep {
+            let fresh: Vec<&OutboxEvent> = self.outbox.iter().filter(|e| e.fresh).collect();
+            data["outbox"] = serde_json::to_value(fresh)?;
+        }
+        Ok(data)
     }
 
     /// The sparse index entries implied by the current state.
@@ -449,6 +466,7 @@ impl TaskRecord {
             routing_key,
             cc: vec![],
             payload: Value::Object(body),
+            fresh: true,
         });
     }
 
@@ -494,6 +512,7 @@ impl TaskRecord {
             routing_key,
             cc: route_ccs(&self.routes),
             payload: Value::Object(payload),
+            fresh: true,
         };
         self.outbox.push(event);
     }

@@ -236,7 +236,7 @@ impl Queue {
     }
 
     pub(crate) fn status_item(rec: &TaskRecord) -> ApiResult<Item> {
-        let data = serde_json::to_value(rec).map_err(ApiError::internal)?;
+        let data = rec.stored_json().map_err(ApiError::internal)?;
         Ok(Item::new(
             rec.task_id.clone(),
             keys::SK_STATUS,

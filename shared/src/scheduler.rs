@@ -121,6 +121,7 @@ impl GraphRecord {
             ),
             cc: vec![],
             payload: json!({ "version": 1, "status": self.status_json() }),
+            fresh: true,
         });
     }
 

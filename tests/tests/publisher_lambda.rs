@@ -277,12 +277,13 @@ async fn raw_status(prefix: &str, id: &str) -> Value {
         .clone()
 }
 
-/// As deployed (`TCQ_EVENTS_FROM_STREAM=true`), the API functions write their events without
-/// the outbox index entry, which the stream makes unnecessary; a publisher that cannot reach
-/// RabbitMQ adds the entry to every record of the batch it failed, and the outbox sweeper
-/// then delivers those events once RabbitMQ is back.
+/// As deployed (`TCQ_EVENTS_FROM_STREAM=true`), each write stores only its own events, which
+/// its stream record carries, without the outbox index entry; a publisher that cannot reach
+/// RabbitMQ holds the events of the batch it failed for the sweeper (with the entry), and the
+/// sweeper delivers them once RabbitMQ is back; a publisher that can delivers them and writes
+/// nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_the_outbox_entry_a_failed_stream_delivery_is_left_to_the_sweeper() {
+async fn the_stream_carries_each_writes_events_and_a_failed_batch_is_left_to_the_sweeper() {
     if !localstack() {
         eprintln!("TCQ_LOCALSTACK is not 1: run through scripts/test.sh, which starts LocalStack");
         return;
@@ -329,7 +330,7 @@ async fn without_the_outbox_entry_a_failed_stream_delivery_is_left_to_the_sweepe
     }
 
     // RabbitMQ unreachable: the batch fails, and each record is now findable by the sweeper.
-    let (records, _) = read_until(start, |rs| covers(rs, &ids)).await;
+    let (records, next) = read_until(start, |rs| covers(rs, &ids)).await;
     let down_refs: Vec<(&str, &str)> = down.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let api = RuntimeApi::start().await;
     let (mut publisher, _) = start_function("publisher", &api, &prefix, &down_refs);
@@ -378,5 +379,62 @@ async fn without_the_outbox_entry_a_failed_stream_delivery_is_left_to_the_sweepe
         let item = raw_status(&prefix, id).await;
         assert!(item.get("outbox_pk").is_none(), "{item}");
     }
+
+    // RabbitMQ up: each write's stream record carries that write's own events; the publisher
+    // delivers them and writes nothing, and the claim's record holds task-running alone.
+    let id = slugid();
+    let api = RuntimeApi::start().await;
+    let (mut create, _) = start_function("create-task", &api, &prefix, &up_refs);
+    let event = apigw_v2_event(
+        "PUT",
+        &format!("/api/queue/v1/task/{id}"),
+        Some(&task_def(&tq)),
+    );
+    let reply = api
+        .invoke(event, Duration::from_secs(30))
+        .await
+        .expect("createTask answered");
+    assert_eq!(reply["statusCode"], 200, "{reply}");
+    create.kill().ok();
+    let only = |records: Vec<Value>| -> Vec<Value> {
+        records
+            .into_iter()
+            .filter(|r| is_status_of(r, &id))
+            .collect()
+    };
+    let (records, next) = read_until(next, |rs| covers(rs, std::slice::from_ref(&id))).await;
+    let before = raw_status(&prefix, &id).await;
+    let api = RuntimeApi::start().await;
+    let (mut publisher, _) = start_function("publisher", &api, &prefix, &up_refs);
+    let reply = api
+        .invoke(json!({ "Records": only(records) }), Duration::from_secs(30))
+        .await
+        .expect("publisher answered");
+    assert_eq!(reply, json!({ "batchItemFailures": [] }));
+    let got = broker.take(&q, 2, Duration::from_secs(20)).await;
+    let names: Vec<&str> = got.iter().map(|m| broker.short(m)).collect();
+    assert_eq!(names, ["task-defined", "task-pending"]);
+    assert_eq!(
+        raw_status(&prefix, &id).await["v"],
+        before["v"],
+        "the publisher wrote nothing"
+    );
+    let tid = shared::ids::TaskId::parse(&id).expect("id");
+    queue
+        .claim_task(&tid, 0, "g", "w", shared::time::Ts::now())
+        .await
+        .expect("claim");
+    let (records, _) = read_until(next, |rs| covers(rs, std::slice::from_ref(&id))).await;
+    let records = only(records);
+    assert_eq!(records.len(), 1, "the claim's record");
+    let reply = api
+        .invoke(json!({ "Records": records }), Duration::from_secs(30))
+        .await
+        .expect("publisher answered");
+    assert_eq!(reply, json!({ "batchItemFailures": [] }));
+    let got = broker.take(&q, 1, Duration::from_secs(20)).await;
+    assert_eq!(broker.short(&got[0]), "task-running");
+    assert!(broker.rest(&q, Duration::from_millis(300)).await.is_empty());
+    publisher.kill().ok();
     broker.cleanup().await;
 }
