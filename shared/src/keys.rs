@@ -24,10 +24,12 @@
 //! | `claimed`  | taskQueueId           | `<started ms>:<taskId>`                    | last run running |
 //! | `claims`   | `claims#<shard>`      | `<takenUntil ms>:<taskId>`                 | last run running |
 //! | `deadline` | `deadline#<shard>`    | `<deadline ms>:<taskId>`                   | task unresolved  |
-//! | `outbox`   | `outbox#<shard>`      | `<taskId>`                                 | events to deliver|
-//!
-//! `task-graphs/task-graph` items have an `outbox` index of the same shape (keyed by taskGraphId).
+//! | `outbox`   | `outbox#<shard>`      | `<taskId>`                                 | events to deliver (1)|
 //! | `resolved` | `resolved#<shard>`    | `<resolved ms>:<taskId>`                   | dependents unseen|
+//!
+//! (1) Where the tables' streams deliver events (AWS), only while a publisher that could not
+//! deliver holds them (`TaskRecord::sweep`). `task-graphs/task-graph` items have an `outbox`
+//! index of the same shape (keyed by taskGraphId).
 //!
 //! Expiry indexes (written once with the item; the expiry job walks them with `sk <= now`):
 //!
@@ -38,6 +40,9 @@
 //!
 //! On DynamoDB only `pending` projects whole items; every other index is KEYS_ONLY (see
 //! `infra/resources.json`), so writes that leave an item's entry alone cost that index nothing.
+//! Item data is stored deflated there: a status item with its events is about 0.5 KB, a
+//! definition 0.3–0.4 KB (typical tests' tasks), far from the 400 KB limit, which the port
+//! checks on the uncompressed JSON (a payload-heavy definition is the largest item).
 //!
 //! Time-ordered partitions are sharded so that no single partition key is hot on DynamoDB;
 //! the reapers walk every shard with `sk <= now`.

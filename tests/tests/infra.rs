@@ -285,8 +285,8 @@ fn function(
 }
 
 fn alarm(description: String, metric: &str, namespace: &str, dims: Value, threshold: f64) -> Value {
-    // A queue's depth is a level, the functions' counts are events.
-    let statistic = if namespace == "AWS/SQS" {
+    // A queue's depth and a stream's iterator age are levels, the functions' counts events.
+    let statistic = if namespace == "AWS/SQS" || metric == "IteratorAge" {
         "Maximum"
     } else {
         "Sum"
@@ -955,6 +955,22 @@ fn template() -> Value {
     let publisher = function("publisher", what.into(), 60, 512, policies, events, env);
     res.insert(function_id("publisher"), publisher);
     function_alarms(&mut res, &function_id("publisher"));
+    // Where each write stores only its own events, those of a write live only in its stream
+    // record until published (or held by a failing publisher): a publisher that falls behind
+    // by an hour is paged long before the stream's 24-hour retention runs out.
+    res.insert(
+        format!("{}IteratorAgeAlarm", function_id("publisher")),
+        alarm(
+            format!(
+                "{} is over an hour behind its streams",
+                function_id("publisher")
+            ),
+            "IteratorAge",
+            "AWS/Lambda",
+            json!([{ "Name": "FunctionName", "Value": r(&function_id("publisher")) }]),
+            3_600_000.0,
+        ),
+    );
 
     // Scheduled jobs.
     for j in JOBS {
