@@ -379,6 +379,23 @@ impl Queue {
         Ok(satisfied)
     }
 
+    /// Leaves a resolution the stream handed over, which could not be handled, to the
+    /// scheduled pass: marks the task for the `resolved` index (see [`TaskRecord::sweep`]).
+    pub async fn hold_resolution(&self, task_id: &str) -> ApiResult<()> {
+        match self
+            .mutate(task_id, |rec| {
+                if rec.dependents_due.is_some() {
+                    rec.sweep = true;
+                }
+                Ok(())
+            })
+            .await
+        {
+            Err(e) if e.code == crate::error::ErrorCode::ResourceNotFound => Ok(()),
+            other => other.map(|_| ()),
+        }
+    }
+
     /// One pass of the dependency worker over every shard of the `resolved` index; returns
     /// how many edges it satisfied.
     pub async fn resolve_dependents_once(&self, now: Ts, batch: usize) -> ApiResult<usize> {

@@ -299,12 +299,13 @@ pub struct TaskRecord {
     #[serde(default)]
     pub group_counted: bool,
     /// Whether events wait in the outbox until a publisher removes them, findable by the
-    /// outbox sweeper meanwhile (the `outbox` index entry). Always so, unless a table stream
-    /// delivers the events ([`crate::queue::QueueConfig::events_from_stream`]): then each
-    /// write stores only its own events, which its stream record carries to the publisher,
-    /// and neither the entry (a write unit to add, one to remove) nor a removal write (one
-    /// more) is needed. A stream publisher that cannot deliver sets this, with the events it
-    /// holds, and it stays set.
+    /// outbox sweeper meanwhile (the `outbox` index entry), and a resolution waits for the
+    /// dependency worker in the `resolved` index. Always so, unless a table stream delivers
+    /// both ([`crate::queue::QueueConfig::events_from_stream`]): then each write stores only
+    /// its own events, which its stream record carries to the publisher, and a resolution's
+    /// record goes to the dependency resolver, so neither index entry (a write unit to add,
+    /// one to remove, each) nor a removal write is needed. A stream function that cannot
+    /// finish sets this (the publisher with the events it holds), and it stays set.
     #[serde(default = "sweep_by_default")]
     pub sweep: bool,
 }
@@ -410,7 +411,7 @@ impl TaskRecord {
         if !self.outbox.is_empty() && self.sweep {
             out.push(keys::outbox_entry(&self.task_id));
         }
-        if let Some(t) = self.dependents_due {
+        if let (Some(t), true) = (self.dependents_due, self.sweep) {
             out.push(keys::resolved_entry(t, &self.task_id));
         }
         out

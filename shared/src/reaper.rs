@@ -52,15 +52,31 @@ pub async fn dependencies_of(queue: &Queue, images: Vec<Item>, now: Ts) -> Resul
     ids.sort();
     ids.dedup();
     let mut n = 0;
+    let mut failed = None;
     for chunk in ids.chunks(16) {
-        let done = futures_util::future::try_join_all(
+        let done = futures_util::future::join_all(
             chunk.iter().map(|id| queue.resolve_dependents(id, now)),
         )
-        .await
-        .map_err(|e| e.to_string())?;
-        n += done.into_iter().sum::<usize>();
+        .await;
+        for (id, result) in chunk.iter().zip(done) {
+            match result {
+                Ok(satisfied) => n += satisfied,
+                Err(e) => {
+                    // Where the stream is the only trigger (no `resolved` entry), leave the
+                    // task to the scheduled pass before the batch is retried.
+                    queue
+                        .hold_resolution(id)
+                        .await
+                        .map_err(|h| format!("{e}; holding it failed too: {h}"))?;
+                    failed = Some(e.to_string());
+                }
+            }
+        }
     }
-    Ok(n)
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(n),
+    }
 }
 
 /// One pass of the expiry job: deletes expired tasks, dependency edges and task groups.

@@ -214,8 +214,8 @@ async fn main() {
         "createTask",
         "claimWork (1 task)",
         "reportCompleted",
-        "event delivery (4 outbox drains: after create, claim, completion, worker)",
-        "dependency worker (mark, group count)",
+        "event delivery (publisher on each write's stream record: 4 writes with events)",
+        "dependency worker (resolution seen, group count)",
     ];
     let nf = n as f64;
     let mut sum = (0.0, 0.0, 0.0);
@@ -253,9 +253,17 @@ async fn main() {
         });
     match stream_records(arn).await {
         Ok(records) => {
+            // The dependency resolver's two filters (tests/tests/infra.rs): a write that
+            // removes the `deadline` entry (a resolution), or one that carries the mark.
             let resolutions = records
                 .iter()
-                .filter(|r| r["dynamodb"]["NewImage"]["resolved_pk"]["S"].is_string())
+                .filter(|r| {
+                    let (old, new) = (&r["dynamodb"]["OldImage"], &r["dynamodb"]["NewImage"]);
+                    let resolving = r["eventName"] == "MODIFY"
+                        && old["deadline_pk"]["S"].is_string()
+                        && new["deadline_pk"].is_null();
+                    resolving || new["resolved_pk"]["S"].is_string()
+                })
                 .count();
             let nf = n as f64;
             println!();
@@ -268,12 +276,69 @@ async fn main() {
                 records.len() as f64 / nf
             );
             println!(
-                "| dependency-resolver (records passing its filter: resolution marks) | ≤ {:.2} |",
+                "| dependency-resolver (records passing its filters: resolutions) | ≤ {:.2} |",
                 resolutions as f64 / nf
             );
         }
         Err(e) => println!("stream records not counted: {e}"),
     }
+
+    // createTask into a group that exists (the usual case: a decision task's group), whose
+    // expiry already covers the task: the group item is only checked, not written.
+    let gid = blackbox::slugid();
+    let k = 20;
+    // A queue of their own: the edges below claim from `tq`.
+    let group_tq = blackbox::task_queue_id();
+    let in_group = |i: usize| {
+        let mut body = blackbox::task_def(&group_tq);
+        body["taskGroupId"] = serde_json::json!(gid);
+        if i > 0 {
+            // Expire before the first task, so that the group's expiry needs no extension.
+            body["expires"] = body["deadline"].clone();
+        }
+        shared::schema::validate_input("create-task-request", &mut body).expect("valid");
+        body
+    };
+    queue
+        .create_task(
+            &TaskId::parse(&blackbox::slugid()).expect("id"),
+            in_group(0),
+            false,
+            Ts::now(),
+        )
+        .await
+        .expect("create the group's first task");
+    let before = snap(&usage);
+    for i in 1..=k {
+        queue
+            .create_task(
+                &TaskId::parse(&blackbox::slugid()).expect("id"),
+                in_group(i),
+                false,
+                Ts::now(),
+            )
+            .await
+            .expect("create in group");
+    }
+    let after = snap(&usage);
+    let (gr, gw, gq) = delta(&before, &after, k as f64);
+    let mut targets = BTreeMap::new();
+    for (name, v) in &after.by_target {
+        targets.insert(
+            name.clone(),
+            v - before.by_target.get(name).copied().unwrap_or(0),
+        );
+    }
+    println!();
+    println!("createTask into an existing group ({k} tasks), per task");
+    println!(
+        "| step | read units | write units | DynamoDB requests | write units by table/index |"
+    );
+    println!("|---|---|---|---|---|");
+    println!(
+        "| createTask | {gr:.2} | {gw:.2} | {gq:.2} | {} |",
+        per_target(&targets, k as f64)
+    );
 
     // Dependency edges: one dependency with `k` dependents. Creating each dependent (with its
     // edge) is compared with a plain createTask; satisfying is the worker's pass after the

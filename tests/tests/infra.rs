@@ -982,8 +982,14 @@ fn template() -> Value {
         );
         if let Some(index) = j.stream_on {
             // Resolutions are handled as they are written; the schedule stays as a sweep. The
-            // filter hands over only status items that carry the mark (its index key).
-            let pattern = json!({ "dynamodb": { "NewImage": {
+            // filters hand over only the writes that resolve a task (the `deadline` entry,
+            // present while a task is unresolved, goes), and status items that carry the mark
+            // (its index key: written locally, or held by a batch that failed).
+            let resolving = json!({ "eventName": ["MODIFY"], "dynamodb": {
+                "OldImage": { "deadline_pk": { "S": [{ "exists": true }] } },
+                "NewImage": { "deadline_pk": { "S": [{ "exists": false }] } }
+            } });
+            let marked = json!({ "dynamodb": { "NewImage": {
                 format!("{index}_pk"): { "S": [{ "exists": true }] }
             } } });
             events.insert(
@@ -994,7 +1000,10 @@ fn template() -> Value {
                 "BatchSize": 100,
                 "MaximumBatchingWindowInSeconds": 1,
                 "FunctionResponseTypes": ["ReportBatchItemFailures"],
-                "FilterCriteria": { "Filters": [{ "Pattern": pattern.to_string() }] },
+                "FilterCriteria": { "Filters": [
+                    { "Pattern": resolving.to_string() },
+                    { "Pattern": marked.to_string() }
+                ] },
                 // A batch given up on keeps its marks: the scheduled sweep handles them.
                 "MaximumRetryAttempts": 10,
                 "DestinationConfig": {

@@ -183,6 +183,18 @@ async fn the_stream_publisher_delivers_what_the_api_functions_wrote() {
 /// carrying its mark) makes the dependents pending at once, without waiting for the schedule.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_stream_hands_resolutions_to_the_dependency_resolver() {
+    resolutions_reach_the_resolver(false).await;
+}
+
+/// As deployed (`TCQ_EVENTS_FROM_STREAM=true`), a resolution carries no mark: the resolver's
+/// filter selects the write that removes the task's `deadline` entry (old image with it, new
+/// without), and a resolution the resolver could not handle is held for the scheduled pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_marks_the_stream_hands_resolutions_to_the_dependency_resolver() {
+    resolutions_reach_the_resolver(true).await;
+}
+
+async fn resolutions_reach_the_resolver(from_stream: bool) {
     if !localstack() {
         eprintln!("TCQ_LOCALSTACK is not 1: run through scripts/test.sh, which starts LocalStack");
         return;
@@ -198,7 +210,10 @@ async fn the_stream_hands_resolutions_to_the_dependency_resolver() {
             client_id: "static/q".into(),
             access_token: "t".into(),
         },
-        Default::default(),
+        shared::queue::QueueConfig {
+            events_from_stream: from_stream,
+            ..Default::default()
+        },
     );
     let tq = TaskQueueId::parse(&task_queue_id()).expect("queue id");
     let body = |deps: Value| {
@@ -232,11 +247,34 @@ async fn the_stream_hands_resolutions_to_the_dependency_resolver() {
         "unscheduled"
     );
 
-    // The stream's records, as Lambda batches them, go to the dependency resolver.
+    // The stream's records that pass the resolver's filters (infra.rs), as Lambda batches
+    // them, go to the dependency resolver.
     let marked = |r: &Value| {
         is_status_of(r, dep.as_str()) && r["dynamodb"]["NewImage"]["resolved_pk"]["S"].is_string()
     };
-    let (records, _) = read_until(start, |rs| rs.iter().any(marked)).await;
+    let resolving = |r: &Value| {
+        is_status_of(r, dep.as_str())
+            && r["eventName"] == "MODIFY"
+            && r["dynamodb"]["OldImage"]["deadline_pk"]["S"].is_string()
+            && r["dynamodb"]["NewImage"]["deadline_pk"].is_null()
+    };
+    let (records, _) = read_until(start, |rs| rs.iter().any(resolving)).await;
+    let records: Vec<Value> = records
+        .into_iter()
+        .filter(|r| marked(r) || resolving(r))
+        .collect();
+    assert_eq!(records.len(), 1, "the completion's write: {records:#?}");
+    assert_eq!(marked(&records[0]), !from_stream);
+    if from_stream {
+        assert_eq!(
+            queue
+                .resolve_dependents_once(now(), 100)
+                .await
+                .expect("pass"),
+            0,
+            "nothing for the scheduled pass"
+        );
+    }
     let api = RuntimeApi::start().await;
     let (mut resolver, _) = start_function("dependency-resolver", &api, &prefix, &[]);
     let reply = api
@@ -258,6 +296,42 @@ async fn the_stream_hands_resolutions_to_the_dependency_resolver() {
     assert_eq!(reply, json!({ "batchItemFailures": [] }));
     assert_eq!(queue.status(&dependent, now()).await.unwrap().runs.len(), 1);
     resolver.kill().ok();
+
+    if from_stream {
+        // A resolution the resolver could not handle is held for the scheduled pass.
+        let (dep, dependent) = (
+            TaskId::parse(&slugid()).expect("id"),
+            TaskId::parse(&slugid()).expect("id"),
+        );
+        queue
+            .create_task(&dep, body(json!([])), false, now())
+            .await
+            .expect("create dependency");
+        queue
+            .create_task(&dependent, body(json!([dep.as_str()])), false, now())
+            .await
+            .expect("create dependent");
+        queue
+            .claim_task(&dep, 0, "g", "w", now())
+            .await
+            .expect("claim");
+        queue
+            .resolve(&dep, 0, shared::model::ReasonResolved::Completed, now())
+            .await
+            .expect("complete");
+        queue.hold_resolution(dep.as_str()).await.expect("hold");
+        assert_eq!(
+            queue
+                .resolve_dependents_once(now(), 100)
+                .await
+                .expect("pass"),
+            1
+        );
+        assert_eq!(
+            queue.status(&dependent, now()).await.unwrap().state(),
+            "pending"
+        );
+    }
 }
 
 /// The raw attributes of a task's status item, as DynamoDB holds them.
