@@ -192,16 +192,19 @@ fn decode<R: Outboxed>(item: Item) -> Result<(R, u64), StoreError> {
     Ok((rec, item.version))
 }
 
-/// Removes the events `published` from a record's outbox, starting from a copy of the record
-/// believed current at `version`; on a concurrent change, re-reads and tries again.
-async fn remove_published<R: Outboxed>(
+/// Applies `change` to a copy of a record believed current at `version` and writes it back
+/// conditionally; on a concurrent change, re-reads and applies it again. Nothing is written
+/// once `change` says there is nothing to do, or if the record is gone.
+async fn update_record<R: Outboxed>(
     store: &dyn Store,
     mut rec: R,
     mut version: u64,
-    published: &[String],
+    mut change: impl FnMut(&mut R) -> bool,
 ) -> Result<(), StoreError> {
     loop {
-        rec.outbox_mut().retain(|e| !published.contains(&e.id));
+        if !change(&mut rec) {
+            return Ok(());
+        }
         let data = serde_json::to_value(&rec).map_err(|e| StoreError::Other(e.to_string()))?;
         let item = Item::new(rec.pk(), R::SK, data, rec.index_entries());
         let op = WriteOp::Put {
@@ -212,7 +215,6 @@ async fn remove_published<R: Outboxed>(
         match store.write(op).await {
             Ok(_) => return Ok(()),
             Err(e) if e.is_condition_failed() => {
-                // The record changed meanwhile; re-read and remove only what we published.
                 match store.get(R::TABLE, rec.pk(), R::SK).await? {
                     Some(item) => (rec, version) = decode(item)?,
                     None => return Ok(()),
@@ -221,6 +223,20 @@ async fn remove_published<R: Outboxed>(
             Err(e) => return Err(e),
         }
     }
+}
+
+/// Removes the events `published` from a record's outbox (see [`update_record`]).
+async fn remove_published<R: Outboxed>(
+    store: &dyn Store,
+    rec: R,
+    version: u64,
+    published: &[String],
+) -> Result<(), StoreError> {
+    update_record(store, rec, version, |rec| {
+        rec.outbox_mut().retain(|e| !published.contains(&e.id));
+        true
+    })
+    .await
 }
 
 /// Delivers the outboxes of records (at the given versions) the caller has just written:
@@ -313,8 +329,7 @@ async fn hold_for_sweep<R: Outboxed>(
     image: R,
     version: u64,
 ) -> Result<(), StoreError> {
-    let (mut rec, mut version) = (image.clone(), version);
-    loop {
+    update_record(store, image.clone(), version, |rec| {
         let missing: Vec<OutboxEvent> = image
             .outbox()
             .iter()
@@ -322,28 +337,13 @@ async fn hold_for_sweep<R: Outboxed>(
             .cloned()
             .collect();
         if missing.is_empty() && !rec.stream_delivered() {
-            return Ok(());
+            return false;
         }
         rec.outbox_mut().splice(0..0, missing);
         rec.hold_for_sweep();
-        let data = serde_json::to_value(&rec).map_err(|e| StoreError::Other(e.to_string()))?;
-        let item = Item::new(rec.pk(), R::SK, data, rec.index_entries());
-        let op = WriteOp::Put {
-            table: R::TABLE,
-            item,
-            cond: Cond::Version(version),
-        };
-        match store.write(op).await {
-            Ok(_) => return Ok(()),
-            Err(e) if e.is_condition_failed() => {
-                match store.get(R::TABLE, rec.pk(), R::SK).await? {
-                    Some(item) => (rec, version) = decode(item)?,
-                    None => return Ok(()),
-                }
-            }
-            Err(e) => return Err(e),
-        }
-    }
+        true
+    })
+    .await
 }
 
 /// Delivers the outboxes in records' items as a change stream (DynamoDB Streams) reports

@@ -276,3 +276,21 @@ pub async fn localstack_json(
         Err(v.to_string())
     }
 }
+
+/// The raw attributes of a task's status item on LocalStack, as DynamoDB holds them (and as a
+/// stream record's image carries them).
+pub async fn raw_status(prefix: &str, task_id: &str) -> Value {
+    localstack_json(
+        "dynamodb",
+        "1.0",
+        "DynamoDB_20120810.GetItem",
+        serde_json::json!({
+            "TableName": format!("{prefix}tasks"),
+            "Key": { "pk": { "S": task_id }, "sk": { "S": shared::keys::SK_STATUS } },
+            "ConsistentRead": true
+        }),
+    )
+    .await
+    .expect("GetItem")["Item"]
+        .clone()
+}

@@ -3,16 +3,12 @@
 use shared::store::{conformance, dynamodb};
 use std::sync::Arc;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_dynamodb_adapter_passes_the_conformance_suite() {
-    if std::env::var("TCQ_LOCALSTACK").as_deref() != Ok("1") {
-        eprintln!("TCQ_LOCALSTACK is not 1: run through scripts/test.sh, which starts LocalStack");
-        return;
-    }
+/// A store on tables of its own (with the test tables), and their name prefix.
+async fn store(tag: &str) -> (dynamodb::DynamoStore, String) {
     let sdk = dynamodb::sdk_config().await.expect("AWS environment");
     let client = dynamodb::client(&sdk);
     let prefix = format!(
-        "conf{}-",
+        "{tag}{}-",
         blackbox::slugid()
             .to_ascii_lowercase()
             .replace(['-', '_'], "x")
@@ -20,7 +16,16 @@ async fn the_dynamodb_adapter_passes_the_conformance_suite() {
     dynamodb::create_tables(&client, &prefix, true)
         .await
         .expect("tables");
-    let store = dynamodb::DynamoStore::new(client, prefix);
+    (dynamodb::DynamoStore::new(client, prefix.clone()), prefix)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_dynamodb_adapter_passes_the_conformance_suite() {
+    if std::env::var("TCQ_LOCALSTACK").as_deref() != Ok("1") {
+        eprintln!("TCQ_LOCALSTACK is not 1: run through scripts/test.sh, which starts LocalStack");
+        return;
+    }
+    let (store, _) = store("conf").await;
     conformance::run_all(Arc::new(store)).await;
 }
 
@@ -36,18 +41,7 @@ async fn data_is_stored_deflated_and_json_items_are_still_read() {
         eprintln!("TCQ_LOCALSTACK is not 1: run through scripts/test.sh, which starts LocalStack");
         return;
     }
-    let sdk = dynamodb::sdk_config().await.expect("AWS environment");
-    let client = dynamodb::client(&sdk);
-    let prefix = format!(
-        "defl{}-",
-        blackbox::slugid()
-            .to_ascii_lowercase()
-            .replace(['-', '_'], "x")
-    );
-    dynamodb::create_tables(&client, &prefix, true)
-        .await
-        .expect("tables");
-    let store = dynamodb::DynamoStore::new(client, prefix.clone());
+    let (store, prefix) = store("defl").await;
     let raw = |pk: &str| {
         let body = json!({
             "TableName": format!("{prefix}conformance"),

@@ -4,7 +4,7 @@
 //! to RabbitMQ with confirms and empties the outbox. Skipped unless LocalStack runs.
 use blackbox::amqp::{Broker, ALL};
 use blackbox::runtime_api::{
-    apigw_v2_event, localstack_json, localstack_tables, start_function, RuntimeApi,
+    apigw_v2_event, localstack_json, localstack_tables, raw_status, start_function, RuntimeApi,
 };
 use blackbox::*;
 use serde_json::{json, Value};
@@ -118,21 +118,7 @@ async fn the_stream_publisher_delivers_what_the_api_functions_wrote() {
     // The API function writes two tasks; nothing publishes yet.
     let tq = task_queue_id();
     let ids = vec![slugid(), slugid()];
-    let api = RuntimeApi::start().await;
-    let (mut create, _) = start_function("create-task", &api, &prefix, &env);
-    for id in &ids {
-        let event = apigw_v2_event(
-            "PUT",
-            &format!("/api/queue/v1/task/{id}"),
-            Some(&task_def(&tq)),
-        );
-        let reply = api
-            .invoke(event, Duration::from_secs(30))
-            .await
-            .expect("createTask answered");
-        assert_eq!(reply["statusCode"], 200, "{reply}");
-    }
-    create.kill().ok();
+    create_tasks(&prefix, &env, &tq, &ids).await;
 
     // The stream's records, exactly as Lambda would batch them, go to the publisher.
     let (records, next) = read_until(start, |rs| covers(rs, &ids)).await;
@@ -334,21 +320,23 @@ async fn resolutions_reach_the_resolver(from_stream: bool) {
     }
 }
 
-/// The raw attributes of a task's status item, as DynamoDB holds them.
-async fn raw_status(prefix: &str, id: &str) -> Value {
-    localstack_json(
-        "dynamodb",
-        "1.0",
-        "DynamoDB_20120810.GetItem",
-        json!({
-            "TableName": format!("{prefix}tasks"),
-            "Key": { "pk": { "S": id }, "sk": { "S": shared::keys::SK_STATUS } },
-            "ConsistentRead": true
-        }),
-    )
-    .await
-    .expect("GetItem")["Item"]
-        .clone()
+/// Creates tasks through the real create-task function (its environment `env`).
+async fn create_tasks(prefix: &str, env: &[(&str, &str)], tq: &str, ids: &[String]) {
+    let api = RuntimeApi::start().await;
+    let (mut create, _) = start_function("create-task", &api, prefix, env);
+    for id in ids {
+        let event = apigw_v2_event(
+            "PUT",
+            &format!("/api/queue/v1/task/{id}"),
+            Some(&task_def(tq)),
+        );
+        let reply = api
+            .invoke(event, Duration::from_secs(30))
+            .await
+            .expect("createTask answered");
+        assert_eq!(reply["statusCode"], 200, "{reply}");
+    }
+    create.kill().ok();
 }
 
 /// As deployed (`TCQ_EVENTS_FROM_STREAM=true`), each write stores only its own events, which
@@ -378,22 +366,8 @@ async fn the_stream_carries_each_writes_events_and_a_failed_batch_is_left_to_the
 
     let tq = task_queue_id();
     let ids = vec![slugid(), slugid()];
-    let api = RuntimeApi::start().await;
     let up_refs: Vec<(&str, &str)> = up.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let (mut create, _) = start_function("create-task", &api, &prefix, &up_refs);
-    for id in &ids {
-        let event = apigw_v2_event(
-            "PUT",
-            &format!("/api/queue/v1/task/{id}"),
-            Some(&task_def(&tq)),
-        );
-        let reply = api
-            .invoke(event, Duration::from_secs(30))
-            .await
-            .expect("createTask answered");
-        assert_eq!(reply["statusCode"], 200, "{reply}");
-    }
-    create.kill().ok();
+    create_tasks(&prefix, &up_refs, &tq, &ids).await;
     for id in &ids {
         let item = raw_status(&prefix, id).await;
         assert!(item["pk"]["S"] == id.as_str(), "{item}");
@@ -457,19 +431,7 @@ async fn the_stream_carries_each_writes_events_and_a_failed_batch_is_left_to_the
     // RabbitMQ up: each write's stream record carries that write's own events; the publisher
     // delivers them and writes nothing, and the claim's record holds task-running alone.
     let id = slugid();
-    let api = RuntimeApi::start().await;
-    let (mut create, _) = start_function("create-task", &api, &prefix, &up_refs);
-    let event = apigw_v2_event(
-        "PUT",
-        &format!("/api/queue/v1/task/{id}"),
-        Some(&task_def(&tq)),
-    );
-    let reply = api
-        .invoke(event, Duration::from_secs(30))
-        .await
-        .expect("createTask answered");
-    assert_eq!(reply["statusCode"], 200, "{reply}");
-    create.kill().ok();
+    create_tasks(&prefix, &up_refs, &tq, std::slice::from_ref(&id)).await;
     let only = |records: Vec<Value>| -> Vec<Value> {
         records
             .into_iter()

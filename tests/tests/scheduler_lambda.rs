@@ -539,7 +539,7 @@ async fn the_publisher_function_declares_the_consumer_queue_first() {
         eprintln!("TCQ_LOCALSTACK is not 1: run through scripts/test.sh, which starts LocalStack");
         return;
     }
-    use blackbox::runtime_api::{apigw_v2_event, localstack_json, localstack_tables};
+    use blackbox::runtime_api::{apigw_v2_event, localstack_tables, raw_status};
     let prefix = localstack_tables("pq", false).await;
     let broker = Broker::connect().await;
     let consumer_queue = format!("tcq-test-task-graph-consumer-{}", slugid());
@@ -571,21 +571,10 @@ async fn the_publisher_function_declares_the_consumer_queue_first() {
     f.wait().ok();
 
     // The status item, as the stream's NEW_IMAGE carries it.
-    let item = localstack_json(
-        "dynamodb",
-        "1.0",
-        "DynamoDB_20120810.GetItem",
-        json!({
-            "TableName": format!("{prefix}tasks"),
-            "Key": { "pk": { "S": id }, "sk": { "S": shared::keys::SK_STATUS } },
-            "ConsistentRead": true
-        }),
-    )
-    .await
-    .expect("GetItem");
+    let image = raw_status(&prefix, &id).await;
     let record = json!({
         "eventID": "1", "eventName": "INSERT", "eventSource": "aws:dynamodb",
-        "dynamodb": { "NewImage": item["Item"], "SequenceNumber": "100", "StreamViewType": "NEW_IMAGE" }
+        "dynamodb": { "NewImage": image, "SequenceNumber": "100", "StreamViewType": "NEW_IMAGE" }
     });
     let rt = RuntimeApi::start().await;
     let (mut publisher, _) = start_function("publisher", &rt, &prefix, &env);
