@@ -776,7 +776,14 @@ impl Queue {
         now: Ts,
         taken_until: Ts,
     ) -> ApiResult<Option<TaskRecord>> {
-        for _ in 0..3 {
+        // A lost condition re-reads the item: another claimer's win shows as a run no longer
+        // pending (given up at once), while a background write (the publisher removing events,
+        // the dependency worker clearing its mark) leaves the run pending, and giving up then
+        // would hand the worker a lower-priority task instead.
+        for attempt in 0..MAX_ATTEMPTS {
+            if attempt >= 3 {
+                backoff(attempt).await;
+            }
             if rec.runs.len() != run_id as usize + 1
                 || rec.runs[run_id as usize].state != RunState::Pending
                 || rec.deadline <= now
