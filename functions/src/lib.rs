@@ -68,10 +68,11 @@ pub struct LocalConfig {
     /// Prefix of the task-graph scheduler's exchange names.
     #[arg(long, env = "TCQ_SCHEDULER_EXCHANGE_PREFIX", default_value = shared::routing::SCHEDULER_EXCHANGE_PREFIX)]
     pub scheduler_exchange_prefix: String,
-    /// A table stream triggers the publisher on every write (the AWS deployment sets it for
-    /// every function): task records are then written without their outbox index entry
-    /// unless delivery failed (see `QueueConfig::events_from_stream`). Leave it off for a
-    /// server that publishes in process.
+    /// The tables' streams trigger the publisher and the dependency resolver on every write
+    /// (the AWS deployment sets it for every function): task records then store only each
+    /// write's own events, without the outbox and resolved index entries unless a stream
+    /// function failed (see `QueueConfig::events_from_stream`). Leave it off for a server
+    /// that publishes in process.
     #[arg(long, env = "TCQ_EVENTS_FROM_STREAM", default_value_t = false, action = clap::ArgAction::Set)]
     pub events_from_stream: bool,
     /// The task-graph scheduler's schedulerId.

@@ -349,7 +349,7 @@ async fn hold_for_sweep<R: Outboxed>(
 /// Delivers the outboxes in records' items as a change stream (DynamoDB Streams) reports
 /// them; other items are ignored. A stream-delivered record ([`Outboxed::stream_delivered`])
 /// has each image's own events published, in order, and nothing written; if that fails, the
-/// images' events are held for the sweeper ([`hold_for_sweep`]), so that they no longer
+/// images' events are held for the sweeper (`hold_for_sweep`), so that they no longer
 /// depend on the stream's retries (nor on its 24-hour retention), and the error is returned
 /// so that the stream retries the batch too. Any other record has the events of its latest
 /// image published and then removed: an event only leaves such an outbox once published.

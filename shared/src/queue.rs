@@ -32,10 +32,10 @@ pub struct QueueConfig {
     /// Exchange name prefix of the task-graph scheduler's events, which the same publisher
     /// delivers.
     pub scheduler_exchange_prefix: String,
-    /// True where a table stream triggers the publisher on every write (AWS: the publisher
-    /// function): new task records then leave out the `outbox` index entry, saving a write
-    /// unit to add it and one to remove it on every write with events; the publisher adds
-    /// it to a record whose events it could not deliver, so the sweeper still finds them.
+    /// True where the tasks table's stream triggers the publisher and the dependency resolver
+    /// on every write (AWS): new task records then store only each write's own events and
+    /// leave out the `outbox` and `resolved` index entries (see [`TaskRecord::sweep`]); a
+    /// stream function that cannot finish adds them back for the scheduled passes.
     pub events_from_stream: bool,
 }
 

@@ -120,15 +120,7 @@ async fn main() {
         return;
     };
     let client = dynamodb::client(&sdk);
-    let prefix = format!(
-        "cost{}-",
-        blackbox::slugid()
-            .to_ascii_lowercase()
-            .replace(['-', '_'], "x")
-    );
-    dynamodb::create_tables_with_streams(&client, &prefix, false)
-        .await
-        .expect("tables");
+    let prefix = blackbox::runtime_api::localstack_tables("cost", true).await;
     // A second store on the same tables, whose reads are not counted: it stands for the
     // stream record that hands the publisher each written image for free.
     let images = DynamoStore::new(client.clone(), prefix.clone());

@@ -469,6 +469,32 @@ impl Row {
     }
 }
 
+/// A warm-up (its errors reported under `label`), then `total` life cycles between two CPU
+/// readings of `(cpu_by_thread, machine_cpu)`.
+async fn measured_lifecycles(
+    client: &Client,
+    clients: usize,
+    warmup: usize,
+    total: usize,
+    max: Duration,
+    label: &str,
+) -> (
+    (usize, Duration, CallStats),
+    (Cpu, (f64, f64)),
+    (Cpu, (f64, f64)),
+) {
+    if warmup > 0 {
+        let (_, _, w) = run_lifecycles(client, clients, warmup, max).await;
+        if w.errors > 0 {
+            eprintln!("{label}: {} errors", w.errors);
+        }
+    }
+    let cpu0 = (cpu_by_thread(), machine_cpu());
+    let lc = run_lifecycles(client, clients, total, max).await;
+    let cpu1 = (cpu_by_thread(), machine_cpu());
+    (lc, cpu0, cpu1)
+}
+
 /// Server CPU, and CPU of other processes, between two readings of `(cpu_by_thread,
 /// machine_cpu)`.
 fn cpu_between(a: (Cpu, (f64, f64)), b: (Cpu, (f64, f64))) -> (Cpu, f64) {
@@ -530,18 +556,14 @@ fn localstack_phase(
     println!();
     println!("== the same phase 1 on the LocalStack backend (DynamoDB tables {prefix}*) ==");
     println!("clients={clients} lifecycles={total} warmup={warmup}");
-    let (lc, cpu0, cpu1) = load_rt.block_on(async {
-        if warmup > 0 {
-            let (_, _, w) = run_lifecycles(&client, clients, warmup, max).await;
-            if w.errors > 0 {
-                eprintln!("LocalStack warm-up: {} errors", w.errors);
-            }
-        }
-        let cpu0 = (cpu_by_thread(), machine_cpu());
-        let lc = run_lifecycles(&client, clients, total, max).await;
-        let cpu1 = (cpu_by_thread(), machine_cpu());
-        (lc, cpu0, cpu1)
-    });
+    let (lc, cpu0, cpu1) = load_rt.block_on(measured_lifecycles(
+        &client,
+        clients,
+        warmup,
+        total,
+        max,
+        "LocalStack warm-up",
+    ));
     let (cpu, others) = cpu_between(cpu0, cpu1);
     let secs = lc.1.as_secs_f64();
     println!("  completed life cycles : {} of {total}", lc.0);
@@ -628,29 +650,16 @@ fn main() {
     );
 
     let (lc, pickup, cpu0, cpu1) = load_rt.block_on(async {
-        if warmup > 0 {
-            let (_, _, w) = run_lifecycles(&client, clients, warmup, max).await;
-            if w.errors > 0 {
-                eprintln!("warm-up: {} errors", w.errors);
-            }
-        }
-        let cpu0 = (cpu_by_thread(), machine_cpu());
-        let lc = run_lifecycles(&client, clients, total, max).await;
-        let cpu1 = (cpu_by_thread(), machine_cpu());
+        let (lc, cpu0, cpu1) =
+            measured_lifecycles(&client, clients, warmup, total, max, "warm-up").await;
         let pickup = run_pickup(&client, pickup_samples, park, max).await;
         (lc, pickup, cpu0, cpu1)
     });
     let (done, wall, stats) = lc;
 
     let rate = done as f64 / wall.as_secs_f64();
-    let ((cpu0, m0), (cpu1, m1)) = (cpu0, cpu1);
-    let cpu = Cpu {
-        srv: cpu1.srv - cpu0.srv,
-        load: cpu1.load - cpu0.load,
-        other: cpu1.other - cpu0.other,
-    };
-    let (m_busy, m_total) = (m1.0 - m0.0, m1.1 - m0.1);
-    let others = (m_busy - cpu.srv - cpu.load - cpu.other).max(0.0);
+    let (m_busy, m_total) = ((cpu1.1).0 - (cpu0.1).0, (cpu1.1).1 - (cpu0.1).1);
+    let (cpu, others) = cpu_between(cpu0, cpu1);
     let secs = wall.as_secs_f64();
 
     println!();

@@ -309,15 +309,7 @@ async fn open_backend(
                 std::process::exit(2);
             };
             let client = dynamodb::client(&sdk);
-            let prefix = format!(
-                "depth{}-",
-                blackbox::slugid()
-                    .to_ascii_lowercase()
-                    .replace(['-', '_'], "x")
-            );
-            dynamodb::create_tables(&client, &prefix, false)
-                .await
-                .expect("tables");
+            let prefix = blackbox::runtime_api::localstack_tables("depth", false).await;
             let store = DynamoStore::new(client, prefix.clone());
             let usage = store.usage();
             let endpoint = std::env::var("AWS_ENDPOINT_URL").unwrap_or_else(|_| "AWS".into());

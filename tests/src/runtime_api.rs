@@ -182,6 +182,11 @@ pub fn built_binary(name: &str) -> std::path::PathBuf {
 /// Fresh tables on LocalStack under a prefix of their own (`<tag><random>-`), with the
 /// deployed streams if `streams`; returns the prefix.
 pub async fn localstack_tables(tag: &str, streams: bool) -> String {
+    localstack_tables_with(tag, streams, false).await
+}
+
+/// [`localstack_tables`], with the port conformance suite's test tables if `test_tables`.
+pub async fn localstack_tables_with(tag: &str, streams: bool, test_tables: bool) -> String {
     let sdk = shared::store::dynamodb::sdk_config()
         .await
         .expect("AWS environment");
@@ -193,9 +198,9 @@ pub async fn localstack_tables(tag: &str, streams: bool) -> String {
     );
     let client = shared::store::dynamodb::client(&sdk);
     let created = if streams {
-        shared::store::dynamodb::create_tables_with_streams(&client, &prefix, false).await
+        shared::store::dynamodb::create_tables_with_streams(&client, &prefix, test_tables).await
     } else {
-        shared::store::dynamodb::create_tables(&client, &prefix, false).await
+        shared::store::dynamodb::create_tables(&client, &prefix, test_tables).await
     };
     created.expect("tables");
     prefix

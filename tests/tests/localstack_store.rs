@@ -5,18 +5,12 @@ use std::sync::Arc;
 
 /// A store on tables of its own (with the test tables), and their name prefix.
 async fn store(tag: &str) -> (dynamodb::DynamoStore, String) {
+    let prefix = blackbox::runtime_api::localstack_tables_with(tag, false, true).await;
     let sdk = dynamodb::sdk_config().await.expect("AWS environment");
-    let client = dynamodb::client(&sdk);
-    let prefix = format!(
-        "{tag}{}-",
-        blackbox::slugid()
-            .to_ascii_lowercase()
-            .replace(['-', '_'], "x")
-    );
-    dynamodb::create_tables(&client, &prefix, true)
-        .await
-        .expect("tables");
-    (dynamodb::DynamoStore::new(client, prefix.clone()), prefix)
+    (
+        dynamodb::DynamoStore::new(dynamodb::client(&sdk), prefix.clone()),
+        prefix,
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
