@@ -326,9 +326,22 @@ impl Queue {
     /// looked at since, satisfies every edge its resolution meets and clears the mark.
     /// Returns how many edges it satisfied.
     pub async fn resolve_dependents(&self, task_id: &str, now: Ts) -> ApiResult<usize> {
-        let Some((dep, version)) = self.load(task_id).await? else {
+        let Some(loaded) = self.load(task_id).await? else {
             return Ok(0);
         };
+        self.resolve_dependents_of(loaded, now).await
+    }
+
+    /// [`Queue::resolve_dependents`] for a status record at `version` that was handed over
+    /// (a stream image) rather than read. It may be older than the stored one: only a write
+    /// conditioned on its version rests on it, and a lost one reads the task again.
+    pub async fn resolve_dependents_of(
+        &self,
+        (dep, version): (TaskRecord, u64),
+        now: Ts,
+    ) -> ApiResult<usize> {
+        let task_id = dep.task_id.clone();
+        let task_id = task_id.as_str();
         let Some(due) = dep.dependents_due else {
             return Ok(0);
         };

@@ -386,28 +386,32 @@ impl Queue {
         task_id: &str,
         reset: bool,
     ) -> ApiResult<Vec<WriteOp>> {
-        let shares = self.counter_shares(group_id).await?;
+        let shares = self.counter_shares(group_id, true).await?;
         Ok(count_ops(&shares, group_id, task_id, reset))
     }
 
-    /// The counter shares of a group, read strongly.
-    pub(crate) async fn counter_shares(&self, group_id: &str) -> ApiResult<Vec<Item>> {
+    /// The counter shares of a group. Read eventually consistent (`consistent` false), they
+    /// may be stale: every write that rests on them is conditioned on the versions read.
+    pub(crate) async fn counter_shares(
+        &self,
+        group_id: &str,
+        consistent: bool,
+    ) -> ApiResult<Vec<Item>> {
         let range = SkRange {
             prefix: Some(keys::SK_UNRESOLVED_PREFIX.to_string()),
             ..Default::default()
         };
-        Ok(self
-            .store
-            .query(
-                keys::TASK_GROUPS,
-                group_id,
-                &range,
-                None,
-                keys::SHARDS as usize,
-            )
-            .await
-            .map_err(ApiError::internal)?
-            .items)
+        let limit = keys::SHARDS as usize;
+        let page = if consistent {
+            self.store
+                .query(keys::TASK_GROUPS, group_id, &range, None, limit)
+                .await
+        } else {
+            self.store
+                .query_eventual(keys::TASK_GROUPS, group_id, &range, None, limit)
+                .await
+        };
+        Ok(page.map_err(ApiError::internal)?.items)
     }
 
     /// Writes a status item at `version` together with `ops` (one write if there are none).
@@ -455,7 +459,9 @@ impl Queue {
             let mut ops = vec![];
             if rec.group_counted && !rec.is_unresolved() {
                 rec.group_counted = false;
-                ops = self.uncount_ops(&mut rec, now).await?;
+                // The first try reads the shares eventually consistent; they are checked
+                // by version in the transaction, and a lost one reads them strongly.
+                ops = self.uncount_ops(&mut rec, now, attempt > 0).await?;
             }
             match self.save_with(&rec, version, ops).await? {
                 Ok(()) => return Ok(()),
@@ -476,10 +482,15 @@ impl Queue {
 
     /// The writes that take `rec` off its group's count; if that empties the count, also the
     /// checks that the other shares are still empty, and the event in `rec`'s outbox.
-    async fn uncount_ops(&self, rec: &mut TaskRecord, now: Ts) -> ApiResult<Vec<WriteOp>> {
+    async fn uncount_ops(
+        &self,
+        rec: &mut TaskRecord,
+        now: Ts,
+        consistent: bool,
+    ) -> ApiResult<Vec<WriteOp>> {
         let gid = rec.task_group_id.clone();
         let sk = keys::sk_unresolved(&rec.task_id);
-        let shares = self.counter_shares(&gid).await?;
+        let shares = self.counter_shares(&gid, consistent).await?;
         let mine = shares.iter().find(|i| i.sk == sk);
         let left = mine.map_or(0, count_of).saturating_sub(1);
         let mut ops = vec![share_op(&gid, sk.clone(), left, mine)];

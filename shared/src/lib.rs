@@ -39,5 +39,7 @@ pub mod scopes;
 #[cfg(feature = "aws")]
 pub mod secrets;
 pub mod signal;
+#[cfg(test)]
+mod stale_reads;
 pub mod store;
 pub mod time;

@@ -197,13 +197,27 @@ impl Queue {
         }
     }
 
+    /// A task's status record and version, read strongly.
     pub(crate) async fn load(&self, task_id: &str) -> ApiResult<Option<(TaskRecord, u64)>> {
-        match self
-            .store
-            .get(keys::TASKS, task_id, keys::SK_STATUS)
-            .await
-            .map_err(internal)?
-        {
+        self.load_with(task_id, true).await
+    }
+
+    /// A task's status record, strongly or eventually consistent. An eventual read may be an
+    /// older version or miss a task created moments ago: only a write conditioned on the
+    /// version read may rest on it.
+    async fn load_with(
+        &self,
+        task_id: &str,
+        consistent: bool,
+    ) -> ApiResult<Option<(TaskRecord, u64)>> {
+        let item = if consistent {
+            self.store.get(keys::TASKS, task_id, keys::SK_STATUS).await
+        } else {
+            self.store
+                .get_eventual(keys::TASKS, task_id, keys::SK_STATUS)
+                .await
+        };
+        match item.map_err(internal)? {
             Some(item) => Ok(Some((decode(item.data)?, item.version))),
             None => Ok(None),
         }
@@ -213,12 +227,22 @@ impl Queue {
         if let Some(def) = self.defs.lock().ok().and_then(|c| c.get(task_id).cloned()) {
             return Ok(Some(def));
         }
-        let def = self
+        // Definitions never change, so an eventually consistent read is current whenever it
+        // finds one; only a task created moments ago may need the strong read.
+        let def = match self
             .store
-            .get(keys::TASKS, task_id, keys::SK_DEF)
+            .get_eventual(keys::TASKS, task_id, keys::SK_DEF)
             .await
             .map_err(internal)?
-            .map(|i| i.data);
+        {
+            Some(i) => Some(i.data),
+            None => self
+                .store
+                .get(keys::TASKS, task_id, keys::SK_DEF)
+                .await
+                .map_err(internal)?
+                .map(|i| i.data),
+        };
         if let (Some(d), Ok(mut cache)) = (&def, self.defs.lock()) {
             if cache.len() >= DEF_CACHE_MAX {
                 cache.clear();
@@ -289,17 +313,33 @@ impl Queue {
 
     /// Read, apply `f`, write conditionally; retries on concurrent changes. Returns the new
     /// record and `f`'s result. Nothing is written if `f` changed nothing.
+    ///
+    /// The first read is eventually consistent (half the read units): a write conditioned on
+    /// its version only succeeds if it was current. Any other outcome on it (no task, an
+    /// error from `f`, nothing to change, a lost condition) is decided again on a strong read,
+    /// so nothing is answered from a stale record.
     pub(crate) async fn mutate<T>(
         &self,
         task_id: &str,
         mut f: impl FnMut(&mut TaskRecord) -> ApiResult<T>,
     ) -> ApiResult<(TaskRecord, T)> {
+        let mut consistent = false;
         for attempt in 0..MAX_ATTEMPTS {
-            let Some((mut rec, version)) = self.load(task_id).await? else {
+            let loaded = self.load_with(task_id, consistent).await?;
+            let Some((mut rec, version)) = loaded else {
+                if !consistent {
+                    consistent = true;
+                    continue;
+                }
                 return Err(ApiError::not_found(format!("Task {task_id} not found")));
             };
             let before = rec.clone();
-            let out = f(&mut rec)?;
+            let result = f(&mut rec);
+            if !consistent && (result.is_err() || rec == before) {
+                consistent = true;
+                continue;
+            }
+            let out = result?;
             if rec == before {
                 return Ok((rec, out));
             }
@@ -315,7 +355,12 @@ impl Queue {
                 Ok(()) => {
                     return Ok((rec, out));
                 }
-                Err(e) if e.is_condition_failed() => backoff(attempt).await,
+                Err(e) if e.is_condition_failed() => {
+                    if consistent {
+                        backoff(attempt).await;
+                    }
+                    consistent = true;
+                }
                 Err(e) => return Err(internal(e)),
             }
         }
@@ -390,8 +435,13 @@ impl Queue {
         let def = normalize_definition(task_id, body, now, self.cfg.max_task_deadline_days)?;
         let (rec, plan) = self.initial_record(task_id, &def, define_only, now).await?;
         for attempt in 0..MAX_ATTEMPTS {
-            // Task group: schedulerId must agree and the group must not be sealed.
-            let group_ops = self.group_ops(&rec, now).await?;
+            // Task group: schedulerId must agree and the group must not be sealed. The first
+            // try reads the group eventually consistent: the transaction checks the versions
+            // read, and a refusal is only given on a strong read.
+            let group_ops = match self.group_ops(&rec, now, attempt > 0).await {
+                Err(_) if attempt == 0 => self.group_ops(&rec, now, true).await?,
+                ops => ops?,
+            };
             let mut fresh = rec.clone();
             fresh.emit_created();
             let expiry = keys::task_expiry_entry(rec.expires, task_id.as_str(), keys::SK_DEF);
@@ -406,7 +456,9 @@ impl Queue {
                     item: Self::status_item(&fresh)?,
                     cond: Cond::NotExists,
                 },
-                // Membership, so that listTaskGroup is one strongly consistent query.
+                // Membership, so that listTaskGroup is one strongly consistent query. It
+                // cannot exist without the definition (expiry deletes it first), so it is
+                // new exactly when the definition is: no read of its current version.
                 WriteOp::Put {
                     table: keys::TASK_GROUPS,
                     item: Item::new(
@@ -415,7 +467,7 @@ impl Queue {
                         json!({ "expires": rec.expires }),
                         vec![],
                     ),
-                    cond: Cond::None,
+                    cond: Cond::NotExists,
                 },
             ];
             ops.extend(group_ops);
@@ -524,15 +576,26 @@ impl Queue {
     /// its `expires` pushed later, or only checked) and one more unresolved task on its
     /// counter. A group past its `expires` is gone: its id may be taken again, by any
     /// schedulerId.
-    async fn group_ops(&self, rec: &TaskRecord, now: Ts) -> ApiResult<Vec<WriteOp>> {
+    async fn group_ops(
+        &self,
+        rec: &TaskRecord,
+        now: Ts,
+        consistent: bool,
+    ) -> ApiResult<Vec<WriteOp>> {
         let gid = rec.task_group_id.as_str();
         let wanted_expires = rec.expires.plus(self.cfg.group_expiry_extension_ms);
+        let group = async {
+            if consistent {
+                self.store.get(keys::TASK_GROUPS, gid, keys::SK_GROUP).await
+            } else {
+                (self.store)
+                    .get_eventual(keys::TASK_GROUPS, gid, keys::SK_GROUP)
+                    .await
+            }
+        };
         // Both reads at once: they sit on createTask's critical path.
-        let (group, shares) = futures_util::future::join(
-            self.store.get(keys::TASK_GROUPS, gid, keys::SK_GROUP),
-            self.counter_shares(gid),
-        )
-        .await;
+        let (group, shares) =
+            futures_util::future::join(group, self.counter_shares(gid, consistent)).await;
         let group = group.map_err(internal)?;
         let reuse = group
             .as_ref()

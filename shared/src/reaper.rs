@@ -41,24 +41,43 @@ pub async fn dependencies(queue: &Queue, now: Ts) -> Result<usize, String> {
 
 /// The dependency worker for a batch of changed items (the tasks table's stream in AWS):
 /// every status image that carries a resolution mark gets its dependents looked at now,
-/// rather than at the next scheduled pass. Repeats are harmless: the mark is read again.
+/// rather than at the next scheduled pass. Repeats are harmless: the mark is cleared by a
+/// write conditioned on the image's version, and a lost one finds the mark gone.
 pub async fn dependencies_of(queue: &Queue, images: Vec<Item>, now: Ts) -> Result<usize, String> {
-    let mut ids: Vec<String> = images
-        .into_iter()
-        .filter(|i| i.sk == keys::SK_STATUS)
-        .filter(|i| i.data.get("dependentsDue").is_some_and(|d| !d.is_null()))
-        .map(|i| i.pk)
+    // The newest image of each marked task; the record in it saves the read (a write
+    // conditioned on its version confirms it, or the task is read again).
+    let mut newest: std::collections::BTreeMap<String, Item> = Default::default();
+    for image in images {
+        if image.sk != keys::SK_STATUS
+            || image.data.get("dependentsDue").is_none_or(|d| d.is_null())
+        {
+            continue;
+        }
+        match newest.get(&image.pk) {
+            Some(seen) if seen.version >= image.version => {}
+            _ => {
+                newest.insert(image.pk.clone(), image);
+            }
+        }
+    }
+    let marked: Vec<(String, Option<(TaskRecord, u64)>)> = newest
+        .into_values()
+        .map(|i| {
+            let rec = serde_json::from_value::<TaskRecord>(i.data).ok();
+            (i.pk, rec.map(|r| (r, i.version)))
+        })
         .collect();
-    ids.sort();
-    ids.dedup();
     let mut n = 0;
     let mut failed = None;
-    for chunk in ids.chunks(16) {
-        let done = futures_util::future::join_all(
-            chunk.iter().map(|id| queue.resolve_dependents(id, now)),
-        )
+    for chunk in marked.chunks(16) {
+        let done = futures_util::future::join_all(chunk.iter().map(|(id, rec)| async move {
+            match rec {
+                Some(loaded) => queue.resolve_dependents_of(loaded.clone(), now).await,
+                None => queue.resolve_dependents(id, now).await,
+            }
+        }))
         .await;
-        for (id, result) in chunk.iter().zip(done) {
+        for ((id, _), result) in chunk.iter().zip(done) {
             match result {
                 Ok(satisfied) => n += satisfied,
                 Err(e) => {

@@ -58,12 +58,17 @@ fn delta(a: &Snap, b: &Snap, n: f64) -> (f64, f64, f64) {
 /// Delivers the task's waiting events as the publisher function does after every write (it
 /// is triggered by each write's stream record, which carries the item's image: the image is
 /// fetched here through `images`, whose reads are not counted).
-async fn drain(queue: &Queue, images: &DynamoStore, sink: &RecordingSink, id: &TaskId) {
-    let image = images
+/// A task's status item as the stream hands it to a function: read through the uncounted store.
+async fn image(images: &DynamoStore, id: &TaskId) -> shared::store::Item {
+    images
         .get(shared::keys::TASKS, id.as_str(), shared::keys::SK_STATUS)
         .await
         .expect("image")
-        .expect("status item");
+        .expect("status item")
+}
+
+async fn drain(queue: &Queue, images: &DynamoStore, sink: &RecordingSink, id: &TaskId) {
+    let image = image(images, id).await;
     shared::events::drain_stream::<shared::model::TaskRecord>(
         queue.store.as_ref(),
         sink,
@@ -187,8 +192,8 @@ async fn main() {
         step(3, &mut last);
         // The dependency worker visits every resolution: clears its mark and takes the task
         // off its group's unresolved count (announcing the group, which has no other task).
-        queue
-            .resolve_dependents(id.as_str(), Ts::now())
+        let resolution = image(&images, &id).await;
+        shared::reaper::dependencies_of(&queue, vec![resolution], Ts::now())
             .await
             .expect("dependency worker");
         step(4, &mut last);

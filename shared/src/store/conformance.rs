@@ -50,9 +50,50 @@ pub async fn run_all(store: Arc<dyn Store>) {
     transaction_limits(store.as_ref()).await;
     partition_queries_page_in_order(store.as_ref()).await;
     indexes_follow_items(store.as_ref()).await;
+    eventual_reads_catch_up(store.as_ref()).await;
     oversized_items_are_refused(store.as_ref()).await;
     concurrent_updates_lose_nothing(store.clone()).await;
     racing_creates_have_one_winner(store).await;
+}
+
+/// Eventually consistent reads may lag, but they converge on the last write, and only ever
+/// show versions that were written.
+pub async fn eventual_reads_catch_up(s: &dyn Store) {
+    for n in 1..=3 {
+        s.write(put(item("ev", "1", n, None), Cond::None))
+            .await
+            .unwrap();
+    }
+    s.write(put(item("ev", "2", 7, None), Cond::None))
+        .await
+        .unwrap();
+    eventually("get_eventual shows the last write", || async {
+        let got = s.get_eventual(T, "ev", "1").await.unwrap();
+        if let Some(i) = &got {
+            assert!((1..=3).contains(&i.version), "a version that was written");
+            assert_eq!(
+                i.data["n"], i.version as i64,
+                "with the data of that version"
+            );
+        }
+        got.is_some_and(|i| i.version == 3 && i.data["n"] == 3)
+    })
+    .await;
+    eventually("query_eventual shows both items", || async {
+        let all = SkRange::default();
+        let items = s
+            .query_eventual(T, "ev", &all, None, 10)
+            .await
+            .unwrap()
+            .items;
+        items
+            .iter()
+            .map(|i| i.data["n"].as_i64())
+            .collect::<Vec<_>>()
+            == [Some(3), Some(7)]
+    })
+    .await;
+    assert!(s.get_eventual(T, "ev", "none").await.unwrap().is_none());
 }
 
 /// Versions start at 1 and bump on every write; conditions are enforced.

@@ -143,8 +143,14 @@ impl DynamoStore {
         format!("{}{t}", self.prefix)
     }
 
+    /// Counts one request and its units.
     fn count(&self, cc: Option<&aws_sdk_dynamodb::types::ConsumedCapacity>, write: bool) {
         self.usage.requests.fetch_add(1, Ordering::Relaxed);
+        self.count_units(cc, write);
+    }
+
+    /// Counts units only (a transaction reports one entry per table it wrote).
+    fn count_units(&self, cc: Option<&aws_sdk_dynamodb::types::ConsumedCapacity>, write: bool) {
         if let (true, Some(c)) = (write, cc) {
             self.count_targets(c);
         }
@@ -270,6 +276,28 @@ impl DynamoStore {
         }))
     }
 
+    async fn get_item(
+        &self,
+        table: &str,
+        pk: &str,
+        sk: &str,
+        consistent: bool,
+    ) -> Result<Option<Item>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(self.table(table))
+            .key("pk", s(pk))
+            .key("sk", s(sk))
+            .consistent_read(consistent)
+            .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
+            .send()
+            .await
+            .map_err(sdk_err)?;
+        self.count(out.consumed_capacity(), false);
+        out.item().map(Self::decode).transpose()
+    }
+
     /// DynamoDB puts replace blindly, so a put that must bump the version but has no version
     /// condition first learns the current version, then writes conditionally on it.
     async fn resolve_put_cond(
@@ -380,6 +408,7 @@ impl DynamoStore {
         after: Option<&Cursor>,
         limit: usize,
         count_only: bool,
+        consistent: bool,
     ) -> Result<(Page, u64), StoreError> {
         let (pk_attr, sk_attr) = match index {
             Some(i) => (format!("{i}_pk"), format!("{i}_sk")),
@@ -420,7 +449,7 @@ impl DynamoStore {
             }
             q = match index {
                 Some(i) => q.index_name(i),
-                None => q.consistent_read(true),
+                None => q.consistent_read(consistent),
             };
             if count_only {
                 q = q.select(Select::Count);
@@ -528,19 +557,30 @@ impl Store for DynamoStore {
         pk: &str,
         sk: &str,
     ) -> Result<Option<Item>, StoreError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(self.table(table))
-            .key("pk", s(pk))
-            .key("sk", s(sk))
-            .consistent_read(true)
-            .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
-            .send()
-            .await
-            .map_err(sdk_err)?;
-        self.count(out.consumed_capacity(), false);
-        out.item().map(Self::decode).transpose()
+        self.get_item(table, pk, sk, true).await
+    }
+
+    async fn get_eventual(
+        &self,
+        table: &'static str,
+        pk: &str,
+        sk: &str,
+    ) -> Result<Option<Item>, StoreError> {
+        self.get_item(table, pk, sk, false).await
+    }
+
+    async fn query_eventual(
+        &self,
+        table: &'static str,
+        pk: &str,
+        range: &SkRange,
+        after: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        Ok(self
+            .query_inner(table, None, pk, range, after, limit, false, false)
+            .await?
+            .0)
     }
 
     async fn query(
@@ -552,7 +592,7 @@ impl Store for DynamoStore {
         limit: usize,
     ) -> Result<Page, StoreError> {
         Ok(self
-            .query_inner(table, None, pk, range, after, limit, false)
+            .query_inner(table, None, pk, range, after, limit, false, true)
             .await?
             .0)
     }
@@ -567,7 +607,7 @@ impl Store for DynamoStore {
         limit: usize,
     ) -> Result<Page, StoreError> {
         Ok(self
-            .query_inner(table, Some(index), pk, range, after, limit, false)
+            .query_inner(table, Some(index), pk, range, after, limit, false, false)
             .await?
             .0)
     }
@@ -580,7 +620,7 @@ impl Store for DynamoStore {
         range: &SkRange,
     ) -> Result<u64, StoreError> {
         Ok(self
-            .query_inner(table, Some(index), pk, range, None, 0, true)
+            .query_inner(table, Some(index), pk, range, None, 0, true, false)
             .await?
             .1)
     }
@@ -683,8 +723,9 @@ impl Store for DynamoStore {
         };
         match res {
             Ok(out) => {
+                self.usage.requests.fetch_add(1, Ordering::Relaxed);
                 for cc in out.consumed_capacity() {
-                    self.count(Some(cc), true);
+                    self.count_units(Some(cc), true);
                 }
                 Ok(())
             }

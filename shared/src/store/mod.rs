@@ -2,7 +2,9 @@
 //! offers more than AWS does:
 //! - single-item writes, each with an optional condition (`NotExists`, `Exists`, `Version`);
 //! - transactions of at most [`MAX_TRANSACTION_ITEMS`] writes on distinct items, all or nothing;
-//! - strongly consistent reads of one item and queries within one partition key;
+//! - strongly consistent reads of one item and queries within one partition key, and the same
+//!   reads **eventually consistent** (half the read units on DynamoDB), which may return an
+//!   older version of an item or miss one written moments ago;
 //! - sparse secondary indexes that are **eventually consistent**: what an index query returns
 //!   is a hint that the caller must confirm with a conditional write on the base item;
 //! - items of at most [`MAX_ITEM_BYTES`].
@@ -213,6 +215,31 @@ pub trait Store: Send + Sync + 'static {
         after: Option<&Cursor>,
         limit: usize,
     ) -> Result<Page, StoreError>;
+
+    /// Eventually consistent read of one item: may return an older version, or nothing for
+    /// an item written moments ago. Callers confirm what they act on with a conditional write
+    /// (on the version read) or read again with [`Store::get`]. An adapter that has only
+    /// strong reads may serve it with one.
+    async fn get_eventual(
+        &self,
+        table: &'static str,
+        pk: &str,
+        sk: &str,
+    ) -> Result<Option<Item>, StoreError> {
+        self.get(table, pk, sk).await
+    }
+
+    /// [`Store::query`], eventually consistent (the same caveats as [`Store::get_eventual`]).
+    async fn query_eventual(
+        &self,
+        table: &'static str,
+        pk: &str,
+        range: &SkRange,
+        after: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        self.query(table, pk, range, after, limit).await
+    }
 
     /// Items under one partition of a sparse index, ascending by index sort key.
     /// Eventually consistent: results may be stale or missing recent writes.
