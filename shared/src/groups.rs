@@ -402,15 +402,9 @@ impl Queue {
             ..Default::default()
         };
         let limit = keys::SHARDS as usize;
-        let page = if consistent {
-            self.store
-                .query(keys::TASK_GROUPS, group_id, &range, None, limit)
-                .await
-        } else {
-            self.store
-                .query_eventual(keys::TASK_GROUPS, group_id, &range, None, limit)
-                .await
-        };
+        let page = (self.store)
+            .query_as(keys::TASK_GROUPS, group_id, &range, limit, consistent)
+            .await;
         Ok(page.map_err(ApiError::internal)?.items)
     }
 

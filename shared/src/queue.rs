@@ -210,13 +210,10 @@ impl Queue {
         task_id: &str,
         consistent: bool,
     ) -> ApiResult<Option<(TaskRecord, u64)>> {
-        let item = if consistent {
-            self.store.get(keys::TASKS, task_id, keys::SK_STATUS).await
-        } else {
-            self.store
-                .get_eventual(keys::TASKS, task_id, keys::SK_STATUS)
-                .await
-        };
+        let item = self
+            .store
+            .get_as(keys::TASKS, task_id, keys::SK_STATUS, consistent)
+            .await;
         match item.map_err(internal)? {
             Some(item) => Ok(Some((decode(item.data)?, item.version))),
             None => Ok(None),
@@ -584,15 +581,7 @@ impl Queue {
     ) -> ApiResult<Vec<WriteOp>> {
         let gid = rec.task_group_id.as_str();
         let wanted_expires = rec.expires.plus(self.cfg.group_expiry_extension_ms);
-        let group = async {
-            if consistent {
-                self.store.get(keys::TASK_GROUPS, gid, keys::SK_GROUP).await
-            } else {
-                (self.store)
-                    .get_eventual(keys::TASK_GROUPS, gid, keys::SK_GROUP)
-                    .await
-            }
-        };
+        let group = (self.store).get_as(keys::TASK_GROUPS, gid, keys::SK_GROUP, consistent);
         // Both reads at once: they sit on createTask's critical path.
         let (group, shares) =
             futures_util::future::join(group, self.counter_shares(gid, consistent)).await;

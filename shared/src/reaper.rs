@@ -60,24 +60,26 @@ pub async fn dependencies_of(queue: &Queue, images: Vec<Item>, now: Ts) -> Resul
             }
         }
     }
-    let marked: Vec<(String, Option<(TaskRecord, u64)>)> = newest
-        .into_values()
-        .map(|i| {
-            let rec = serde_json::from_value::<TaskRecord>(i.data).ok();
-            (i.pk, rec.map(|r| (r, i.version)))
-        })
-        .collect();
+    let mut marked = newest.into_values().map(|i| {
+        let rec = serde_json::from_value::<TaskRecord>(i.data).ok();
+        (i.pk, rec.map(|r| (r, i.version)))
+    });
     let mut n = 0;
     let mut failed = None;
-    for chunk in marked.chunks(16) {
-        let done = futures_util::future::join_all(chunk.iter().map(|(id, rec)| async move {
+    loop {
+        let chunk: Vec<_> = marked.by_ref().take(16).collect();
+        if chunk.is_empty() {
+            break;
+        }
+        let ids: Vec<String> = chunk.iter().map(|(id, _)| id.clone()).collect();
+        let done = futures_util::future::join_all(chunk.into_iter().map(|(id, rec)| async move {
             match rec {
-                Some(loaded) => queue.resolve_dependents_of(loaded.clone(), now).await,
-                None => queue.resolve_dependents(id, now).await,
+                Some(loaded) => queue.resolve_dependents_of(loaded, now).await,
+                None => queue.resolve_dependents(&id, now).await,
             }
         }))
         .await;
-        for ((id, _), result) in chunk.iter().zip(done) {
+        for (id, result) in ids.iter().zip(done) {
             match result {
                 Ok(satisfied) => n += satisfied,
                 Err(e) => {

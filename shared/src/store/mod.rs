@@ -241,6 +241,37 @@ pub trait Store: Send + Sync + 'static {
         self.query(table, pk, range, after, limit).await
     }
 
+    /// [`Store::get`] when `consistent`, else [`Store::get_eventual`].
+    async fn get_as(
+        &self,
+        table: &'static str,
+        pk: &str,
+        sk: &str,
+        consistent: bool,
+    ) -> Result<Option<Item>, StoreError> {
+        if consistent {
+            self.get(table, pk, sk).await
+        } else {
+            self.get_eventual(table, pk, sk).await
+        }
+    }
+
+    /// [`Store::query`] when `consistent`, else [`Store::query_eventual`].
+    async fn query_as(
+        &self,
+        table: &'static str,
+        pk: &str,
+        range: &SkRange,
+        limit: usize,
+        consistent: bool,
+    ) -> Result<Page, StoreError> {
+        if consistent {
+            self.query(table, pk, range, None, limit).await
+        } else {
+            self.query_eventual(table, pk, range, None, limit).await
+        }
+    }
+
     /// Items under one partition of a sparse index, ascending by index sort key.
     /// Eventually consistent: results may be stale or missing recent writes.
     async fn query_index(
