@@ -29,6 +29,9 @@ export TCQ_PYTHON="$PWD/$VENV/bin/python"
 # RabbitMQ, for the tests that consume the queue's events from real exchanges.
 bash scripts/rabbitmq.sh
 cargo test --workspace --locked -- --test-threads="$THREADS"
+# Restarts the machine's RabbitMQ, so it runs alone.
+ALONE=(-p blackbox --test blackbox --locked -- --ignored --exact amqp_restart::a_broker_restart_delays_events_but_loses_none)
+cargo test "${ALONE[@]}"
 
 # LocalStack: start it unless it already runs; stop it again only if we started it.
 if ! bash localstack/localstack.sh status >/dev/null 2>&1; then
@@ -42,3 +45,4 @@ export AWS_ENDPOINT_URL=http://127.0.0.1:4566 AWS_REGION=us-east-1 AWS_DEFAULT_R
 # Every black-box test again, each server on its own DynamoDB tables; plus the tests that need
 # LocalStack (store conformance on DynamoDB, Lambda binaries through a Runtime API emulator).
 TCQ_TEST_BACKEND=localstack cargo test -p blackbox --locked --tests -- --test-threads="$THREADS"
+TCQ_TEST_BACKEND=localstack cargo test "${ALONE[@]}"

@@ -1,7 +1,7 @@
 //! Temporary credentials, as Taskcluster's clients and auth service define them.
 
 use crate::ids::new_slugid;
-use crate::model::Run;
+use crate::records::task::Run;
 use crate::time::Ts;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;

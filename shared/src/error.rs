@@ -1,7 +1,9 @@
 //! The errors that go on the wire, with Taskcluster's codes and statuses.
 
+use crate::store::StoreError;
 use serde_json::{json, Value};
 use std::fmt;
+use std::sync::Arc;
 
 /// Taskcluster's error codes. Each maps to exactly one HTTP status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,7 +68,8 @@ impl ErrorCode {
     }
 }
 
-/// An error as the client sees it: a code, a message, and optional structured details.
+/// An error as the client sees it: a code, a message, and optional structured details; an
+/// internal error keeps its cause ([`std::error::Error::source`]), which is logged, never sent.
 #[derive(Debug, Clone)]
 pub struct ApiError {
     /// The Taskcluster error code.
@@ -75,6 +78,8 @@ pub struct ApiError {
     pub message: String,
     /// Extra structured fields merged into the body (e.g. `required`, `unsatisfied`).
     pub details: Option<Value>,
+    /// What caused an internal error.
+    source: Option<Arc<dyn std::error::Error + Send + Sync>>,
 }
 
 impl ApiError {
@@ -84,6 +89,7 @@ impl ApiError {
             code,
             message: message.into(),
             details: None,
+            source: None,
         }
     }
     /// 400 `InputError`.
@@ -102,16 +108,58 @@ impl ApiError {
     pub fn conflict(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::RequestConflict, message)
     }
-    /// 500 `InternalServerError`. The cause is logged with an incident id; the client only
-    /// sees the id.
+    /// 500 `InternalServerError` for a bug described by `cause`. The client sees only an
+    /// incident id; whoever handles the error logs the cause with it ([`ApiError::log`]).
     pub fn internal(cause: impl fmt::Display) -> Self {
+        Self::caused_by(InternalCause(cause.to_string()))
+    }
+
+    /// The same error with extra structured fields for the body.
+    pub fn with_details(mut self, details: Value) -> Self {
+        self.details = Some(details);
+        self
+    }
+
+    /// 500 `InternalServerError` that keeps `cause` as its source.
+    pub fn caused_by(cause: impl std::error::Error + Send + Sync + 'static) -> Self {
         let incident = uuid::Uuid::new_v4().to_string();
-        tracing::error!(incident_id = %incident, error = %cause, "internal error");
         ApiError {
             code: ErrorCode::InternalServerError,
             message: format!("Internal Server Error, incidentId {incident}"),
             details: Some(json!({ "incidentId": incident })),
+            source: Some(Arc::new(cause)),
         }
+    }
+
+    /// True if trying the same thing again may succeed: a store that throttled or failed
+    /// transiently, or a record changing too fast (409 after exhausting retries). Bugs and
+    /// client errors are permanent.
+    pub fn is_retryable(&self) -> bool {
+        match self.code {
+            ErrorCode::RequestConflict => true,
+            ErrorCode::InternalServerError => self
+                .source
+                .as_deref()
+                .and_then(|s| s.downcast_ref::<StoreError>())
+                .is_some_and(StoreError::is_transient),
+            _ => false,
+        }
+    }
+
+    /// Logs an error the caller gets as a 5xx, with its cause chain (nothing else is logged:
+    /// a 4xx is the caller's business).
+    pub fn log(&self) {
+        if self.status() < 500 {
+            return;
+        }
+        let mut chain = String::new();
+        let mut next = self.source.as_deref().map(|s| s as &dyn std::error::Error);
+        while let Some(e) = next {
+            chain.push_str(": ");
+            chain.push_str(&e.to_string());
+            next = e.source();
+        }
+        tracing::error!(code = self.code.as_str(), message = %self.message, cause = %chain, "internal error");
     }
     /// The HTTP status.
     pub fn status(&self) -> u16 {
@@ -125,7 +173,46 @@ impl fmt::Display for ApiError {
     }
 }
 
-impl std::error::Error for ApiError {}
+impl std::error::Error for ApiError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|s| s as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// The cause of an internal error known only by its description.
+#[derive(Debug)]
+struct InternalCause(String);
+
+impl fmt::Display for InternalCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for InternalCause {}
+
+impl From<StoreError> for ApiError {
+    /// A store failure is internal, except an item over the size limit, which only a client's
+    /// input (a huge definition) can cause: `413 InputTooLarge`.
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::ItemTooLarge(n) => ApiError::new(
+                ErrorCode::InputTooLarge,
+                format!("The item is too large to store ({n} bytes; items are limited to 400 KB)"),
+            ),
+            other => ApiError::caused_by(other),
+        }
+    }
+}
+
+impl From<serde_json::Error> for ApiError {
+    /// A stored item that does not decode is a bug (or a corrupted item): internal.
+    fn from(e: serde_json::Error) -> Self {
+        ApiError::caused_by(e)
+    }
+}
 
 /// Shorthand for operation results.
 pub type ApiResult<T> = Result<T, ApiError>;

@@ -1,37 +1,34 @@
 //! The Taskcluster Queue, rebuilt: domain, ports and adapters.
 //!
-//! - [`model`]: the task state machine (pure, `now` as a parameter).
-//! - [`queue`]: operations over the ports; [`deps`] (dependencies) and [`groups`] (task
-//!   groups) add to them.
-//! - [`store`]: the DynamoDB-shaped storage port and its embedded SQLite adapter.
-//! - [`events`], [`signal`]: the event and work-signal ports.
-//! - [`artifacts`], [`blobs`]: artifact rows and the blob port that holds their bytes.
-//! - [`api`]: the HTTP API (queue and auth services), independent of any server.
+//! Layers, each importing only those below it:
+//! - [`api`]: the HTTP API of the three services, one declaration per endpoint, independent
+//!   of any server. The only layer that knows of callers and scopes.
+//! - [`scheduler`]: the task-graph scheduler (seed 001), on top of the queue.
+//! - [`jobs`]: the background passes (reapers, expiry, dependencies, the publisher).
+//! - [`queue`]: the queue's operations, one module per capability, over the ports.
 //! - [`auth`]: Hawk, temporary credentials, clients and roles.
-//! - [`scheduler`]: the task-graph scheduler (seed 001) on top of the queue.
-//! - [`keys`], [`routing`]: every storage key and routing key, each built in one place.
+//! - [`records`]: typed records, each entity with its keys, and the task state machine.
+//! - Ports and their adapters: [`store`] (DynamoDB-shaped; SQLite and DynamoDB), [`events`]
+//!   (the log, RabbitMQ), [`blobs`] (local files, S3), [`signal`], [`hints`].
+//! - Small pieces everything uses: [`error`], [`ids`], [`time`], [`scopes`], [`routing`],
+//!   [`schema`], [`page`], [`json`], [`creds`].
 
 #![warn(missing_docs)]
 
-#[cfg(feature = "amqp")]
-pub mod amqp;
 pub mod api;
-pub mod artifacts;
 pub mod auth;
 pub mod blobs;
 pub mod creds;
-pub mod deps;
 pub mod error;
 pub mod events;
-pub mod expiry;
-pub mod groups;
+pub mod hints;
 pub mod ids;
-pub mod keys;
+pub mod jobs;
+pub mod json;
 mod mac;
-pub mod model;
+pub mod page;
 pub mod queue;
-pub mod reaper;
-pub mod routes_scopes;
+pub mod records;
 pub mod routing;
 pub mod scheduler;
 pub mod schema;
@@ -39,7 +36,5 @@ pub mod scopes;
 #[cfg(feature = "aws")]
 pub mod secrets;
 pub mod signal;
-#[cfg(test)]
-mod stale_reads;
 pub mod store;
 pub mod time;

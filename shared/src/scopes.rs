@@ -1,4 +1,5 @@
-//! Scope expressions and satisfaction (only a trailing `*` is special).
+//! Scope expressions and satisfaction (only a trailing `*` is special), and the templates
+//! that endpoints declare their scopes with.
 
 use serde_json::{json, Value};
 
@@ -72,6 +73,140 @@ impl ScopeExpr {
     }
 }
 
+/// A scope expression as an endpoint declares it, with `<param>` placeholders filled from
+/// the request (upstream's declaration format: strings, `AllOf`, `AnyOf` and `for`/`in`/`each`).
+#[derive(Debug, Clone, Copy)]
+pub enum Template {
+    /// One scope, with placeholders.
+    Scope(&'static str),
+    /// Every sub-template.
+    AllOf(&'static [Template]),
+    /// At least one sub-template.
+    AnyOf(&'static [Template]),
+    /// `each` once per element of the list parameter `in_`, bound to `var` (inside `AllOf` or
+    /// `AnyOf` the scopes join their siblings; alone they must all be held).
+    For {
+        /// The loop variable.
+        var: &'static str,
+        /// The list parameter.
+        in_: &'static str,
+        /// The scope, with placeholders (`var` among them).
+        each: &'static str,
+    },
+}
+
+/// One parameter of a [`Template`]: a value, or a list for `For`.
+#[derive(Debug, Clone)]
+pub enum Param {
+    /// A single value.
+    One(String),
+    /// A list.
+    Many(Vec<String>),
+}
+
+/// The parameters a template is rendered with.
+#[derive(Debug, Clone, Default)]
+pub struct Params(Vec<(&'static str, Param)>);
+
+impl Params {
+    /// No parameters.
+    pub fn new() -> Self {
+        Params::default()
+    }
+
+    /// Adds a single-valued parameter.
+    pub fn one(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.0.push((name, Param::One(value.into())));
+        self
+    }
+
+    /// Adds a list parameter.
+    pub fn many(mut self, name: &'static str, values: Vec<String>) -> Self {
+        self.0.push((name, Param::Many(values)));
+        self
+    }
+
+    fn get(&self, name: &str) -> Option<&Param> {
+        self.0
+            .iter()
+            .rev()
+            .find(|(n, _)| *n == name)
+            .map(|(_, p)| p)
+    }
+}
+
+/// Replaces every `<name>` in `s` with its single-valued parameter.
+fn fill(s: &str, params: &Params) -> Result<String, String> {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find('<') {
+        let Some(j) = rest[i..].find('>') else { break };
+        let name = &rest[i + 1..i + j];
+        match params.get(name) {
+            Some(Param::One(v)) => {
+                out.push_str(&rest[..i]);
+                out.push_str(v);
+            }
+            _ => return Err(format!("scope template {s:?} has no value for <{name}>")),
+        }
+        rest = &rest[i + j + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+impl Template {
+    /// The expression with every placeholder filled; an unknown parameter is a bug in the
+    /// endpoint that declared the template.
+    pub fn render(&self, params: &Params) -> Result<ScopeExpr, String> {
+        match self {
+            Template::For { .. } => Ok(ScopeExpr::AllOf(self.render_items(params)?)),
+            Template::Scope(s) => Ok(ScopeExpr::Scope(fill(s, params)?)),
+            Template::AllOf(v) => Ok(ScopeExpr::AllOf(Self::render_list(v, params)?)),
+            Template::AnyOf(v) => Ok(ScopeExpr::AnyOf(Self::render_list(v, params)?)),
+        }
+    }
+
+    fn render_list(v: &[Template], params: &Params) -> Result<Vec<ScopeExpr>, String> {
+        let mut out = vec![];
+        for t in v {
+            out.extend(t.render_items(params)?);
+        }
+        Ok(out)
+    }
+
+    /// The expressions this template adds to an enclosing list.
+    fn render_items(&self, params: &Params) -> Result<Vec<ScopeExpr>, String> {
+        let Template::For { var, in_, each } = self else {
+            return Ok(vec![self.render(params)?]);
+        };
+        let Some(Param::Many(values)) = params.get(in_) else {
+            return Err(format!("scope template has no list for {in_:?}"));
+        };
+        values
+            .iter()
+            .map(|v| {
+                let bound = params.clone().one(var, v.clone());
+                fill(each, &bound).map(ScopeExpr::Scope)
+            })
+            .collect()
+    }
+
+    /// The template in upstream's declaration format.
+    pub fn to_json(&self) -> Value {
+        match self {
+            Template::Scope(s) => json!(s),
+            Template::AllOf(v) => {
+                json!({ "AllOf": v.iter().map(Template::to_json).collect::<Vec<_>>() })
+            }
+            Template::AnyOf(v) => {
+                json!({ "AnyOf": v.iter().map(Template::to_json).collect::<Vec<_>>() })
+            }
+            Template::For { var, in_, each } => json!({ "for": var, "in": in_, "each": each }),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,5 +248,46 @@ mod tests {
         assert!(e.satisfied_by(&held(&["y", "z"])));
         assert!(!e.satisfied_by(&held(&["y"])));
         assert!(e.unsatisfied(&held(&["x"])).is_none());
+    }
+
+    #[test]
+    fn templates_fill_placeholders_and_expand_lists_into_their_parent() {
+        static T: Template = Template::AllOf(&[
+            Template::For {
+                var: "scope",
+                in_: "scopes",
+                each: "<scope>",
+            },
+            Template::Scope("queue:create-task:project:<projectId>"),
+            Template::AnyOf(&[Template::For {
+                var: "p",
+                in_: "priorities",
+                each: "queue:create-task:<p>:<taskQueueId>",
+            }]),
+        ]);
+        let params = Params::new()
+            .many("scopes", vec!["a".into(), "b".into()])
+            .one("projectId", "none")
+            .many("priorities", vec!["high".into(), "low".into()])
+            .one("taskQueueId", "p/w");
+        assert_eq!(
+            T.render(&params).unwrap(),
+            ScopeExpr::AllOf(vec![
+                ScopeExpr::scope("a"),
+                ScopeExpr::scope("b"),
+                ScopeExpr::scope("queue:create-task:project:none"),
+                ScopeExpr::AnyOf(vec![
+                    ScopeExpr::scope("queue:create-task:high:p/w"),
+                    ScopeExpr::scope("queue:create-task:low:p/w"),
+                ]),
+            ])
+        );
+        assert!(Template::Scope("x:<missing>")
+            .render(&Params::new())
+            .is_err());
+        assert_eq!(
+            T.to_json()["AllOf"][0],
+            json!({"for": "scope", "in": "scopes", "each": "<scope>"})
+        );
     }
 }

@@ -7,8 +7,8 @@
 use shared::creds::IssuerCredentials;
 use shared::events::RecordingSink;
 use shared::ids::{TaskId, TaskQueueId};
-use shared::model::ReasonResolved;
 use shared::queue::{Queue, QueueConfig};
+use shared::records::task::ReasonResolved;
 use shared::signal::LocalSignal;
 use shared::store::dynamodb::{self, DynamoStore, Usage};
 use shared::store::Store;
@@ -61,7 +61,11 @@ fn delta(a: &Snap, b: &Snap, n: f64) -> (f64, f64, f64) {
 /// A task's status item as the stream hands it to a function: read through the uncounted store.
 async fn image(images: &DynamoStore, id: &TaskId) -> shared::store::Item {
     images
-        .get(shared::keys::TASKS, id.as_str(), shared::keys::SK_STATUS)
+        .get(
+            shared::records::task::TASKS,
+            id.as_str(),
+            shared::records::task::SK_STATUS,
+        )
         .await
         .expect("image")
         .expect("status item")
@@ -69,12 +73,12 @@ async fn image(images: &DynamoStore, id: &TaskId) -> shared::store::Item {
 
 async fn drain(queue: &Queue, images: &DynamoStore, sink: &RecordingSink, id: &TaskId) {
     let image = image(images, id).await;
-    shared::events::drain_stream::<shared::model::TaskRecord>(
+    shared::events::drain::drain_stream::<shared::records::task::TaskRecord>(
         queue.store.as_ref(),
         sink,
         "x/",
         vec![image],
-        &queue.published,
+        &Default::default(),
     )
     .await
     .expect("drain");
@@ -193,7 +197,7 @@ async fn main() {
         // The dependency worker visits every resolution: clears its mark and takes the task
         // off its group's unresolved count (announcing the group, which has no other task).
         let resolution = image(&images, &id).await;
-        shared::reaper::dependencies_of(&queue, vec![resolution], Ts::now())
+        shared::jobs::dependencies_of(&queue, vec![resolution], Ts::now())
             .await
             .expect("dependency worker");
         step(4, &mut last);

@@ -16,7 +16,7 @@ use futures_util::StreamExt;
 use lapin::options::BasicConsumeOptions;
 use lapin::types::{FieldTable, ShortString};
 use serde_json::{json, Value};
-use shared::amqp::AmqpSink;
+use shared::events::amqp::AmqpSink;
 use shared::events::{Event, EventSink};
 use std::time::{Duration, Instant};
 
@@ -121,7 +121,7 @@ async fn latency() {
     let p = prefix.clone();
     let app = blackbox::spawn_app_with(move |c| {
         c.amqp_url = Some(URL.into());
-        c.exchange_prefix = p;
+        c.queue.exchange_prefix = p;
     })
     .await;
     let q = app.queue();

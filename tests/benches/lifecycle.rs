@@ -40,7 +40,7 @@ impl EventSink for NullSink {
     fn publish<'a, 'b, 'f>(
         &'a self,
         _events: &'b [Event],
-    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'f>>
+    ) -> Pin<Box<dyn Future<Output = Result<(), shared::events::SinkError>> + Send + 'f>>
     where
         'a: 'f,
         'b: 'f,
@@ -518,21 +518,21 @@ fn localstack_phase(
     let warmup: usize = env_num("BENCH_LOCALSTACK_WARMUP", 50usize);
     let max = Duration::from_secs(env_num("BENCH_LOCALSTACK_MAX_SECS", 600u64));
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut cfg = functions::LocalConfig::defaults();
+    let mut cfg = functions::ServerConfig::defaults();
     cfg.port = 0;
     cfg.bind = "127.0.0.1".into();
     cfg.data_dir = dir.path().to_path_buf();
     cfg.backend = "aws".into();
     cfg.create_tables = true;
-    cfg.table_prefix = format!(
+    cfg.queue.table_prefix = format!(
         "bench{}-",
         blackbox::slugid()
             .to_ascii_lowercase()
             .replace(['-', '_'], "x")
     );
-    cfg.claim_work_timeout_ms = 5_000;
+    cfg.queue.claim_work_timeout_ms = 5_000;
     cfg.root_access_token = Some(blackbox::ROOT_ACCESS_TOKEN.into());
-    let prefix = cfg.table_prefix.clone();
+    let prefix = cfg.queue.table_prefix.clone();
     let running = match srv_rt.block_on(functions::start(cfg, Arc::new(NullSink))) {
         Ok(r) => r,
         Err(e) => {
@@ -620,13 +620,13 @@ fn main() {
     // Server: its own runtime, its own threads (`srv-*`), its own data directory.
     let srv_rt = runtime("srv", srv_threads);
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut cfg = functions::LocalConfig::defaults();
+    let mut cfg = functions::ServerConfig::defaults();
     cfg.port = 0;
     cfg.bind = "127.0.0.1".into();
     cfg.data_dir = dir.path().to_path_buf();
     // Always the embedded backend, whatever TCQ_BACKEND says.
     cfg.backend = "embedded".into();
-    cfg.claim_work_timeout_ms = 5_000;
+    cfg.queue.claim_work_timeout_ms = 5_000;
     cfg.root_access_token = Some(blackbox::ROOT_ACCESS_TOKEN.into());
     let running = srv_rt
         .block_on(functions::start(cfg, Arc::new(NullSink)))

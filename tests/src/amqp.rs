@@ -60,7 +60,7 @@ impl Broker {
         let prefix = format!("exchange/tcq-test-{}/v1/", slugid());
         // Declared here too (the publisher's own declaration) so that queues can be bound
         // before the server publishes anything.
-        shared::amqp::declare_exchanges(&ch, &prefix)
+        shared::events::amqp::declare_exchanges(&ch, &prefix)
             .await
             .expect("declare exchanges");
         Broker {

@@ -1,7 +1,7 @@
 //! Harness for the black-box tests and benchmarks: each test gets its own server (own data
 //! directory, own port) and talks to it over HTTP with the official `taskcluster` crate.
 
-use functions::{start, LocalConfig, Running};
+use functions::{start, Running, ServerConfig};
 use serde_json::{json, Value};
 use shared::events::{Event, FanoutSink, LogSink, RecordingSink};
 use std::path::Path;
@@ -40,20 +40,20 @@ pub async fn spawn_app() -> TestServer {
 }
 
 /// A server with test timings, adjusted by `f`.
-pub async fn spawn_app_with(f: impl FnOnce(&mut LocalConfig)) -> TestServer {
+pub async fn spawn_app_with(f: impl FnOnce(&mut ServerConfig)) -> TestServer {
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut cfg = LocalConfig::defaults();
+    let mut cfg = ServerConfig::defaults();
     cfg.port = 0;
     cfg.bind = "127.0.0.1".into();
     cfg.data_dir = dir.path().to_path_buf();
-    cfg.claim_work_timeout_ms = 2_000;
+    cfg.queue.claim_work_timeout_ms = 2_000;
     cfg.reaper_interval_ms = 100;
     cfg.root_access_token = Some(ROOT_ACCESS_TOKEN.into());
     if on_localstack() {
         // Each server gets tables of its own, so that one test's reapers and publisher never
         // see another's tasks.
         cfg.backend = "aws".into();
-        cfg.table_prefix = format!(
+        cfg.queue.table_prefix = format!(
             "bb{}-",
             slugid().to_ascii_lowercase().replace(['-', '_'], "x")
         );
@@ -248,8 +248,9 @@ pub fn on_localstack() -> bool {
 pub const CHILD_ENV: &str = "TCQ_TEST_CHILD_SERVER";
 
 /// Starts the current test binary again as a separate server process, so that it can be
-/// SIGKILLed. The binary must contain an `#[ignore]`d test named `test_name` whose body is
-/// `run_child_server()`. The child reads its configuration from `TCQ_*` variables.
+/// SIGKILLed. The binary must contain an `#[ignore]`d test whose path is `test_name` (e.g.
+/// `crash::child_server`) and whose body is `run_child_server()`. The child reads its
+/// configuration from `TCQ_*` variables.
 pub fn spawn_child_server(
     test_name: &str,
     data_dir: &Path,
@@ -298,7 +299,7 @@ pub fn run_child_server() {
     }
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
-        let cfg = <LocalConfig as clap::Parser>::parse_from(["tc-queue"]);
+        let cfg = ServerConfig::defaults();
         let _running = start(cfg, Arc::new(LogSink))
             .await
             .expect("child server starts");

@@ -206,16 +206,18 @@ pub async fn localstack_tables_with(tag: &str, streams: bool, test_tables: bool)
     prefix
 }
 
-/// Starts a built function binary against the emulator `api`, over the tables under
-/// `prefix`, with the queue's and root's tokens in its environment; `env` adds to (or, with
-/// an empty value, removes from) that environment. Returns it and its spawn time.
+/// Starts the function named `name` (`create-task`, `claim-reaper`, ...: the deployable
+/// `lambda` binary, which finds what it serves from the name) against the emulator `api`,
+/// over the tables under `prefix`, with the queue's and root's tokens in its environment;
+/// `env` adds to (or, with an empty value, removes from) that environment. Returns it and
+/// its spawn time.
 pub fn start_function(
     name: &str,
     api: &RuntimeApi,
     prefix: &str,
     env: &[(&str, &str)],
 ) -> (std::process::Child, Instant) {
-    let path = built_binary(name);
+    let path = built_binary("lambda");
     assert!(
         path.exists(),
         "{} is missing: build the workspace first",
@@ -291,7 +293,7 @@ pub async fn raw_status(prefix: &str, task_id: &str) -> Value {
         "DynamoDB_20120810.GetItem",
         serde_json::json!({
             "TableName": format!("{prefix}tasks"),
-            "Key": { "pk": { "S": task_id }, "sk": { "S": shared::keys::SK_STATUS } },
+            "Key": { "pk": { "S": task_id }, "sk": { "S": shared::records::task::SK_STATUS } },
             "ConsistentRead": true
         }),
     )

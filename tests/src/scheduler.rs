@@ -249,7 +249,7 @@ pub fn queue_exchanges() -> Vec<String> {
 /// that queues can be bound before the server publishes anything. Never call `cleanup` on it.
 pub async fn graph_broker() -> Broker {
     let b = Broker::with_prefix("").await;
-    shared::amqp::declare_exchanges(&b.ch, QUEUE_EXCHANGE_PREFIX)
+    shared::events::amqp::declare_exchanges(&b.ch, QUEUE_EXCHANGE_PREFIX)
         .await
         .expect("declare the queue's exchanges");
     for name in scheduler_exchanges() {

@@ -1,14 +1,14 @@
 //! `cargo run`: the whole queue API on 127.0.0.1 over the embedded backend.
 
 use clap::Parser;
-use functions::{init_tracing, start, LocalConfig};
+use functions::{init_tracing, start, ServerConfig};
 use shared::events::LogSink;
 use std::sync::Arc;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    init_tracing();
-    let cfg = LocalConfig::parse();
+    let cfg = ServerConfig::parse();
+    init_tracing(cfg.queue.log_json);
     let running = start(cfg, Arc::new(LogSink)).await?;
     // The root credentials go to stdout (never to the log) so that a local user can
     // paste them; they are also in <data dir>/root-credentials.json (owner-only).

@@ -1,28 +1,31 @@
-//! The queue's HTTP API, independent of any server: the local server (hyper/axum) and the
-//! Lambda functions (`lambda_http`) both turn their request into an [`ApiRequest`] and send
-//! back the [`ApiResponse`].
+//! The HTTP API of the three services (queue, auth, task-graph scheduler), independent of any
+//! server: the local server (axum) and the Lambda functions (`lambda_http`) both turn their
+//! request into an [`ApiRequest`] and send back the [`ApiResponse`].
 //!
-//! Request pipeline, as upstream: parse body → authenticate → URL params → query → input
-//! schema (defaults filled) → handler (which authorises, sometimes after loading the task) →
-//! output schema.
+//! Each endpoint is one declaration ([`declare::Endpoint`]) in the file of its resource under
+//! [`endpoints`] (the queue's), [`scheduler`] or [`auth_service`]; [`SERVICES`] lists them all,
+//! and the router, the Lambda functions and the SAM template read that list.
+//!
+//! Request pipeline, as upstream: match the route → parse the body → authenticate → URL
+//! parameters → query → input schema (defaults filled) → handler (which authorises with the
+//! declared scopes, sometimes after reading the task or group they name) → output schema.
 
-mod artifact_handlers;
-pub mod auth;
-mod auth_handlers;
-mod handlers;
-pub mod routes;
-mod scheduler_handlers;
+pub mod auth_service;
+pub mod caller;
+pub mod declare;
+pub mod endpoints;
+pub mod router;
+pub mod scheduler;
 
 use crate::auth::{AuthService, Realm, TEST_GET_SCOPES};
 use crate::blobs::{BlobStore, NoBlobs};
-use crate::error::{ApiError, ApiResult, ErrorCode};
+use crate::error::{ApiError, ErrorCode};
 use crate::queue::Queue;
 use crate::schema;
 use crate::time::Ts;
-use auth::Caller;
 use bytes::Bytes;
+use declare::{Authn, Call, Endpoint, Reply, Scopes, Service};
 use http::{HeaderMap, Method};
-use routes::Route;
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,12 +33,13 @@ use std::time::Instant;
 
 /// Largest accepted body (upstream's `inputLimit`).
 pub const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
-/// Every queue route is served under this prefix.
-pub const PREFIX: &str = "/api/queue/v1";
-/// Every auth route is served under this prefix.
-pub const AUTH_PREFIX: &str = "/api/auth/v1";
-/// Every task-graph scheduler route is served under this prefix.
-pub const SCHEDULER_PREFIX: &str = "/api/scheduler/v1";
+
+/// Every service, in the order the router tries their prefixes.
+pub static SERVICES: &[&Service] = &[
+    &endpoints::QUEUE,
+    &auth_service::AUTH,
+    &scheduler::SCHEDULER,
+];
 
 /// A request, as any server hands it over.
 #[derive(Debug, Clone)]
@@ -94,71 +98,6 @@ fn standard_headers() -> Vec<(&'static str, String)> {
     ]
 }
 
-/// What a handler sees: checked parameters, query, body and caller.
-pub struct Call {
-    /// Decoded URL parameters by name.
-    pub params: HashMap<&'static str, String>,
-    /// Query arguments.
-    pub query: HashMap<String, String>,
-    /// The validated body (or `{}`).
-    pub body: Value,
-    /// The authenticated caller.
-    pub caller: Caller,
-    /// When the request arrived.
-    pub now: Ts,
-}
-
-impl Call {
-    /// A URL parameter (always present: the route matched).
-    pub fn param(&self, name: &str) -> &str {
-        self.params
-            .get(name)
-            .map(String::as_str)
-            .unwrap_or_default()
-    }
-
-    /// The `limit` (digits only; at most [`crate::queue::MAX_PAGE`]) and `continuationToken`
-    /// query arguments of a listing.
-    pub fn page(&self) -> ApiResult<crate::queue::PageReq> {
-        use crate::queue::MAX_PAGE;
-        let limit = match self.query.get("limit") {
-            None => MAX_PAGE,
-            Some(l) if !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit()) => {
-                l.parse::<usize>().unwrap_or(MAX_PAGE).clamp(1, MAX_PAGE)
-            }
-            Some(l) => {
-                return Err(ApiError::bad_argument(format!(
-                    "limit {l:?} must match ^[0-9]+$"
-                )))
-            }
-        };
-        Ok(crate::queue::PageReq {
-            limit,
-            token: self
-                .query
-                .get("continuationToken")
-                .filter(|t| !t.is_empty())
-                .cloned(),
-        })
-    }
-}
-
-/// The monitoring endpoints every service has (`ping`, `lbheartbeat`, `heartbeat`,
-/// `version`), or `None` for any other route.
-pub(crate) fn monitoring(api: &Api, route: &str) -> Option<Value> {
-    match route {
-        "ping" => Some(json!({ "alive": true, "uptime": api.started.elapsed().as_secs_f64() })),
-        "lbheartbeat" | "heartbeat" => Some(json!({})),
-        "version" => Some(json!({
-            "source": "https://github.com/taskcluster/taskcluster",
-            "version": env!("CARGO_PKG_VERSION"),
-            "commit": option_env!("TCQ_GIT_COMMIT").unwrap_or("unknown"),
-            "build": "rust",
-        })),
-        _ => None,
-    }
-}
-
 /// The API: the queue service plus the auth service (which also authenticates every request).
 pub struct Api {
     /// The queue service.
@@ -207,28 +146,8 @@ impl Api {
         self
     }
 
-    /// Serves any route.
-    pub async fn handle(&self, req: ApiRequest) -> ApiResponse {
-        self.serve(req, Serving::All).await
-    }
-
-    /// Serves only the queue endpoint named `name` (one Lambda function per endpoint); any
-    /// other route is 404.
-    pub async fn handle_only(&self, name: &str, req: ApiRequest) -> ApiResponse {
-        self.serve(req, Serving::QueueEndpoint(name)).await
-    }
-
-    /// Serves only the auth service's routes (one Lambda function for all of them).
-    pub async fn handle_auth(&self, req: ApiRequest) -> ApiResponse {
-        self.serve(req, Serving::AuthService).await
-    }
-
-    /// Serves only the scheduler endpoint named `name` (one Lambda function per endpoint).
-    pub async fn handle_scheduler_only(&self, name: &str, req: ApiRequest) -> ApiResponse {
-        self.serve(req, Serving::SchedulerEndpoint(name)).await
-    }
-
-    async fn serve(&self, req: ApiRequest, only: Serving<'_>) -> ApiResponse {
+    /// Serves what `serves` names; any other route is 404.
+    pub async fn handle(&self, serves: Serves, req: ApiRequest) -> ApiResponse {
         let now = Ts::now();
         let mut seen = Seen::default();
         if req.method == Method::OPTIONS {
@@ -238,14 +157,14 @@ impl Api {
                 body: vec![],
             };
         }
-        let result = self.serve_inner(&req, only, now, &mut seen).await;
-        match result {
-            Ok((status, body, extra)) => {
-                let mut r = ApiResponse::json(status, &body);
-                r.headers.extend(extra);
+        match self.serve(&req, serves, now, &mut seen).await {
+            Ok(reply) => {
+                let mut r = ApiResponse::json(reply.status, &reply.body);
+                r.headers.extend(reply.headers);
                 r
             }
             Err(e) => {
+                e.log();
                 // Built only on the error path: re-reading the body here is cheaper than
                 // copying every request's body in case an error needs it.
                 let payload = seen
@@ -259,110 +178,101 @@ impl Api {
         }
     }
 
-    async fn serve_inner(
+    async fn serve(
         &self,
         req: &ApiRequest,
-        only: Serving<'_>,
+        serves: Serves,
         now: Ts,
         seen: &mut Seen,
-    ) -> Result<(u16, Value, Headers), ApiError> {
-        let (table, rest) = if let Some(rest) = req.path.strip_prefix(PREFIX) {
-            (routes::ROUTES, rest)
-        } else if let Some(rest) = req.path.strip_prefix(AUTH_PREFIX) {
-            (routes::AUTH_ROUTES, rest)
-        } else if let Some(rest) = req.path.strip_prefix(SCHEDULER_PREFIX) {
-            (routes::SCHEDULER_ROUTES, rest)
-        } else {
-            return Err(ApiError::not_found(format!("No such path {}", req.path)));
-        };
-        let is_auth = std::ptr::eq(table, routes::AUTH_ROUTES);
-        let is_scheduler = std::ptr::eq(table, routes::SCHEDULER_ROUTES);
-        let is_queue = !is_auth && !is_scheduler;
-        let (route, raw_params) = routes::find_in(table, &req.method, rest)
-            .filter(|(r, _)| match only {
-                Serving::All => true,
-                Serving::QueueEndpoint(n) => is_queue && n == r.name,
-                Serving::AuthService => is_auth,
-                Serving::SchedulerEndpoint(n) => is_scheduler && n == r.name,
-            })
+    ) -> Result<Reply, ApiError> {
+        let m = router::find(&req.method, &req.path)
+            .filter(|m| serves.covers(m.service, m.endpoint))
             .ok_or_else(|| {
                 ApiError::not_found(format!("No such endpoint: {} {}", req.method, req.path))
             })?;
-        seen.method = route.name;
-        seen.params = json!(raw_params);
+        let endpoint = m.endpoint;
+        seen.method = endpoint.name;
+        seen.params = Value::Object(
+            m.raw
+                .iter()
+                .map(|(k, v)| (k.to_string(), json!(router::decode(v))))
+                .collect::<Map<_, _>>(),
+        );
         if req.body.len() > MAX_BODY_BYTES {
             return Err(ApiError::new(
                 ErrorCode::InputTooLarge,
                 format!("Request body exceeds {MAX_BODY_BYTES} bytes"),
             ));
         }
-        let mut body = parse_body(route, req)?;
+        let mut body = parse_body(endpoint, req)?;
         seen.body_parsed = true;
         // The test endpoints authenticate against upstream's fixed test client only.
-        let realm = match route.name {
-            "testAuthenticate" if is_auth => {
-                Realm::Tester(crate::model::string_list(&body["clientScopes"]))
+        let realm = match endpoint.authn {
+            Authn::TestClient if endpoint.verb == declare::Verb::Post => {
+                Realm::Tester(crate::json::string_list(&body["clientScopes"]))
             }
-            "testAuthenticateGet" if is_auth => {
+            Authn::TestClient => {
                 Realm::Tester(TEST_GET_SCOPES.iter().map(|s| s.to_string()).collect())
             }
-            _ => Realm::Deployment,
+            Authn::Deployment => Realm::Deployment,
         };
-        let caller = auth::authenticate(&self.auth, req, now, &realm).await?;
-        let params = routes::check_params(route, raw_params)?;
+        let caller = caller::authenticate(&self.auth, req, now, &realm).await?;
+        let params = router::check_params(&m.raw)?;
         let query = parse_query(req.query.as_deref())?;
-        if let Some(input) = route.input {
+        if let Some(input) = endpoint.input {
             schema::validate_input(input, &mut body)?;
         }
-        let call = Call {
+        let mut call = Call {
+            endpoint,
             params,
             query,
             body,
             caller,
             now,
+            authorized: false,
         };
-        let (status, out, extra) = if is_auth {
-            let (s, v) = auth_handlers::dispatch(self, route, call).await?;
-            (s, v, vec![])
-        } else if is_scheduler {
-            let (s, v) = scheduler_handlers::dispatch(self, route, call).await?;
-            (s, v, vec![])
-        } else if artifact_handlers::handles(route.name) {
-            artifact_handlers::dispatch(self, route, call).await?
-        } else {
-            let (s, v) = handlers::dispatch(self, route, call).await?;
-            (s, v, vec![])
-        };
+        let reply = (endpoint.handler)(self, &mut call).await?;
+        if !call.authorized && !matches!(endpoint.scopes, Scopes::None) {
+            return Err(ApiError::internal(format!(
+                "{} answered without checking its scopes",
+                endpoint.name
+            )));
+        }
         // Only successful replies have an output schema (a 424 error artifact has its own body).
-        if self.validate_output && status < 400 {
-            if let Some(output) = route.output {
-                if let Err(errs) = schema::check(output, &out) {
+        if self.validate_output && reply.status < 400 {
+            if let Some(output) = endpoint.output {
+                if let Err(errs) = schema::check(output, &reply.body) {
                     return Err(ApiError::internal(format!(
                         "{} response fails {output}: {}",
-                        route.name,
+                        endpoint.name,
                         errs.join("; ")
                     )));
                 }
             }
         }
-        Ok((status, out, extra))
+        Ok(reply)
     }
 }
 
-/// Headers a handler adds to its reply.
-type Headers = Vec<(&'static str, String)>;
-
-/// Which routes a server answers; any other is 404.
+/// What a server answers; any other route is 404.
 #[derive(Debug, Clone, Copy)]
-enum Serving<'a> {
-    /// Every route of both services (the local server).
+pub enum Serves {
+    /// Every route of every service (the local server).
     All,
-    /// One queue endpoint (a Lambda function per endpoint).
-    QueueEndpoint(&'a str),
-    /// Every route of the auth service (one Lambda function).
-    AuthService,
-    /// One scheduler endpoint (a Lambda function per endpoint).
-    SchedulerEndpoint(&'a str),
+    /// Every route of one service (the auth service's one Lambda function).
+    Service(&'static Service),
+    /// One endpoint (a Lambda function per endpoint).
+    Endpoint(&'static Endpoint),
+}
+
+impl Serves {
+    fn covers(self, service: &Service, endpoint: &Endpoint) -> bool {
+        match self {
+            Serves::All => true,
+            Serves::Service(s) => std::ptr::eq(s, service),
+            Serves::Endpoint(e) => std::ptr::eq(e, endpoint),
+        }
+    }
 }
 
 /// How far a request got, for the `requestInfo` of an error.
@@ -382,7 +292,7 @@ impl Default for Seen {
     }
 }
 
-fn parse_body(route: &Route, req: &ApiRequest) -> Result<Value, ApiError> {
+fn parse_body(endpoint: &Endpoint, req: &ApiRequest) -> Result<Value, ApiError> {
     let is_json = req
         .headers
         .get(http::header::CONTENT_TYPE)
@@ -392,8 +302,8 @@ fn parse_body(route: &Route, req: &ApiRequest) -> Result<Value, ApiError> {
                 .to_ascii_lowercase()
                 .starts_with("application/json")
         });
-    if req.body.is_empty() || (!is_json && route.input.is_none()) {
-        if route.input.is_some() && !req.body.is_empty() && !is_json {
+    if req.body.is_empty() || (!is_json && endpoint.input.is_none()) {
+        if endpoint.input.is_some() && !req.body.is_empty() && !is_json {
             return Err(ApiError::new(
                 ErrorCode::MalformedPayload,
                 "The request body must be sent as Content-Type: application/json",

@@ -20,8 +20,8 @@ pub mod roles;
 
 use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::ids::new_slugid;
-use crate::keys;
-use crate::queue::{decode_token, encode_token, PageReq};
+use crate::page::{decode_token, encode_token, PageReq};
+use crate::records::auth as keys;
 use crate::scopes::ScopeExpr;
 use crate::store::{Cond, Item, SkRange, Store, StoreError, WriteOp};
 use crate::time::Ts;
@@ -257,7 +257,7 @@ impl AuthService {
             .map(|(d, _)| ClientRecord {
                 client_id: client_id.to_string(),
                 access_token: d["accessToken"].as_str().unwrap_or_default().to_string(),
-                scopes: crate::model::string_list(&d["scopes"]),
+                scopes: crate::json::string_list(&d["scopes"]),
                 expires: d["expires"].as_str().and_then(Ts::parse),
                 disabled: d["disabled"].as_bool().unwrap_or(false),
             }))
@@ -279,7 +279,7 @@ impl AuthService {
             .into_iter()
             .map(|d| Role {
                 role_id: d["roleId"].as_str().unwrap_or_default().to_string(),
-                scopes: crate::model::string_list(&d["scopes"]),
+                scopes: crate::json::string_list(&d["scopes"]),
             })
             .collect();
         if !roles.iter().any(|r| r.role_id == ANONYMOUS_ROLE) {
@@ -537,9 +537,7 @@ impl AuthService {
             .load_client(client_id)
             .await?
             .ok_or_else(|| ApiError::not_found(format!("Client {client_id} not found")))?;
-        let expanded = self
-            .expand(&crate::model::string_list(&d["scopes"]))
-            .await?;
+        let expanded = self.expand(&crate::json::string_list(&d["scopes"])).await?;
         Ok(self.client_json(&d, expanded))
     }
 
@@ -574,7 +572,7 @@ impl AuthService {
             }
         }
         for i in &res.items {
-            let e = roles::expand(&crate::model::string_list(&i.data["scopes"]), &roles)
+            let e = roles::expand(&crate::json::string_list(&i.data["scopes"]), &roles)
                 .unwrap_or_else(|p| p);
             clients.push(self.client_json(&i.data, e));
         }
@@ -602,7 +600,7 @@ impl AuthService {
             .and_then(Ts::parse)
             .ok_or_else(|| ApiError::input("expires must be a date-time"))?;
         let token = new_access_token();
-        let scopes = roles::normalize(crate::model::string_list(&body["scopes"]));
+        let scopes = roles::normalize(crate::json::string_list(&body["scopes"]));
         let d = json!({
             "clientId": client_id,
             "accessToken": token,
@@ -632,9 +630,7 @@ impl AuthService {
             }
             Err(e) => return Err(store_err(e)),
         }
-        let expanded = self
-            .expand(&crate::model::string_list(&d["scopes"]))
-            .await?;
+        let expanded = self.expand(&crate::json::string_list(&d["scopes"])).await?;
         let mut v = self.client_json(&d, expanded);
         v["accessToken"] = json!(token);
         Ok(v)
@@ -679,9 +675,7 @@ impl AuthService {
                 d["lastModified"] = json!(now);
             })
             .await?;
-        let expanded = self
-            .expand(&crate::model::string_list(&d["scopes"]))
-            .await?;
+        let expanded = self.expand(&crate::json::string_list(&d["scopes"])).await?;
         let mut v = self.client_json(&d, expanded);
         v["accessToken"] = json!(token);
         Ok(v)
@@ -697,9 +691,7 @@ impl AuthService {
                 }
             })
             .await?;
-        let expanded = self
-            .expand(&crate::model::string_list(&d["scopes"]))
-            .await?;
+        let expanded = self.expand(&crate::json::string_list(&d["scopes"])).await?;
         Ok(self.client_json(&d, expanded))
     }
 
@@ -762,7 +754,7 @@ impl AuthService {
 
     /// `createRole`: refuses roles whose expansion would not converge.
     pub async fn create_role(&self, role_id: &str, body: &Value, now: Ts) -> ApiResult<Value> {
-        let scopes = roles::normalize(crate::model::string_list(&body["scopes"]));
+        let scopes = roles::normalize(crate::json::string_list(&body["scopes"]));
         let mut roles: Vec<Role> = self
             .roles()
             .await?

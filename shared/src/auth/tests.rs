@@ -207,7 +207,7 @@ async fn claim_credentials_authenticate_as_their_task_client() {
         client_id: "static/taskcluster/queue".into(),
         access_token: "queue-secret".into(),
     };
-    let run_: crate::model::Run = serde_json::from_value(json!({
+    let run_: crate::records::task::Run = serde_json::from_value(json!({
         "runId": 0, "state": "running", "reasonCreated": "scheduled", "workerGroup": "g",
         "workerId": "w", "takenUntil": NOW.plus(1_200_000).to_string(), "scheduled": NOW.to_string()
     }))

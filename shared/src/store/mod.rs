@@ -15,6 +15,7 @@
 pub mod conformance;
 #[cfg(feature = "aws")]
 pub mod dynamodb;
+pub mod shard;
 pub mod sqlite;
 
 use async_trait::async_trait;
@@ -171,6 +172,12 @@ impl StoreError {
             self,
             StoreError::ConditionFailed | StoreError::TransactionCancelled { .. }
         )
+    }
+
+    /// True if the same request may succeed later: throttling, or a failure of the service
+    /// or the connection (not a broken rule or an oversized item, which stay broken).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Throttled | StoreError::Other(_))
     }
 }
 

@@ -23,15 +23,22 @@ fn other(e: impl std::fmt::Display) -> StoreError {
     StoreError::Other(e.to_string())
 }
 
-fn open(path: &Path) -> Result<Connection, StoreError> {
+/// How durably commits reach the disk.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Sync {
+    /// WAL with `synchronous=NORMAL`: survives a killed process (only an OS crash or power
+    /// loss may lose the last commits).
+    #[default]
+    Normal,
+    /// `synchronous=FULL`: also survives power loss, at the cost of speed.
+    Full,
+}
+
+fn open(path: &Path, sync: Sync) -> Result<Connection, StoreError> {
     let conn = Connection::open(path).map_err(other)?;
-    // NORMAL in WAL mode survives a killed process (only an OS crash may lose the last
-    // commits); `TCQ_SQLITE_SYNC=FULL` trades speed for power-loss durability.
-    let sync = std::env::var("TCQ_SQLITE_SYNC").unwrap_or_else(|_| "NORMAL".into());
-    let sync = if sync.eq_ignore_ascii_case("FULL") {
-        "FULL"
-    } else {
-        "NORMAL"
+    let sync = match sync {
+        Sync::Normal => "NORMAL",
+        Sync::Full => "FULL",
     };
     conn.execute_batch(&format!(
         "PRAGMA journal_mode=WAL; PRAGMA synchronous={sync}; PRAGMA busy_timeout=10000; PRAGMA foreign_keys=OFF;"
@@ -48,9 +55,14 @@ fn open(path: &Path) -> Result<Connection, StoreError> {
 }
 
 impl SqliteStore {
-    /// Opens (creating if needed) the database file at `path`.
+    /// Opens (creating if needed) the database file at `path`, with [`Sync::Normal`].
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let writer = open(path)?;
+        Self::open_with(path, Sync::Normal)
+    }
+
+    /// Opens (creating if needed) the database file at `path`.
+    pub fn open_with(path: &Path, sync: Sync) -> Result<Self, StoreError> {
+        let writer = open(path, sync)?;
         writer
             .execute_batch(
                 "CREATE TABLE IF NOT EXISTS items (
@@ -66,7 +78,7 @@ impl SqliteStore {
             .map_err(other)?;
         let mut readers = Vec::with_capacity(READERS);
         for _ in 0..READERS {
-            readers.push(Mutex::new(open(path)?));
+            readers.push(Mutex::new(open(path, sync)?));
         }
         let (jobs, queue) = std::sync::mpsc::channel();
         std::thread::Builder::new()

@@ -1,0 +1,78 @@
+//! The services assembled from their ports: what the local server and the Lambda functions
+//! both build at start.
+
+use crate::config::QueueSettings;
+use shared::api::Api;
+use shared::auth::{AuthService, ClientRecord};
+use shared::blobs::{BlobStore, S3Blobs};
+use shared::creds::IssuerCredentials;
+use shared::queue::Queue;
+use shared::store::dynamodb::{self, DynamoStore};
+use shared::store::Store;
+use std::sync::Arc;
+
+/// A start-up failure, with what failed in its message.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The auth service with the static clients: root (when configured) and the queue's own
+/// (both `*`: the queue issues credentials for any task's scopes).
+pub fn auth_service(
+    store: Arc<dyn Store>,
+    root: Option<&IssuerCredentials>,
+    queue: &IssuerCredentials,
+    anonymous_scopes: Vec<String>,
+) -> AuthService {
+    let mut statics = vec![ClientRecord::static_client(
+        &queue.client_id,
+        &queue.access_token,
+        &["*"],
+    )];
+    if let Some(r) = root {
+        statics.push(ClientRecord::static_client(
+            &r.client_id,
+            &r.access_token,
+            &["*"],
+        ));
+    }
+    AuthService::new(store, statics, anonymous_scopes)
+}
+
+/// DynamoDB under the settings' table prefix (tables created first with `create`).
+pub async fn open_dynamodb(
+    settings: &QueueSettings,
+    create: bool,
+) -> Result<DynamoStore, BoxError> {
+    let sdk = dynamodb::sdk_config().await?;
+    let client = dynamodb::client(&sdk);
+    if create {
+        dynamodb::create_tables(&client, &settings.table_prefix, false).await?;
+    }
+    Ok(DynamoStore::new(client, settings.table_prefix.clone()))
+}
+
+/// The S3 artifact buckets (created first with `create`).
+pub async fn open_s3(settings: &QueueSettings, create: bool) -> Result<S3Blobs, BoxError> {
+    let sdk = dynamodb::sdk_config().await?;
+    let s3 = S3Blobs::new(
+        &sdk,
+        settings.bucket(true),
+        settings.bucket(false),
+        settings.public_artifact_cdn.clone(),
+    );
+    if create {
+        s3.create_buckets().await?;
+    }
+    Ok(s3)
+}
+
+/// The three services over one queue.
+pub fn api(
+    queue: Arc<Queue>,
+    auth: AuthService,
+    blobs: Arc<dyn BlobStore>,
+    settings: &QueueSettings,
+) -> Api {
+    Api::new(queue, Arc::new(auth))
+        .with_blobs(blobs)
+        .with_scheduler_id(&settings.scheduler_id)
+}

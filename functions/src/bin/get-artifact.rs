@@ -1,5 +1,0 @@
-//! Lambda function `getArtifact`: GET /api/queue/v1/task/<taskId>/runs/<runId>/artifacts/<*name>
-#[tokio::main]
-async fn main() -> Result<(), lambda_http::Error> {
-    functions::lambda::serve_endpoint("getArtifact").await
-}

@@ -1,5 +1,0 @@
-//! Lambda function `task`: GET /api/queue/v1/task/<taskId>
-#[tokio::main]
-async fn main() -> Result<(), lambda_http::Error> {
-    functions::lambda::serve_endpoint("task").await
-}

@@ -1,0 +1,264 @@
+//! Configuration, read once per process from flags and environment variables (clap), one
+//! typed struct per process kind: [`ServerConfig`] for `tc-queue` and [`LambdaConfig`] for a
+//! Lambda function; both carry the [`QueueSettings`] every process has. Every variable is
+//! documented here (`--help` prints it) and in README's Configuration table. LocalStack and
+//! AWS are reached only through the standard `AWS_*` variables.
+
+use clap::{Args, Parser};
+use shared::queue::QueueConfig;
+use std::path::PathBuf;
+
+/// Settings of the queue, the same in every process of one deployment.
+#[derive(Debug, Clone, Args)]
+pub struct QueueSettings {
+    /// How long a claim lasts before it must be reclaimed, in seconds.
+    #[arg(long, env = "TCQ_CLAIM_TIMEOUT", default_value_t = 1200)]
+    pub claim_timeout_secs: u64,
+    /// How long claimWork waits for work, in milliseconds.
+    #[arg(long, env = "TCQ_CLAIM_WORK_TIMEOUT_MS", default_value_t = 20_000)]
+    pub claim_work_timeout_ms: u64,
+    /// Longest allowed task deadline, in days.
+    #[arg(long, env = "TCQ_MAX_TASK_DEADLINE_DAYS", default_value_t = 5)]
+    pub max_task_deadline_days: i64,
+    /// How long a task group outlives its longest-lived task, in milliseconds.
+    #[arg(long, env = "TCQ_GROUP_EXPIRY_EXTENSION_MS", default_value_t = shared::queue::GROUP_EXPIRY_EXTENSION_MS)]
+    pub group_expiry_extension_ms: i64,
+    /// Prefix of every exchange name.
+    #[arg(long, env = "TCQ_EXCHANGE_PREFIX", default_value = shared::routing::DEFAULT_EXCHANGE_PREFIX)]
+    pub exchange_prefix: String,
+    /// Prefix of the task-graph scheduler's exchange names.
+    #[arg(long, env = "TCQ_SCHEDULER_EXCHANGE_PREFIX", default_value = shared::routing::SCHEDULER_EXCHANGE_PREFIX)]
+    pub scheduler_exchange_prefix: String,
+    /// The tables' streams trigger the publisher and the dependency resolver on every write
+    /// (the AWS deployment sets it for every function): task records then store only each
+    /// write's own events, without the outbox and resolved index entries unless a stream
+    /// function failed. Leave it off for a server that publishes in process.
+    #[arg(long, env = "TCQ_EVENTS_FROM_STREAM", default_value_t = false, action = clap::ArgAction::Set)]
+    pub events_from_stream: bool,
+    /// The task-graph scheduler's schedulerId.
+    #[arg(long, env = "TCQ_SCHEDULER_ID", default_value = shared::scheduler::DEFAULT_SCHEDULER_ID)]
+    pub scheduler_id: String,
+    /// clientId the queue issues temporary credentials as.
+    #[arg(
+        long,
+        env = "TCQ_QUEUE_CLIENT_ID",
+        default_value = "static/taskcluster/queue"
+    )]
+    pub queue_client_id: String,
+    /// Scopes of the `anonymous` role (what unsigned requests may do) until a role named
+    /// `anonymous` is stored through the auth API; comma- or space-separated.
+    #[arg(long, env = "TCQ_ANONYMOUS_SCOPES")]
+    pub anonymous_scopes: Option<String>,
+    /// Prefix of the DynamoDB table names (`<prefix>tasks`, `<prefix>task-groups`, ...).
+    #[arg(long, env = "TCQ_TABLE_PREFIX", default_value = "tcq-")]
+    pub table_prefix: String,
+    /// Where artifact bytes live: `local` (files under the data directory, served by this
+    /// server behind signed URLs) or `s3`. Default: `s3` with DynamoDB, else `local`.
+    #[arg(long, env = "TCQ_ARTIFACT_STORAGE", value_parser = ["local", "s3"])]
+    pub artifact_storage: Option<String>,
+    /// S3 bucket of `public/…` artifacts (default `<table prefix>public-artifacts`).
+    #[arg(long, env = "TCQ_PUBLIC_ARTIFACT_BUCKET")]
+    pub public_artifact_bucket: Option<String>,
+    /// S3 bucket of every other artifact (default `<table prefix>private-artifacts`).
+    #[arg(long, env = "TCQ_PRIVATE_ARTIFACT_BUCKET")]
+    pub private_artifact_bucket: Option<String>,
+    /// Base URL (a CDN) that replaces the public bucket's URL in downloads.
+    #[arg(long, env = "TCQ_PUBLIC_ARTIFACT_BUCKET_CDN")]
+    pub public_artifact_cdn: Option<String>,
+    /// How long after `expires` an artifact is deleted (downloads answer 410 meanwhile).
+    #[arg(long, env = "TCQ_ARTIFACT_EXPIRY_GRACE_MS", default_value_t = shared::queue::artifacts::EXPIRY_GRACE_MS)]
+    pub artifact_expiry_grace_ms: i64,
+    /// Log JSON lines instead of text (`RUST_LOG` sets the filter, default `info`).
+    #[arg(long, env = "TCQ_LOG_JSON", default_value_t = false, action = clap::ArgAction::Set,
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub log_json: bool,
+}
+
+impl QueueSettings {
+    /// The queue tunables these settings select.
+    pub fn queue_config(&self) -> QueueConfig {
+        QueueConfig {
+            claim_timeout_ms: (self.claim_timeout_secs * 1000) as i64,
+            claim_work_timeout_ms: self.claim_work_timeout_ms as i64,
+            max_task_deadline_days: self.max_task_deadline_days,
+            group_expiry_extension_ms: self.group_expiry_extension_ms,
+            exchange_prefix: self.exchange_prefix.clone(),
+            scheduler_exchange_prefix: self.scheduler_exchange_prefix.clone(),
+            events_from_stream: self.events_from_stream,
+            ..QueueConfig::default()
+        }
+    }
+
+    /// Scopes of the default `anonymous` role.
+    pub fn anonymous_scopes(&self) -> Vec<String> {
+        match &self.anonymous_scopes {
+            Some(s) => s
+                .split([',', ' ', '\n'])
+                .filter(|x| !x.is_empty())
+                .map(String::from)
+                .collect(),
+            None => shared::auth::DEFAULT_ANONYMOUS_SCOPES
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+        }
+    }
+
+    /// An artifact bucket: as configured, else `<table prefix><what>-artifacts`.
+    pub fn bucket(&self, public: bool) -> String {
+        let (given, what) = if public {
+            (&self.public_artifact_bucket, "public")
+        } else {
+            (&self.private_artifact_bucket, "private")
+        };
+        given
+            .clone()
+            .unwrap_or_else(|| format!("{}{what}-artifacts", self.table_prefix))
+    }
+}
+
+/// Configuration of the local server (`tc-queue`, `cargo run`).
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "tc-queue",
+    version,
+    about = "The Taskcluster Queue, served locally on an embedded backend"
+)]
+pub struct ServerConfig {
+    /// Address to listen on.
+    #[arg(long, env = "TCQ_BIND", default_value = "127.0.0.1")]
+    pub bind: String,
+    /// Port to listen on (0 picks a free one).
+    #[arg(long, env = "TCQ_PORT", default_value_t = 8080)]
+    pub port: u16,
+    /// Directory for the database and the queue's credentials.
+    #[arg(long, env = "TCQ_DATA_DIR", default_value = ".data")]
+    pub data_dir: PathBuf,
+    /// Storage backend: `embedded` (SQLite under the data directory) or `aws` (DynamoDB,
+    /// configured by the standard AWS environment: AWS_REGION, AWS_ENDPOINT_URL, credentials).
+    #[arg(long, env = "TCQ_BACKEND", default_value = "embedded", value_parser = ["embedded", "aws"])]
+    pub backend: String,
+    /// With the aws backend: create missing tables (and buckets) at start (LocalStack, tests).
+    #[arg(long, env = "TCQ_CREATE_TABLES", default_value_t = false)]
+    pub create_tables: bool,
+    /// SQLite durability: `NORMAL` survives a killed process, `FULL` also power loss.
+    #[arg(long, env = "TCQ_SQLITE_SYNC", default_value = "NORMAL", value_parser = ["NORMAL", "FULL"], ignore_case = true)]
+    pub sqlite_sync: String,
+    /// How often the claim and deadline reapers (and the dependency sweep) run, in ms.
+    #[arg(long, env = "TCQ_REAPER_INTERVAL_MS", default_value_t = 500)]
+    pub reaper_interval_ms: u64,
+    /// How often the expiry passes (artifacts; tasks, edges and groups) run, in ms.
+    #[arg(
+        long,
+        env = "TCQ_ARTIFACT_REAPER_INTERVAL_MS",
+        default_value_t = 60_000
+    )]
+    pub artifact_reaper_interval_ms: u64,
+    /// Run the scheduler's consumer of resolution messages in this process (off when another
+    /// consumer, such as the AWS function, reacts to them instead).
+    #[arg(long, env = "TCQ_SCHEDULER_CONSUMER", default_value_t = true, action = clap::ArgAction::Set)]
+    pub scheduler_consumer: bool,
+    /// accessToken of the queue's client; generated and kept in the data directory when unset.
+    #[arg(long, env = "TCQ_QUEUE_ACCESS_TOKEN", hide_env_values = true)]
+    pub queue_access_token: Option<String>,
+    /// accessToken of the root client `static/taskcluster/root` (scopes `*`); generated and
+    /// kept in the data directory (`root-credentials.json`, owner-only) when unset.
+    #[arg(long, env = "TCQ_ROOT_ACCESS_TOKEN", hide_env_values = true)]
+    pub root_access_token: Option<String>,
+    /// Publish events to this RabbitMQ broker (e.g. `amqp://guest:guest@127.0.0.1:5672`), as
+    /// well as to the given sink.
+    #[arg(long, env = "TCQ_AMQP_URL", hide_env_values = true)]
+    pub amqp_url: Option<String>,
+    /// The queue itself.
+    #[command(flatten)]
+    pub queue: QueueSettings,
+}
+
+impl ServerConfig {
+    /// The defaults, as `tc-queue` with no flags and no environment would use.
+    pub fn defaults() -> Self {
+        ServerConfig::parse_from(["tc-queue"])
+    }
+
+    /// True on DynamoDB.
+    pub fn on_aws(&self) -> bool {
+        self.backend == "aws"
+    }
+
+    /// SQLite's durability setting.
+    pub fn sqlite_sync(&self) -> shared::store::sqlite::Sync {
+        if self.sqlite_sync.eq_ignore_ascii_case("FULL") {
+            shared::store::sqlite::Sync::Full
+        } else {
+            shared::store::sqlite::Sync::Normal
+        }
+    }
+}
+
+/// Configuration of a Lambda function: the environment its SAM definition gives it (see
+/// `lambda::Function::environment`) and the variables Lambda sets itself.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "lambda", about = "Every Lambda function of the queue's stack")]
+pub struct LambdaConfig {
+    /// What the function serves (Lambda passes the function's `Handler` on as `_HANDLER`).
+    #[arg(long, env = "_HANDLER")]
+    pub handler: Option<String>,
+    /// The function's name: without `_HANDLER`, the handler is found from it.
+    #[arg(long, env = "AWS_LAMBDA_FUNCTION_NAME")]
+    pub function_name: Option<String>,
+    /// The queue's access token (it issues workers' temporary credentials).
+    #[arg(long, env = "TCQ_QUEUE_ACCESS_TOKEN", hide_env_values = true)]
+    pub queue_access_token: Option<String>,
+    /// Name of the Secrets Manager secret holding the queue's access token (a bare token or
+    /// JSON with `accessToken`), read at cold start when `TCQ_QUEUE_ACCESS_TOKEN` is unset.
+    #[arg(long, env = "TCQ_QUEUE_ACCESS_TOKEN_SECRET")]
+    pub queue_access_token_secret: Option<String>,
+    /// The root client's access token (without it there is no root client).
+    #[arg(long, env = "TCQ_ROOT_ACCESS_TOKEN", hide_env_values = true)]
+    pub root_access_token: Option<String>,
+    /// Name of the Secrets Manager secret holding the root client's access token.
+    #[arg(long, env = "TCQ_ROOT_ACCESS_TOKEN_SECRET")]
+    pub root_access_token_secret: Option<String>,
+    /// The RabbitMQ (Amazon MQ) broker the publisher and the outbox sweeper publish to.
+    #[arg(long, env = "TCQ_AMQP_URL", hide_env_values = true)]
+    pub amqp_url: Option<String>,
+    /// The durable queue the task-graph consumer reads: the publishers declare it and bind
+    /// it to the resolution exchanges for `TCQ_SCHEDULER_ID` before they publish.
+    #[arg(long, env = "TCQ_SCHEDULER_QUEUE")]
+    pub scheduler_queue: Option<String>,
+    /// The queue itself.
+    #[command(flatten)]
+    pub queue: QueueSettings,
+}
+
+impl LambdaConfig {
+    /// Reads the environment; a malformed value is named.
+    pub fn from_env() -> Result<Self, clap::Error> {
+        LambdaConfig::try_parse_from(["lambda"])
+    }
+
+    /// The durable consumer queue (unset or empty: none) and its binding pattern.
+    pub fn scheduler_queue(&self) -> Option<(String, String)> {
+        let name = self.scheduler_queue.clone().filter(|n| !n.is_empty())?;
+        Some((
+            name,
+            shared::events::amqp::scheduler_pattern(&self.queue.scheduler_id),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_process_kinds_parse_their_defaults() {
+        let s = ServerConfig::defaults();
+        assert_eq!(s.port, 8080);
+        assert_eq!(s.queue.claim_timeout_secs, 1200);
+        assert_eq!(s.queue.bucket(true), "tcq-public-artifacts");
+        let l = LambdaConfig::try_parse_from(["lambda", "--table-prefix", "x-"]).unwrap();
+        assert_eq!(l.queue.table_prefix, "x-");
+        assert_eq!(l.queue.queue_config().claim_work_timeout_ms, 20_000);
+    }
+}

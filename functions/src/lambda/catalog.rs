@@ -1,0 +1,279 @@
+//! Every function of the stack with what the SAM template needs to know of it: its resources
+//! (from the endpoint declarations for the API's functions), the variables it reads beyond
+//! the ones every function gets, its limits and what triggers it. The template generator
+//! (`tests/tests/blackbox/infra.rs`) renders exactly this, so a function or trigger added
+//! here is deployed with no other change.
+
+use super::{Function, Job};
+use shared::api::declare::{Access, Need, Verb};
+use shared::records::artifact::ARTIFACTS;
+use shared::records::graph::TASK_GRAPHS;
+use shared::records::group::TASK_GROUPS;
+use shared::records::task::{index, TASKS};
+
+/// Variables every function gets (the template's globals); [`LambdaConfig`] reads them.
+///
+/// [`LambdaConfig`]: crate::config::LambdaConfig
+pub const COMMON_ENV: &[&str] = &[
+    "TCQ_TABLE_PREFIX",
+    "TCQ_QUEUE_ACCESS_TOKEN_SECRET",
+    "TCQ_ROOT_ACCESS_TOKEN_SECRET",
+    "TCQ_ARTIFACT_STORAGE",
+    "TCQ_PUBLIC_ARTIFACT_BUCKET",
+    "TCQ_PRIVATE_ARTIFACT_BUCKET",
+    "TCQ_EXCHANGE_PREFIX",
+    "TCQ_SCHEDULER_ID",
+    "TCQ_SCHEDULER_EXCHANGE_PREFIX",
+    "TCQ_CLAIM_WORK_TIMEOUT_MS",
+    "TCQ_EVENTS_FROM_STREAM",
+    "TCQ_LOG_JSON",
+];
+
+/// Variables of the functions that publish to RabbitMQ.
+const BROKER_ENV: &[&str] = &["TCQ_AMQP_URL", "TCQ_SCHEDULER_QUEUE"];
+
+/// What invokes a function.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Trigger {
+    /// One route of the HTTP API: method and path with `<param>`/`<*param>`.
+    Route {
+        /// The method.
+        verb: Verb,
+        /// The whole path (the service's prefix and the endpoint's route).
+        path: String,
+        /// The integration's timeout, when not the gateway's default.
+        timeout_ms: Option<u32>,
+    },
+    /// Every route under a prefix.
+    Prefix(&'static str),
+    /// An EventBridge schedule, the template parameter `<Handler>Rate` with this default.
+    Schedule(&'static str),
+    /// A table's stream (NEW_IMAGE), in batches of 100.
+    Stream {
+        /// The table.
+        table: &'static str,
+        /// Only records that resolve a task, or carry this index's entry (the dependency
+        /// resolver's filter); `None`: every record.
+        marked_by: Option<&'static str>,
+        /// Retries of a failing batch before its record goes to the failure queue.
+        retries: u32,
+    },
+    /// The task-graph scheduler's durable queue on the broker (Amazon MQ).
+    Broker,
+}
+
+/// One function of the stack.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    /// The function.
+    pub function: Function,
+    /// One line on what it does.
+    pub description: String,
+    /// Its timeout, in seconds.
+    pub timeout_secs: u32,
+    /// Its memory, in MB.
+    pub memory_mb: u32,
+    /// The tables and buckets it uses (every function also reads `auth`).
+    pub needs: Vec<Need>,
+    /// The SQS queue its failed work is recorded in.
+    pub failures_to: Option<&'static str>,
+    /// Variables it reads beyond [`COMMON_ENV`].
+    pub env: &'static [&'static str],
+    /// What invokes it.
+    pub triggers: Vec<Trigger>,
+}
+
+/// Each table or the buckets once, with the widest access any of `needs` asks for.
+fn union(needs: impl Iterator<Item = Need>) -> Vec<Need> {
+    let resource = |n: &Need| match n {
+        Need::Table(t, _) => Some(*t),
+        Need::Buckets(_) => None,
+    };
+    let writes = |n: &Need| {
+        matches!(
+            n,
+            Need::Table(_, Access::Write) | Need::Buckets(Access::Write)
+        )
+    };
+    let mut out: Vec<Need> = vec![];
+    for n in needs {
+        match out.iter().position(|m| resource(m) == resource(&n)) {
+            Some(i) if writes(&n) => out[i] = n,
+            Some(_) => {}
+            None => out.push(n),
+        }
+    }
+    out
+}
+
+fn table(t: &'static str, a: Access) -> Need {
+    Need::Table(t, a)
+}
+
+/// The tables and buckets a job uses, and how long it may run.
+fn job_spec(job: Job) -> (Vec<Need>, &'static str, &'static str) {
+    use Access::Write;
+    let tasks = vec![table(TASKS, Write), table(TASK_GROUPS, Write)];
+    match job {
+        Job::ClaimReaper => (tasks, "rate(1 minute)", "Resolves runs whose claim expired"),
+        Job::DeadlineReaper => (
+            tasks,
+            "rate(1 minute)",
+            "Resolves tasks whose deadline passed",
+        ),
+        Job::DependencyResolver => (
+            tasks,
+            "rate(1 minute)",
+            "Makes dependents of resolved tasks pending",
+        ),
+        Job::OutboxSweeper => (
+            vec![table(TASKS, Write), table(TASK_GRAPHS, Write)],
+            "rate(5 minutes)",
+            "Publishes events the stream publisher left behind",
+        ),
+        Job::ArtifactReaper => (
+            vec![table(ARTIFACTS, Write), Need::Buckets(Write)],
+            "rate(1 hour)",
+            "Deletes expired artifacts (objects, then rows)",
+        ),
+        Job::ExpiryReaper => (
+            vec![
+                table(TASKS, Write),
+                table(TASK_GROUPS, Write),
+                table(ARTIFACTS, Write),
+            ],
+            "rate(1 hour)",
+            "Deletes expired tasks, dependency edges and task groups",
+        ),
+    }
+}
+
+impl Function {
+    /// What the template needs to know of this function.
+    pub fn spec(&self) -> Spec {
+        let base = |description: String, timeout_secs, memory_mb, needs, triggers| Spec {
+            function: *self,
+            description,
+            timeout_secs,
+            memory_mb,
+            needs,
+            failures_to: None,
+            env: &[],
+            triggers,
+        };
+        match *self {
+            Function::Endpoint(service, e) => {
+                // claimWork long-polls 20 s; the gateway's integration limit is 30 s. The
+                // scheduler's writes define up to 1000 tasks per call.
+                let long = e.name == "claimWork" || (service.name == "scheduler" && e.verb != Verb::Get);
+                let route = Trigger::Route {
+                    verb: e.verb,
+                    path: format!("{}{}", service.prefix, e.route),
+                    timeout_ms: (e.name == "claimWork").then_some(29_000),
+                };
+                let what = format!(
+                    "{} endpoint {} ({} {})",
+                    if service.name == "queue" { "Queue" } else { "Task-graph scheduler" },
+                    e.name,
+                    e.verb.method(),
+                    e.route
+                );
+                base(what, if long { 29 } else { 15 }, 256, e.needs.to_vec(), vec![route])
+            }
+            Function::Service(service) => {
+                let needs = union(service.endpoints().flat_map(|e| e.needs.iter().copied()));
+                let what = format!("The {} service (every route under {}/)", service.name, service.prefix);
+                base(what, 15, 256, needs, vec![Trigger::Prefix(service.prefix)])
+            }
+            Function::Publisher => Spec {
+                failures_to: Some("publisher-failures"),
+                env: BROKER_ENV,
+                ..base(
+                    "Publishes the events of the tasks and task-graphs tables' streams to RabbitMQ"
+                        .into(),
+                    60,
+                    512,
+                    vec![table(TASKS, Access::Write), table(TASK_GRAPHS, Access::Write)],
+                    [TASKS, TASK_GRAPHS]
+                        .map(|table| Trigger::Stream {
+                            table,
+                            marked_by: None,
+                            retries: 50,
+                        })
+                        .to_vec(),
+                )
+            },
+            Function::Job(job) => {
+                let (needs, rate, what) = job_spec(job);
+                let mut triggers = vec![Trigger::Schedule(rate)];
+                if job == Job::DependencyResolver {
+                    // Resolutions are handled as they are written; the schedule stays as a
+                    // sweep for what a failed batch left marked.
+                    triggers.push(Trigger::Stream {
+                        table: TASKS,
+                        marked_by: Some(index::RESOLVED),
+                        retries: 10,
+                    });
+                }
+                Spec {
+                    failures_to: Some("job-failures"),
+                    env: if job == Job::OutboxSweeper { BROKER_ENV } else { &[] },
+                    ..base(what.into(), 300, 512, needs, triggers)
+                }
+            }
+            Function::TaskGraphConsumer => base(
+                "The task-graph scheduler's consumer of task-completed, task-failed and task-exception"
+                    .into(),
+                120,
+                256,
+                vec![
+                    table(TASK_GRAPHS, Access::Write),
+                    table(TASKS, Access::Write),
+                    table(TASK_GROUPS, Access::Write),
+                ],
+                vec![Trigger::Broker],
+            ),
+        }
+    }
+}
+
+/// Every function's spec, in the order of [`Function::all`].
+pub fn specs() -> Vec<Spec> {
+    Function::all().iter().map(Function::spec).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::LambdaConfig;
+    use clap::CommandFactory;
+    use shared::records::auth::AUTH;
+
+    #[test]
+    fn every_variable_a_function_gets_is_one_its_configuration_reads() {
+        let cmd = LambdaConfig::command();
+        let read: Vec<String> = cmd
+            .get_arguments()
+            .filter_map(|a| a.get_env())
+            .map(|e| e.to_string_lossy().into_owned())
+            .collect();
+        for spec in specs() {
+            for var in COMMON_ENV.iter().chain(spec.env) {
+                assert!(
+                    read.iter().any(|r| r == var),
+                    "{var} of {}",
+                    spec.function.handler()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_auth_service_writes_its_table() {
+        let auth = specs()
+            .into_iter()
+            .find(|s| s.function.handler() == "auth")
+            .expect("auth");
+        assert_eq!(auth.needs, vec![Need::Table(AUTH, Access::Write)]);
+    }
+}

@@ -1,0 +1,54 @@
+//! The API behind an API Gateway HTTP API (payload v2): each function serves one endpoint (or
+//! the auth service) of the same [`Api`] the local server hosts.
+
+use super::Error;
+use crate::config::LambdaConfig;
+use lambda_http::{Body, Request, RequestExt, Response};
+use shared::api::router::canonical_path;
+use shared::api::{Api, ApiRequest, Serves};
+use std::sync::Arc;
+
+/// Serves `serves` until the Lambda runtime stops the function; the services are built once
+/// per cold start.
+pub async fn serve(cfg: LambdaConfig, serves: Serves) -> Result<(), Error> {
+    let api = Arc::new(super::background::api(&cfg).await?);
+    lambda_http::run(lambda_http::service_fn(move |req: Request| {
+        let api = api.clone();
+        async move { Ok::<_, Error>(handle(&api, serves, req).await) }
+    }))
+    .await
+}
+
+/// Converts a gateway request into the API's and the answer back. The path is taken raw and
+/// made canonical (parameters encoded as the clients encode and sign them), so that `%2F`
+/// inside a taskQueueId survives a gateway that decodes it.
+pub async fn handle(api: &Api, serves: Serves, req: Request) -> Response<Body> {
+    let raw = req.raw_http_path().to_string();
+    let (parts, body) = req.into_parts();
+    let given = if raw.is_empty() {
+        parts.uri.path().to_string()
+    } else {
+        raw
+    };
+    let path = canonical_path(&parts.method, &given).unwrap_or(given);
+    let body = match body {
+        Body::Empty => bytes::Bytes::new(),
+        Body::Text(t) => bytes::Bytes::from(t),
+        Body::Binary(b) => bytes::Bytes::from(b),
+        _ => bytes::Bytes::new(),
+    };
+    let req = ApiRequest {
+        method: parts.method,
+        path,
+        query: parts.uri.query().map(String::from),
+        headers: parts.headers,
+        body,
+    };
+    let out = api.handle(serves, req).await;
+    let mut resp = Response::builder().status(out.status);
+    for (k, v) in out.headers {
+        resp = resp.header(k, v);
+    }
+    resp.body(Body::Text(String::from_utf8_lossy(&out.body).into_owned()))
+        .unwrap_or_default()
+}

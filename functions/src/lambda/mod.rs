@@ -1,0 +1,237 @@
+//! Every Lambda function of the stack, in one binary (`src/bin/lambda.rs`): release builds
+//! link with LTO, about 80 s per binary, so one artifact that every function of the SAM
+//! template points at pays that once. Each function says what it is through its `Handler`
+//! (which `provided.al2023` passes on as `_HANDLER`), else through its name.
+//!
+//! - [`Function`]: what one function serves, and its name and handler;
+//! - [`catalog`]: every function with its configuration, which the SAM template is made from;
+//! - [`http`]: the API behind API Gateway;
+//! - [`background`]: the stream-triggered, scheduled and broker-fed functions.
+
+pub mod background;
+pub mod catalog;
+pub mod http;
+
+use crate::config::LambdaConfig;
+use shared::api::declare::{Endpoint, Functions, Service};
+use shared::api::{Serves, SERVICES};
+
+type Error = lambda_runtime::Error;
+
+/// A scheduled (or stream-triggered) background job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Job {
+    /// Expires claims whose takenUntil passed.
+    ClaimReaper,
+    /// Resolves tasks whose deadline passed.
+    DeadlineReaper,
+    /// Makes dependents of resolved tasks pending (also on the tasks table's stream).
+    DependencyResolver,
+    /// Publishes events stranded in outboxes (the stream publisher's safety net).
+    OutboxSweeper,
+    /// Deletes expired artifacts: objects, then rows.
+    ArtifactReaper,
+    /// Deletes expired tasks, dependency edges and task groups.
+    ExpiryReaper,
+}
+
+impl Job {
+    /// Every job.
+    pub const ALL: [Job; 6] = [
+        Job::ClaimReaper,
+        Job::DeadlineReaper,
+        Job::DependencyResolver,
+        Job::OutboxSweeper,
+        Job::ArtifactReaper,
+        Job::ExpiryReaper,
+    ];
+
+    /// Its handler name.
+    pub fn handler(self) -> &'static str {
+        match self {
+            Job::ClaimReaper => "claimReaper",
+            Job::DeadlineReaper => "deadlineReaper",
+            Job::DependencyResolver => "dependencyResolver",
+            Job::OutboxSweeper => "outboxSweeper",
+            Job::ArtifactReaper => "artifactReaper",
+            Job::ExpiryReaper => "expiryReaper",
+        }
+    }
+}
+
+/// What one function serves.
+#[derive(Debug, Clone, Copy)]
+pub enum Function {
+    /// One endpoint of a service cut into a function per endpoint.
+    Endpoint(&'static Service, &'static Endpoint),
+    /// A whole service (the auth service).
+    Service(&'static Service),
+    /// The publisher, on the tables' streams.
+    Publisher,
+    /// A background job.
+    Job(Job),
+    /// The task-graph scheduler's consumer of resolution messages (Amazon MQ events).
+    TaskGraphConsumer,
+}
+
+impl Function {
+    /// Every function of the stack: the services' (from their declarations), then the
+    /// background ones.
+    pub fn all() -> Vec<Function> {
+        let mut out = vec![];
+        for service in SERVICES {
+            match service.functions {
+                Functions::One { .. } => out.push(Function::Service(service)),
+                Functions::PerEndpoint { .. } => {
+                    out.extend(service.endpoints().map(|e| Function::Endpoint(service, e)))
+                }
+            }
+        }
+        out.push(Function::Publisher);
+        out.extend(Job::ALL.map(Function::Job));
+        out.push(Function::TaskGraphConsumer);
+        out
+    }
+
+    /// Its handler name (the SAM function's `Handler`), e.g. `claimWork`, `auth`,
+    /// `schedulerCreateTaskGraph`, `claimReaper`.
+    pub fn handler(&self) -> String {
+        match self {
+            Function::Endpoint(s, e) => s.handler_name(e),
+            Function::Service(s) => match s.functions {
+                Functions::One { handler } => handler.to_string(),
+                Functions::PerEndpoint { .. } => s.name.to_string(),
+            },
+            Function::Publisher => "publisher".into(),
+            Function::Job(j) => j.handler().into(),
+            Function::TaskGraphConsumer => "taskGraphConsumer".into(),
+        }
+    }
+
+    /// Its name: the handler in kebab case (`claim-work`).
+    pub fn name(&self) -> String {
+        kebab(&self.handler())
+    }
+
+    /// The function whose handler is `handler`.
+    pub fn resolve(handler: &str) -> Option<Function> {
+        Function::all().into_iter().find(|f| f.handler() == handler)
+    }
+
+    /// The function for a name such as `claim-work` or `mystack-claim-work`, for runs without
+    /// `_HANDLER` (the test harness, a hand-made function). The longest match wins, so
+    /// `x-latest-artifact` is `latestArtifact`, not `artifact`.
+    pub fn resolve_name(function_name: &str) -> Option<Function> {
+        Function::all()
+            .into_iter()
+            .map(|f| (f.name(), f))
+            .filter(|(k, _)| {
+                function_name == k
+                    || function_name
+                        .strip_suffix(k.as_str())
+                        .is_some_and(|head| head.ends_with('-'))
+            })
+            .max_by_key(|(k, _)| k.len())
+            .map(|(_, f)| f)
+    }
+
+    /// The function this process is: `_HANDLER`, else the function's name.
+    pub fn from_config(cfg: &LambdaConfig) -> Result<Function, Error> {
+        if let Some(h) = &cfg.handler {
+            return Function::resolve(h)
+                .ok_or_else(|| format!("unknown handler {h:?} (_HANDLER)").into());
+        }
+        let f = cfg
+            .function_name
+            .as_deref()
+            .ok_or("neither _HANDLER nor AWS_LAMBDA_FUNCTION_NAME is set")?;
+        Function::resolve_name(f)
+            .ok_or_else(|| format!("no handler matches function name {f:?}").into())
+    }
+
+    /// What an HTTP function answers (`None` for the others).
+    pub fn serves(&self) -> Option<Serves> {
+        match self {
+            Function::Endpoint(_, e) => Some(Serves::Endpoint(e)),
+            Function::Service(s) => Some(Serves::Service(s)),
+            _ => None,
+        }
+    }
+}
+
+/// `claimWork` -> `claim-work`: the functions' naming.
+pub fn kebab(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 4);
+    for c in name.chars() {
+        if c.is_ascii_uppercase() {
+            out.push('-');
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Runs the function this process is until the Lambda runtime stops it.
+pub async fn run(cfg: LambdaConfig) -> Result<(), Error> {
+    crate::init_tracing(cfg.queue.log_json);
+    let function = Function::from_config(&cfg)?;
+    match function {
+        Function::Endpoint(..) | Function::Service(_) => {
+            let serves = function.serves().ok_or("not an HTTP function")?;
+            http::serve(cfg, serves).await
+        }
+        Function::Publisher => background::serve_publisher(cfg).await,
+        Function::Job(job) => background::serve_job(cfg, job).await,
+        Function::TaskGraphConsumer => background::serve_task_graph_consumer(cfg).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn handler_of(f: Option<Function>) -> Option<String> {
+        f.map(|f| f.handler())
+    }
+
+    #[test]
+    fn functions_resolve_by_handler_and_by_name() {
+        assert_eq!(
+            handler_of(Function::resolve("claimWork")).as_deref(),
+            Some("claimWork")
+        );
+        assert!(matches!(
+            Function::resolve("auth"),
+            Some(Function::Service(_))
+        ));
+        assert!(Function::resolve("nope").is_none());
+        for (name, handler) in [
+            ("tcq-latest-artifact", "latestArtifact"),
+            ("artifact", "artifact"),
+            ("stack-reclaim-task", "reclaimTask"),
+            ("claim-reaper", "claimReaper"),
+            ("stack-scheduler-status", "schedulerStatus"),
+            ("stack-status", "status"),
+            ("scheduler-inspect-task", "schedulerInspectTask"),
+            ("task-graph-consumer", "taskGraphConsumer"),
+        ] {
+            assert_eq!(
+                handler_of(Function::resolve_name(name)).as_deref(),
+                Some(handler),
+                "{name}"
+            );
+        }
+        assert!(Function::resolve_name("xclaim-work").is_none());
+    }
+
+    #[test]
+    fn handler_names_are_unique() {
+        let names: Vec<String> = Function::all().iter().map(Function::handler).collect();
+        let mut unique = names.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), names.len(), "handler names collide");
+    }
+}

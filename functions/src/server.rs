@@ -1,0 +1,451 @@
+//! The local server: the same [`Api`] that the Lambda functions host, served by axum on
+//! 127.0.0.1 over the embedded SQLite backend (or DynamoDB), with the background passes on
+//! timers in process.
+
+use crate::assemble::{self, BoxError};
+use crate::config::ServerConfig;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{Request, Response, StatusCode};
+use serde_json::json;
+use shared::api::{error_response, Api, ApiRequest, Serves, MAX_BODY_BYTES};
+use shared::auth::ROOT_CLIENT_ID;
+use shared::blobs::{BlobStore, LocalBlobs};
+use shared::creds::IssuerCredentials;
+use shared::error::{ApiError, ErrorCode};
+use shared::events::amqp::AmqpSink;
+use shared::events::{EventSink, FanoutSink};
+use shared::hints::LocalHints;
+use shared::jobs::{self, Publisher};
+use shared::queue::Queue;
+use shared::scheduler::SchedulerSink;
+use shared::signal::LocalSignal;
+use shared::store::sqlite::SqliteStore;
+use shared::store::Store;
+use shared::time::Ts;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// The artifact storage a configuration selects: the local blob store (which this server must
+/// also serve) or S3.
+pub enum Blobs {
+    /// Files under the data directory.
+    Local(Arc<LocalBlobs>),
+    /// Presigned S3 URLs.
+    S3(Arc<dyn BlobStore>),
+}
+
+impl Blobs {
+    /// The port.
+    pub fn port(&self) -> Arc<dyn BlobStore> {
+        match self {
+            Blobs::Local(l) => l.clone(),
+            Blobs::S3(s) => s.clone(),
+        }
+    }
+}
+
+/// Opens the configured artifact storage. `root_url` is where this server answers (for local
+/// blob URLs); `secret` keys their signatures. With `create_tables`, missing buckets are made.
+pub async fn open_blobs(
+    cfg: &ServerConfig,
+    root_url: &str,
+    secret: &str,
+) -> Result<Blobs, BoxError> {
+    let s3 = match cfg.queue.artifact_storage.as_deref() {
+        Some(kind) => kind == "s3",
+        None => cfg.on_aws(),
+    };
+    if s3 {
+        let s3 = assemble::open_s3(&cfg.queue, cfg.create_tables).await?;
+        return Ok(Blobs::S3(Arc::new(s3)));
+    }
+    Ok(Blobs::Local(Arc::new(LocalBlobs::new(
+        cfg.data_dir.join("blobs"),
+        root_url,
+        secret,
+    ))))
+}
+
+/// A running local server.
+pub struct Running {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// The API it serves.
+    pub api: Arc<Api>,
+    /// The root client's credentials (for the `TASKCLUSTER_*` lines the binary prints).
+    pub root: IssuerCredentials,
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Running {
+    /// `http://<addr>`, the rootUrl for clients.
+    pub fn root_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops serving and the background loops.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+}
+
+/// Loads the queue's issuer credentials, creating them on first start (owner-only file).
+fn issuer(cfg: &ServerConfig) -> std::io::Result<IssuerCredentials> {
+    credentials(
+        &cfg.data_dir.join("queue-credentials.json"),
+        &cfg.queue.queue_client_id,
+        cfg.queue_access_token.as_deref(),
+    )
+}
+
+/// Loads the root client's credentials, creating them on first start (owner-only file).
+fn root(cfg: &ServerConfig) -> std::io::Result<IssuerCredentials> {
+    credentials(
+        &cfg.data_dir.join("root-credentials.json"),
+        ROOT_CLIENT_ID,
+        cfg.root_access_token.as_deref(),
+    )
+}
+
+/// Credentials from configuration, else from `path`, else generated and saved to `path`.
+fn credentials(
+    path: &Path,
+    client_id: &str,
+    configured: Option<&str>,
+) -> std::io::Result<IssuerCredentials> {
+    let make = |token: String| IssuerCredentials {
+        client_id: client_id.to_string(),
+        access_token: token,
+    };
+    if let Some(token) = configured {
+        return Ok(make(token.to_string()));
+    }
+    if let Ok(text) = std::fs::read_to_string(path) {
+        if let Some(token) = serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| v["accessToken"].as_str().map(String::from))
+        {
+            return Ok(make(token));
+        }
+    }
+    let token = shared::auth::new_access_token();
+    write_private(
+        path,
+        &json!({ "clientId": client_id, "accessToken": token }).to_string(),
+    )?;
+    Ok(make(token))
+}
+
+/// Owner-only permissions on the database files and, if we created it, the data directory
+/// (an existing directory such as `/tmp` is left as it is).
+fn restrict(dir: &Path, created: bool) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if created {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        }
+        for name in ["queue.db", "queue.db-wal", "queue.db-shm"] {
+            let p = dir.join(name);
+            if p.exists() {
+                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+    opts.open(path)?.write_all(text.as_bytes())
+}
+
+/// Opens the configured backend.
+pub async fn open_store(cfg: &ServerConfig) -> Result<Arc<dyn Store>, BoxError> {
+    if cfg.on_aws() {
+        return Ok(Arc::new(
+            assemble::open_dynamodb(&cfg.queue, cfg.create_tables).await?,
+        ));
+    }
+    Ok(Arc::new(SqliteStore::open_with(
+        &cfg.data_dir.join("queue.db"),
+        cfg.sqlite_sync(),
+    )?))
+}
+
+/// Starts the server and its background loops; events go to `sink` (and to RabbitMQ first,
+/// when an AMQP URL is configured).
+pub async fn start(cfg: ServerConfig, sink: Arc<dyn EventSink>) -> Result<Running, BoxError> {
+    let created = !cfg.data_dir.exists();
+    std::fs::create_dir_all(&cfg.data_dir)?;
+    let store = open_store(&cfg).await?;
+    restrict(&cfg.data_dir, created)?;
+    let (issuer, root) = (issuer(&cfg)?, root(&cfg)?);
+    let auth = assemble::auth_service(
+        store.clone(),
+        Some(&root),
+        &issuer,
+        cfg.queue.anonymous_scopes(),
+    );
+    let hints = Arc::new(LocalHints::default());
+    let queue = Arc::new(
+        Queue::new(
+            store,
+            Arc::new(LocalSignal::default()),
+            issuer,
+            cfg.queue.queue_config(),
+        )
+        .with_observer(hints.clone()),
+    );
+    // Bound before the API is built: local blob URLs need the address.
+    let listener = tokio::net::TcpListener::bind((cfg.bind.as_str(), cfg.port)).await?;
+    let addr = listener.local_addr()?;
+    let blobs = open_blobs(&cfg, &format!("http://{addr}"), &queue.issuer.access_token).await?;
+    let api = Arc::new(assemble::api(queue.clone(), auth, blobs.port(), &cfg.queue));
+    let (stop, stopped) = watch::channel(false);
+
+    let mut app = axum::Router::new();
+    if let Blobs::Local(local) = &blobs {
+        let local = local.clone();
+        app = app.route(
+            &format!("{}{{*key}}", shared::blobs::LOCAL_PREFIX),
+            axum::routing::any(move |req: Request<Body>| serve_blob(local.clone(), req)),
+        );
+    }
+    let app = app.fallback(serve).with_state(api.clone());
+    let mut stop_rx = stopped.clone();
+    let http = tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stop_rx.wait_for(|s| *s).await;
+        };
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await
+        {
+            tracing::error!(error = %e, "server failed");
+        }
+    });
+    let every = Duration::from_millis(cfg.reaper_interval_ms.max(10));
+    let reapers = tokio::spawn(reaper_loop(queue.clone(), every, stopped.clone()));
+    let dependencies = tokio::spawn(dependency_loop(
+        queue.clone(),
+        hints.clone(),
+        every,
+        stopped.clone(),
+    ));
+    // The scheduler consumes the queue's resolution messages in process, last: an event
+    // leaves its outbox only once RabbitMQ, the given sink and the scheduler all took it.
+    let mut sinks = vec![];
+    if let Some(url) = &cfg.amqp_url {
+        sinks.push(Arc::new(
+            AmqpSink::new(url.clone(), cfg.queue.exchange_prefix.clone())
+                .with_scheduler_prefix(cfg.queue.scheduler_exchange_prefix.clone()),
+        ) as Arc<dyn EventSink>);
+    }
+    sinks.push(sink);
+    if cfg.scheduler_consumer {
+        sinks.push(Arc::new(SchedulerSink(api.scheduler.clone())));
+    }
+    let publisher = Publisher::new(Arc::new(FanoutSink(sinks)));
+    let expiry = tokio::spawn(expiry_loop(
+        queue.clone(),
+        blobs.port(),
+        Duration::from_millis(cfg.artifact_reaper_interval_ms.max(10)),
+        cfg.queue.artifact_expiry_grace_ms,
+        stopped.clone(),
+    ));
+    let publisher = tokio::spawn(publisher_loop(queue.clone(), hints, publisher, stopped));
+    tracing::info!(%addr, data_dir = %cfg.data_dir.display(), "queue listening");
+    Ok(Running {
+        addr,
+        api,
+        root,
+        stop,
+        tasks: vec![http, reapers, publisher, expiry, dependencies],
+    })
+}
+
+/// Logs what a pass did, or why it failed (a retryable failure at warn, a bug at error).
+fn report(what: &str, result: Result<usize, jobs::JobError>) {
+    match result {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(n, "{what}"),
+        Err(e) if e.is_retryable() => {
+            tracing::warn!(error = %e, "{what} failed; next pass retries")
+        }
+        Err(e) => tracing::error!(error = %e, "{what} failed"),
+    }
+}
+
+/// Satisfies dependents of resolved tasks: at once when this process writes a resolution,
+/// and every `every` for resolutions written elsewhere (or left by a crash).
+async fn dependency_loop(
+    queue: Arc<Queue>,
+    hints: Arc<LocalHints>,
+    every: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let waiting = hints.dependents_waiting.clone();
+        let woken = waiting.notified();
+        report(
+            "dependency worker",
+            jobs::dependencies(&queue, Ts::now()).await,
+        );
+        tokio::select! {
+            _ = woken => {}
+            _ = tokio::time::sleep(every) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+async fn reaper_loop(queue: Arc<Queue>, every: Duration, mut stop: watch::Receiver<bool>) {
+    loop {
+        let now = Ts::now();
+        report("claim reaper", jobs::claims(&queue, now).await);
+        report("deadline reaper", jobs::deadlines(&queue, now).await);
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+/// Deletes expired artifacts (rows and objects), tasks, dependency edges and task groups on a
+/// timer.
+async fn expiry_loop(
+    queue: Arc<Queue>,
+    blobs: Arc<dyn BlobStore>,
+    every: Duration,
+    grace_ms: i64,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let done = jobs::artifacts(&queue, blobs.as_ref(), Ts::now(), grace_ms).await;
+        report("artifact expiry", done);
+        report("task expiry", jobs::expiry(&queue, Ts::now()).await);
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+/// Largest artifact the local server accepts in one PUT.
+const MAX_BLOB_BYTES: usize = 1 << 30;
+
+/// Answers a local blob URL (the embedded stand-in for S3).
+async fn serve_blob(blobs: Arc<LocalBlobs>, req: Request<Body>) -> Response<Body> {
+    let (parts, body) = req.into_parts();
+    let Ok(body) = axum::body::to_bytes(body, MAX_BLOB_BYTES).await else {
+        return Response::builder()
+            .status(StatusCode::PAYLOAD_TOO_LARGE)
+            .body(Body::empty())
+            .unwrap_or_else(|_| Response::new(Body::empty()));
+    };
+    let ct = parts
+        .headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    let out = blobs
+        .serve(
+            parts.method.as_str(),
+            parts.uri.path(),
+            parts.uri.query(),
+            ct,
+            &body,
+            Ts::now(),
+        )
+        .await;
+    Response::builder()
+        .status(StatusCode::from_u16(out.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
+        .header("content-type", out.content_type)
+        .body(Body::from(out.body))
+        .unwrap_or_else(|_| Response::new(Body::empty()))
+}
+
+async fn publisher_loop(
+    queue: Arc<Queue>,
+    hints: Arc<LocalHints>,
+    publisher: Publisher,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut backoff = Duration::from_millis(100);
+    let sweep_every = Duration::from_secs(1);
+    let mut last_sweep = std::time::Instant::now() - sweep_every;
+    loop {
+        let waiting = hints.events_waiting.clone();
+        let woken = waiting.notified();
+        // Fast path: the tasks just written. Every second, also sweep the whole outbox index
+        // (events left by a crash, a restart or another process).
+        let mut result = publisher.recent(&queue, &hints).await;
+        if result.is_ok() && last_sweep.elapsed() >= sweep_every {
+            last_sweep = std::time::Instant::now();
+            result = publisher.sweep(&queue, &|id| hints.is_dirty(id)).await;
+        }
+        let pause = match result {
+            Ok(_) => {
+                backoff = Duration::from_millis(100);
+                sweep_every
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "publishing failed; will retry");
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+                backoff
+            }
+        };
+        tokio::select! {
+            _ = woken => {}
+            _ = tokio::time::sleep(pause) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+/// The axum fallback: every request goes to the shared API.
+async fn serve(State(api): State<Arc<Api>>, req: Request<Body>) -> Response<Body> {
+    let (parts, body) = req.into_parts();
+    let body = match axum::body::to_bytes(body, MAX_BODY_BYTES + 1).await {
+        Ok(b) if b.len() <= MAX_BODY_BYTES => b,
+        _ => {
+            let e = ApiError::new(
+                ErrorCode::InputTooLarge,
+                format!("Request body exceeds {MAX_BODY_BYTES} bytes"),
+            );
+            let info =
+                json!({ "method": "unknown", "params": {}, "payload": {}, "time": Ts::now() });
+            return to_http(error_response(&e, &parts.method, info));
+        }
+    };
+    let req = ApiRequest {
+        method: parts.method,
+        path: parts.uri.path().to_string(),
+        query: parts.uri.query().map(String::from),
+        headers: parts.headers,
+        body,
+    };
+    to_http(api.handle(Serves::All, req).await)
+}
+
+fn to_http(r: shared::api::ApiResponse) -> Response<Body> {
+    let mut b = Response::builder()
+        .status(StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR));
+    for (k, v) in r.headers {
+        b = b.header(k, v);
+    }
+    b.body(Body::from(r.body))
+        .unwrap_or_else(|_| Response::new(Body::empty()))
+}

@@ -1,0 +1,151 @@
+//! Authentication of API requests: the request's signature becomes a [`Caller`] (see
+//! [`crate::auth`] for the rules), and every endpoint then checks its exact scope expression
+//! with [`Caller::authorize`].
+
+use super::ApiRequest;
+use crate::auth::{auth_failed, AuthService, Authenticated, Outcome, Realm, RequestFacts};
+use crate::error::{ApiError, ErrorCode};
+use crate::scopes::ScopeExpr;
+use crate::time::Ts;
+use serde_json::json;
+
+/// An authenticated caller and its (expanded) scopes.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// The clientId, if the request was signed.
+    pub client_id: Option<String>,
+    /// Every scope the caller holds.
+    pub scopes: Vec<String>,
+}
+
+impl Caller {
+    /// `403 InsufficientScopes` unless the caller satisfies `expr`.
+    pub fn authorize(&self, expr: &ScopeExpr) -> Result<(), ApiError> {
+        match expr.unsatisfied(&self.scopes) {
+            None => Ok(()),
+            Some(missing) => Err(ApiError::new(
+                ErrorCode::InsufficientScopes,
+                format!(
+                    "Client {} lacks scopes.\nRequired: {}\nUnsatisfied: {}",
+                    self.client_id.as_deref().unwrap_or("(anonymous)"),
+                    expr.to_json(),
+                    missing.to_json()
+                ),
+            )
+            .with_details(json!({ "required": expr.to_json(), "unsatisfied": missing.to_json() }))),
+        }
+    }
+}
+
+impl From<Authenticated> for Caller {
+    fn from(a: Authenticated) -> Self {
+        Caller {
+            client_id: a.client_id,
+            scopes: a.scopes,
+        }
+    }
+}
+
+fn header<'a>(req: &'a ApiRequest, name: &str) -> Option<&'a str> {
+    req.headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// Host and port as the client signed them: the `Host` header, with the port from
+/// `x-forwarded-port` (behind a proxy or API Gateway), else from `Host`, else the scheme's.
+pub fn host_and_port(req: &ApiRequest) -> (String, u16) {
+    let host_header = header(req, "host").unwrap_or_default();
+    let (host, port) = match host_header.rsplit_once(':') {
+        // `[::1]:8080`, or `name:8080`; a bare IPv6 address has `]` after the last colon.
+        Some((h, p)) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => {
+            (h, p.parse::<u16>().ok())
+        }
+        _ => (host_header, None),
+    };
+    let forwarded = header(req, "x-forwarded-port").and_then(|p| p.trim().parse::<u16>().ok());
+    let https = header(req, "x-forwarded-proto").is_some_and(|p| p.eq_ignore_ascii_case("https"));
+    let port = forwarded.or(port).unwrap_or(if https { 443 } else { 80 });
+    (host.to_ascii_lowercase(), port)
+}
+
+/// The request's path and query, exactly as the client signed them.
+pub fn resource(req: &ApiRequest) -> String {
+    match &req.query {
+        Some(q) => format!("{}?{q}", req.path),
+        None => req.path.clone(),
+    }
+}
+
+/// Authenticates a request: `401 AuthenticationFailed` for a bad signature.
+pub async fn authenticate(
+    svc: &AuthService,
+    req: &ApiRequest,
+    now: Ts,
+    realm: &Realm,
+) -> Result<Caller, ApiError> {
+    let (host, port) = host_and_port(req);
+    let resource = resource(req);
+    let facts = RequestFacts {
+        method: req.method.as_str(),
+        resource: &resource,
+        host: &host,
+        port,
+        authorization: header(req, "authorization"),
+        payload: Some((header(req, "content-type").unwrap_or_default(), &req.body)),
+    };
+    if req.headers.get("authorization").is_some() && facts.authorization.is_none() {
+        return Err(auth_failed("Authorization header is not valid ASCII"));
+    }
+    match svc.authenticate(&facts, now, realm).await? {
+        Outcome::Success(a) => Ok(a.into()),
+        Outcome::Failed(m) => Err(auth_failed(m)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::{HeaderMap, HeaderValue, Method};
+
+    fn req(headers: &[(&'static str, &str)]) -> ApiRequest {
+        let mut h = HeaderMap::new();
+        for (k, v) in headers {
+            h.insert(*k, HeaderValue::from_str(v).unwrap());
+        }
+        ApiRequest {
+            method: Method::GET,
+            path: "/p".into(),
+            query: Some("a=1".into()),
+            headers: h,
+            body: Default::default(),
+        }
+    }
+
+    #[test]
+    fn host_and_port_follow_the_proxy_headers() {
+        assert_eq!(
+            host_and_port(&req(&[("host", "127.0.0.1:8080")])),
+            ("127.0.0.1".into(), 8080)
+        );
+        assert_eq!(
+            host_and_port(&req(&[("host", "Q.example.com")])),
+            ("q.example.com".into(), 80)
+        );
+        assert_eq!(
+            host_and_port(&req(&[
+                ("host", "q.example.com"),
+                ("x-forwarded-proto", "https")
+            ])),
+            ("q.example.com".into(), 443)
+        );
+        assert_eq!(
+            host_and_port(&req(&[("host", "q:80"), ("x-forwarded-port", "443")])),
+            ("q".into(), 443)
+        );
+        assert_eq!(
+            host_and_port(&req(&[("host", "[::1]:9")])),
+            ("[::1]".into(), 9)
+        );
+        assert_eq!(host_and_port(&req(&[])), ("".into(), 80));
+        assert_eq!(resource(&req(&[])), "/p?a=1");
+    }
+}

@@ -1,0 +1,408 @@
+//! How an endpoint is declared: one [`Endpoint`] value per endpoint, in the style of
+//! upstream's `builder.declare({method, route, name, scopes, input, output}, handler)`,
+//! grouped into one file per resource and into [`Service`]s. The router, the Lambda
+//! functions, the SAM template and the scope tests all read these lists.
+
+use super::caller::Caller;
+use super::Api;
+use crate::error::{ApiError, ApiResult};
+use crate::ids::{parse_run_id, TaskId, TaskQueueId};
+use crate::page::{PageReq, MAX_PAGE};
+use crate::scopes::{Params, ScopeExpr, Template};
+use crate::time::Ts;
+use futures_util::future::BoxFuture;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+
+/// The handler of an endpoint: parse, authorise, call one domain operation, render.
+pub type Handler = for<'a> fn(&'a Api, &'a mut Call) -> BoxFuture<'a, ApiResult<Reply>>;
+
+/// Turns an `async fn(&Api, &mut Call) -> ApiResult<Reply>` into a [`Handler`].
+#[macro_export]
+macro_rules! handler {
+    ($f:path) => {
+        |api, call| Box::pin($f(api, call))
+    };
+}
+
+/// HTTP methods the services use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    /// GET.
+    Get,
+    /// PUT.
+    Put,
+    /// POST.
+    Post,
+    /// DELETE.
+    Delete,
+}
+
+impl Verb {
+    /// The method.
+    pub fn method(self) -> http::Method {
+        match self {
+            Verb::Get => http::Method::GET,
+            Verb::Put => http::Method::PUT,
+            Verb::Post => http::Method::POST,
+            Verb::Delete => http::Method::DELETE,
+        }
+    }
+
+    /// True if `m` is this verb.
+    pub fn is(self, m: &http::Method) -> bool {
+        *m == self.method()
+    }
+}
+
+/// The scopes an endpoint requires.
+#[derive(Debug, Clone, Copy)]
+pub enum Scopes {
+    /// None: anyone may call it.
+    None,
+    /// This template, filled from the request by the handler ([`Call::authorize`]).
+    Template(Template),
+    /// An expression the handler builds from what the domain says must be authorised (the
+    /// scheduler's graphs, whose tasks each need createTask's scopes); described here.
+    Dynamic(&'static str),
+}
+
+/// How a function may use a table or the artifact buckets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Reads only.
+    Read,
+    /// Reads and writes.
+    Write,
+}
+
+/// Something an endpoint's function needs beyond reading the `auth` table (which every
+/// endpoint does, to authenticate): its IAM policies in the SAM template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// A table (by its name without prefix), with its indexes.
+    Table(&'static str, Access),
+    /// Both artifact buckets (presigned URLs carry the function's own rights).
+    Buckets(Access),
+}
+
+/// Whose credentials authenticate a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Authn {
+    /// The deployment's clients and roles.
+    Deployment,
+    /// Upstream's fixed test client (`testAuthenticate`, `testAuthenticateGet`).
+    TestClient,
+}
+
+/// One endpoint's declaration.
+#[derive(Clone, Copy)]
+pub struct Endpoint {
+    /// Upstream's endpoint name.
+    pub name: &'static str,
+    /// HTTP method.
+    pub verb: Verb,
+    /// Route under the service's prefix, with `<param>`, and `<*param>` for one that may hold
+    /// `/` (raw or `%2F`).
+    pub route: &'static str,
+    /// One line on what it does.
+    pub title: &'static str,
+    /// Required scopes.
+    pub scopes: Scopes,
+    /// Input schema name.
+    pub input: Option<&'static str>,
+    /// Output schema name.
+    pub output: Option<&'static str>,
+    /// What its function needs in AWS.
+    pub needs: &'static [Need],
+    /// How callers authenticate.
+    pub authn: Authn,
+    /// The handler.
+    pub handler: Handler,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("name", &self.name)
+            .field("verb", &self.verb)
+            .field("route", &self.route)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Endpoint {
+    /// An endpoint that needs no scopes, takes no body and has no output schema; the builder
+    /// methods below add the rest.
+    pub const fn new(
+        name: &'static str,
+        verb: Verb,
+        route: &'static str,
+        handler: Handler,
+    ) -> Self {
+        Endpoint {
+            name,
+            verb,
+            route,
+            title: "",
+            scopes: Scopes::None,
+            input: None,
+            output: None,
+            needs: &[],
+            authn: Authn::Deployment,
+            handler,
+        }
+    }
+
+    /// What it does, in one line.
+    pub const fn title(self, title: &'static str) -> Self {
+        Endpoint { title, ..self }
+    }
+
+    /// The scopes it requires.
+    pub const fn scopes(self, t: Template) -> Self {
+        Endpoint {
+            scopes: Scopes::Template(t),
+            ..self
+        }
+    }
+
+    /// Scopes its handler builds from the domain's answer (see [`Scopes::Dynamic`]).
+    pub const fn dynamic_scopes(self, what: &'static str) -> Self {
+        Endpoint {
+            scopes: Scopes::Dynamic(what),
+            ..self
+        }
+    }
+
+    /// Its input schema.
+    pub const fn input(self, schema: &'static str) -> Self {
+        Endpoint {
+            input: Some(schema),
+            ..self
+        }
+    }
+
+    /// Its output schema.
+    pub const fn output(self, schema: &'static str) -> Self {
+        Endpoint {
+            output: Some(schema),
+            ..self
+        }
+    }
+
+    /// What its function needs in AWS.
+    pub const fn needs(self, needs: &'static [Need]) -> Self {
+        Endpoint { needs, ..self }
+    }
+
+    /// Authenticated against upstream's fixed test client.
+    pub const fn test_client(self) -> Self {
+        Endpoint {
+            authn: Authn::TestClient,
+            ..self
+        }
+    }
+}
+
+/// How a service's endpoints are cut into Lambda functions.
+#[derive(Debug, Clone, Copy)]
+pub enum Functions {
+    /// One function per endpoint; its handler is the endpoint's name, behind `prefix` when
+    /// there is one (`scheduler` + `createTaskGraph` = `schedulerCreateTaskGraph`).
+    PerEndpoint {
+        /// Prefix of the handler names (`""` for none).
+        prefix: &'static str,
+    },
+    /// One function for the whole service.
+    One {
+        /// Its handler name.
+        handler: &'static str,
+    },
+}
+
+/// A service: its endpoints under one prefix.
+#[derive(Debug)]
+pub struct Service {
+    /// `queue`, `auth`, `scheduler`.
+    pub name: &'static str,
+    /// Every route is served under this prefix, e.g. `/api/queue/v1`.
+    pub prefix: &'static str,
+    /// Its endpoints, one list per resource, in matching order.
+    pub groups: &'static [&'static [Endpoint]],
+    /// How it is cut into Lambda functions.
+    pub functions: Functions,
+}
+
+impl Service {
+    /// Every endpoint, in matching order.
+    pub fn endpoints(&self) -> impl Iterator<Item = &'static Endpoint> + '_ {
+        self.groups.iter().flat_map(|g| g.iter())
+    }
+
+    /// The endpoint named `name`.
+    pub fn endpoint(&self, name: &str) -> Option<&'static Endpoint> {
+        self.endpoints().find(|e| e.name == name)
+    }
+
+    /// The Lambda handler name of the function that serves `e`.
+    pub fn handler_name(&self, e: &Endpoint) -> String {
+        match self.functions {
+            Functions::One { handler } => handler.to_string(),
+            Functions::PerEndpoint { prefix: "" } => e.name.to_string(),
+            Functions::PerEndpoint { prefix } => {
+                let mut chars = e.name.chars();
+                let first = chars.next().map(|c| c.to_ascii_uppercase());
+                format!(
+                    "{prefix}{}{}",
+                    first.into_iter().collect::<String>(),
+                    chars.as_str()
+                )
+            }
+        }
+    }
+}
+
+/// A successful reply.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    /// HTTP status.
+    pub status: u16,
+    /// JSON body (none for 204).
+    pub body: Value,
+    /// Headers besides the standard ones.
+    pub headers: Vec<(&'static str, String)>,
+}
+
+impl Reply {
+    /// 200 with `body`.
+    pub fn ok(body: Value) -> ApiResult<Reply> {
+        Ok(Reply {
+            status: 200,
+            body,
+            headers: vec![],
+        })
+    }
+
+    /// 204 No Content.
+    pub fn no_content() -> ApiResult<Reply> {
+        Ok(Reply {
+            status: 204,
+            body: Value::Null,
+            headers: vec![],
+        })
+    }
+
+    /// `body` with `continuationToken` set when another page follows.
+    pub fn page(mut body: Value, token: Option<String>) -> ApiResult<Reply> {
+        if let Some(t) = token {
+            body["continuationToken"] = json!(t);
+        }
+        Reply::ok(body)
+    }
+}
+
+/// What a handler sees: the checked request and the authenticated caller.
+pub struct Call {
+    /// The endpoint being served.
+    pub endpoint: &'static Endpoint,
+    /// Decoded URL parameters by name.
+    pub(super) params: HashMap<&'static str, String>,
+    /// Query arguments.
+    pub query: HashMap<String, String>,
+    /// The validated body (or `{}`).
+    pub body: Value,
+    /// The authenticated caller.
+    pub caller: Caller,
+    /// When the request arrived.
+    pub now: Ts,
+    /// Set once the caller was checked against the endpoint's scopes.
+    pub(super) authorized: bool,
+}
+
+impl Call {
+    /// A URL parameter (always present: the route matched).
+    pub fn param(&self, name: &str) -> &str {
+        self.params
+            .get(name)
+            .map(String::as_str)
+            .unwrap_or_default()
+    }
+
+    /// The `taskId` parameter.
+    pub fn task_id(&self) -> ApiResult<TaskId> {
+        TaskId::parse(self.param("taskId"))
+    }
+
+    /// The `taskGroupId` parameter.
+    pub fn task_group_id(&self) -> ApiResult<TaskId> {
+        TaskId::parse(self.param("taskGroupId"))
+    }
+
+    /// The `runId` parameter.
+    pub fn run_id(&self) -> ApiResult<u32> {
+        parse_run_id(self.param("runId"))
+    }
+
+    /// The `taskQueueId` parameter.
+    pub fn task_queue_id(&self) -> ApiResult<TaskQueueId> {
+        TaskQueueId::parse(self.param("taskQueueId"))
+    }
+
+    /// A string field of the body (`""` if absent).
+    pub fn body_str(&self, key: &str) -> &str {
+        self.body[key].as_str().unwrap_or_default()
+    }
+
+    /// The `limit` (digits only; at most [`MAX_PAGE`]) and `continuationToken` query
+    /// arguments of a listing.
+    pub fn page(&self) -> ApiResult<PageReq> {
+        let limit = match self.query.get("limit") {
+            None => MAX_PAGE,
+            Some(l) if !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit()) => {
+                l.parse::<usize>().unwrap_or(MAX_PAGE).clamp(1, MAX_PAGE)
+            }
+            Some(l) => {
+                return Err(ApiError::bad_argument(format!(
+                    "limit {l:?} must match ^[0-9]+$"
+                )))
+            }
+        };
+        Ok(PageReq {
+            limit,
+            token: self
+                .query
+                .get("continuationToken")
+                .filter(|t| !t.is_empty())
+                .cloned(),
+        })
+    }
+
+    /// Checks the caller against the endpoint's declared scopes, filled with `params`:
+    /// `403 InsufficientScopes` unless satisfied. Every handler of an endpoint with scopes
+    /// calls this (or [`Call::authorize_expr`]) before it changes anything.
+    pub fn authorize(&mut self, params: &Params) -> ApiResult<()> {
+        match self.endpoint.scopes {
+            Scopes::None => {
+                self.authorized = true;
+                Ok(())
+            }
+            Scopes::Template(t) => {
+                let expr = t.render(params).map_err(ApiError::internal)?;
+                self.authorize_expr(&expr)
+            }
+            Scopes::Dynamic(_) => Err(ApiError::internal(format!(
+                "{} declares dynamic scopes: its handler must build the expression",
+                self.endpoint.name
+            ))),
+        }
+    }
+
+    /// Checks the caller against `expr` (for [`Scopes::Dynamic`], and each further name of
+    /// an artifact link chain).
+    pub fn authorize_expr(&mut self, expr: &ScopeExpr) -> ApiResult<()> {
+        self.caller.authorize(expr)?;
+        self.authorized = true;
+        Ok(())
+    }
+}

@@ -1,0 +1,300 @@
+//! The one route matcher, for the local server and behind API Gateway alike. A route's
+//! `<param>` takes one path segment and `<*param>` one or more (so it may hold `/`, raw or
+//! as `%2F`); values are percent-decoded, then checked against their patterns.
+//!
+//! API Gateway's HTTP API hands a function the path *decoded* (`%2F` arrives as `/`), which
+//! would break both parameter matching and the Hawk MAC, computed by the client over the
+//! encoded path. [`canonical_path`] rebuilds the path the official clients send and sign:
+//! every parameter encoded their way.
+
+use super::declare::{Endpoint, Service};
+use crate::error::{ApiError, ApiResult};
+use crate::ids::{is_identifier, parse_run_id, TaskId, TaskQueueId};
+use http::Method;
+use std::collections::HashMap;
+
+/// A matched request: the service, the endpoint and its parameters as they appear in the
+/// path (still percent-encoded).
+#[derive(Debug)]
+pub struct Matched {
+    /// The service whose prefix the path starts with.
+    pub service: &'static Service,
+    /// The endpoint.
+    pub endpoint: &'static Endpoint,
+    /// `(name, raw value)` of each parameter, in route order.
+    pub raw: Vec<(&'static str, String)>,
+}
+
+/// Percent-decodes one path segment (or a joined run of them).
+pub fn decode(raw: &str) -> String {
+    percent_encoding::percent_decode_str(raw)
+        .decode_utf8_lossy()
+        .into_owned()
+}
+
+/// Percent-encodes all but RFC 3986's unreserved characters, as the official clients encode
+/// URL parameters (`/` becomes `%2F`).
+pub fn encode_param(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for b in v.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The name of a pattern segment that is a parameter, and whether it may span segments.
+fn param_of(p: &'static str) -> Option<(&'static str, bool)> {
+    let name = p.strip_prefix('<')?.strip_suffix('>')?;
+    Some(match name.strip_prefix('*') {
+        Some(n) => (n, true),
+        None => (name, false),
+    })
+}
+
+/// Matches the segments of a path under the prefix against one route.
+fn match_route(route: &'static str, segs: &[&str]) -> Option<Vec<(&'static str, String)>> {
+    let pat: Vec<&'static str> = route.trim_start_matches('/').split('/').collect();
+    let spans = pat.iter().position(|p| param_of(p).is_some_and(|(_, s)| s));
+    let (head, tail) = match spans {
+        Some(i) if segs.len() >= pat.len() => (i, pat.len() - i - 1),
+        None if segs.len() == pat.len() => (pat.len(), 0),
+        _ => return None,
+    };
+    let mut out = Vec::new();
+    let mut bind = |p: &'static str, raw: String| match param_of(p) {
+        Some((name, _)) if !raw.is_empty() => {
+            out.push((name, raw));
+            true
+        }
+        Some(_) => false,
+        None => p == decode(&raw),
+    };
+    let ok = pat[..head]
+        .iter()
+        .zip(segs)
+        .all(|(p, s)| bind(p, s.to_string()))
+        && pat[pat.len() - tail..]
+            .iter()
+            .zip(&segs[segs.len() - tail..])
+            .all(|(p, s)| bind(p, s.to_string()))
+        && spans.is_none_or(|i| bind(pat[i], segs[head..segs.len() - tail].join("/")));
+    ok.then_some(out)
+}
+
+/// The endpoint of `service` for a method and the path under its prefix.
+pub fn find_in(
+    service: &'static Service,
+    method: &Method,
+    rest: &str,
+) -> Option<(&'static Endpoint, Vec<(&'static str, String)>)> {
+    let segs: Vec<&str> = rest.trim_start_matches('/').split('/').collect();
+    service
+        .endpoints()
+        .filter(|e| e.verb.is(method))
+        .find_map(|e| match_route(e.route, &segs).map(|raw| (e, raw)))
+}
+
+/// The service and endpoint for a method and a whole path, if any.
+pub fn find(method: &Method, path: &str) -> Option<Matched> {
+    super::SERVICES.iter().find_map(|service| {
+        let rest = path.strip_prefix(service.prefix)?;
+        if !rest.starts_with('/') {
+            return None;
+        }
+        let (endpoint, raw) = find_in(service, method, rest)?;
+        Some(Matched {
+            service,
+            endpoint,
+            raw,
+        })
+    })
+}
+
+/// The path as the official clients send and sign it: the route with every parameter
+/// encoded their way (an already encoded path comes back unchanged). `None`: no route.
+pub fn canonical_path(method: &Method, path: &str) -> Option<String> {
+    let m = find(method, path)?;
+    let mut out = m.service.prefix.to_string();
+    for p in m.endpoint.route.trim_start_matches('/').split('/') {
+        out.push('/');
+        match param_of(p).and_then(|(name, _)| m.raw.iter().find(|(n, _)| *n == name)) {
+            Some((_, v)) => out.push_str(&encode_param(&decode(v))),
+            None => out.push_str(p),
+        }
+    }
+    Some(out)
+}
+
+/// Decodes every URL parameter and checks its pattern: `400 InvalidRequestArguments`
+/// otherwise.
+pub fn check_params(raw: &[(&'static str, String)]) -> ApiResult<HashMap<&'static str, String>> {
+    let mut params = HashMap::with_capacity(raw.len());
+    for (name, v) in raw {
+        let v = decode(v);
+        match *name {
+            "taskId" | "taskGroupId" | "taskGraphId" => {
+                TaskId::parse(&v)?;
+            }
+            "runId" => {
+                parse_run_id(&v)?;
+            }
+            "taskQueueId" => {
+                TaskQueueId::parse(&v)?;
+            }
+            "name" => crate::records::artifact::check_name(&v)?,
+            // Upstream's clientId and roleId patterns.
+            "clientId"
+                if v.is_empty()
+                    || !v
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"!@/:.+|_-".contains(&b)) =>
+            {
+                return Err(ApiError::bad_argument(format!(
+                    "clientId {v:?} must match ^[A-Za-z0-9!@/:.+|_-]+$"
+                )));
+            }
+            "roleId" if v.is_empty() || !v.bytes().all(|b| (0x20..0x7f).contains(&b)) => {
+                return Err(ApiError::bad_argument(format!(
+                    "roleId {v:?} must match ^[\\x20-\\x7e]+$"
+                )));
+            }
+            "provisionerId" | "workerType" | "workerGroup" | "workerId" if !is_identifier(&v) => {
+                return Err(ApiError::bad_argument(format!(
+                    "{name} {v:?} must match ^[a-zA-Z0-9-_]{{1,38}}$"
+                )));
+            }
+            _ => {}
+        }
+        params.insert(*name, v);
+    }
+    Ok(params)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(method: Method, path: &str) -> Option<&'static str> {
+        find(&method, path).map(|m| m.endpoint.name)
+    }
+
+    fn param(method: Method, path: &str, p: &str) -> String {
+        let m = find(&method, path).expect("a route");
+        decode(&m.raw.iter().find(|(n, _)| *n == p).expect("param").1)
+    }
+
+    #[test]
+    fn splats_accept_raw_and_encoded_slashes() {
+        let q = "/api/queue/v1";
+        assert_eq!(
+            name(Method::POST, &format!("{q}/claim-work/prov/wt")),
+            Some("claimWork")
+        );
+        assert_eq!(
+            param(
+                Method::POST,
+                &format!("{q}/claim-work/prov%2Fwt"),
+                "taskQueueId"
+            ),
+            "prov/wt"
+        );
+        assert_eq!(
+            name(Method::GET, &format!("{q}/task-queues/prov%2fwt/counts")),
+            Some("taskQueueCounts")
+        );
+        assert_eq!(
+            param(
+                Method::GET,
+                &format!("{q}/task/T/runs/0/artifacts/public%2Fa/b%20c"),
+                "name"
+            ),
+            "public/a/b c"
+        );
+    }
+
+    #[test]
+    fn methods_and_shapes_select_the_endpoint() {
+        let q = "/api/queue/v1";
+        assert_eq!(
+            name(Method::PUT, &format!("{q}/task/abc")),
+            Some("createTask")
+        );
+        assert_eq!(name(Method::GET, &format!("{q}/task/abc")), Some("task"));
+        assert_eq!(
+            name(Method::POST, &format!("{q}/task/abc/runs/0/claim")),
+            Some("claimTask")
+        );
+        assert_eq!(
+            name(Method::POST, &format!("{q}/tasks/status")),
+            Some("statuses")
+        );
+        assert_eq!(name(Method::DELETE, &format!("{q}/task/abc")), None);
+        assert_eq!(name(Method::GET, &format!("{q}/task/")), None);
+        assert_eq!(
+            name(Method::GET, &format!("{q}/task/T/runs/0/artifacts")),
+            Some("listArtifacts")
+        );
+        assert_eq!(
+            name(Method::GET, &format!("{q}/task/T/runs/0/artifacts/")),
+            None
+        );
+        assert_eq!(
+            name(Method::GET, &format!("{q}/task/T/artifact-info/x/y")),
+            Some("latestArtifactInfo")
+        );
+        assert_eq!(
+            name(Method::POST, &format!("{q}/task/T/runs/3/artifacts/x")),
+            Some("createArtifact")
+        );
+        assert_eq!(
+            param(Method::POST, "/api/auth/v1/clients/a%2Fb/reset", "clientId"),
+            "a/b"
+        );
+        assert_eq!(
+            name(Method::POST, "/api/auth/v1/clients/a%2Fb/reset"),
+            Some("resetAccessToken")
+        );
+        assert_eq!(
+            name(Method::GET, "/api/auth/v1/clients/"),
+            Some("listClients")
+        );
+        assert_eq!(name(Method::GET, "/api/scheduler/v1/ping"), Some("ping"));
+        assert_eq!(name(Method::GET, "/elsewhere/task/abc"), None);
+    }
+
+    #[test]
+    fn decoded_gateway_paths_become_what_the_clients_signed() {
+        let cases = [
+            (Method::POST, "/api/queue/v1/claim-work/prov%2Fwt"),
+            (Method::GET, "/api/queue/v1/task-queues/prov%2Fwt/counts"),
+            (
+                Method::GET,
+                "/api/queue/v1/task/abc/runs/0/artifacts/public%2Fbuild%2Fa%20b.tgz",
+            ),
+            (Method::POST, "/api/auth/v1/clients/my%2Fworker/reset"),
+            (Method::DELETE, "/api/auth/v1/roles/repo%3Agithub.com%2Fo%2F%2A"),
+            (Method::GET, "/api/queue/v1/task/abc"),
+            (Method::GET, "/api/auth/v1/clients/"),
+            (
+                Method::GET,
+                "/api/scheduler/v1/task-graph/fN1SbArXTPSVFNUvaOlinQ/inspect/eN1SbArXTPSVFNUvaOlinQ",
+            ),
+            (Method::PUT, "/api/scheduler/v1/task-graph/fN1SbArXTPSVFNUvaOlinQ"),
+        ];
+        for (m, encoded) in cases {
+            let decoded = decode(encoded);
+            assert_eq!(
+                canonical_path(&m, &decoded).as_deref(),
+                Some(encoded),
+                "{decoded}"
+            );
+            assert_eq!(canonical_path(&m, encoded).as_deref(), Some(encoded));
+        }
+        assert_eq!(canonical_path(&Method::GET, "/api/queue/v1/nope"), None);
+        assert_eq!(canonical_path(&Method::GET, "/elsewhere/task/abc"), None);
+    }
+}

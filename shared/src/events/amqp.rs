@@ -1,0 +1,223 @@
+//! The RabbitMQ (Amazon MQ) adapter of the event port: lapin, with publisher confirms.
+//!
+//! One connection and one confirm-mode channel, opened on first use and kept across calls
+//! (and across warm Lambda invocations); any failure drops them so that the next call
+//! reconnects. `publish` returns only once the broker has confirmed every message, so the
+//! outbox drainer removes nothing the broker has not taken responsibility for.
+
+use crate::events::{Event, EventSink, SinkError};
+use crate::routing::{exchange_name, EXCHANGES, SCHEDULER_EXCHANGES, SCHEDULER_EXCHANGE_PREFIX};
+use async_trait::async_trait;
+use lapin::options::{
+    BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions,
+    QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
+use tokio::sync::Mutex;
+
+/// Declares every exchange under `prefix` as a durable topic exchange (idempotent; consumers
+/// may declare them too, with the same arguments, to bind before anything is published).
+pub async fn declare_exchanges(channel: &Channel, prefix: &str) -> Result<(), String> {
+    declare(channel, prefix, &EXCHANGES).await
+}
+
+/// [`declare_exchanges`] for the task-graph scheduler's exchanges.
+pub async fn declare_scheduler_exchanges(channel: &Channel, prefix: &str) -> Result<(), String> {
+    declare(channel, prefix, &SCHEDULER_EXCHANGES).await
+}
+
+async fn declare(channel: &Channel, prefix: &str, names: &[&str]) -> Result<(), String> {
+    for short in names {
+        channel
+            .exchange_declare(
+                ShortString::from(exchange_name(prefix, short)),
+                ExchangeKind::Topic,
+                ExchangeDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| format!("declaring exchange {short}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// AMQP delivery mode of a persistent message.
+const PERSISTENT: u8 = 2;
+
+/// Publishes events to topic exchanges named `<prefix><exchange>`.
+pub struct AmqpSink {
+    url: String,
+    prefix: String,
+    scheduler_prefix: String,
+    durable_queue: Option<(String, String)>,
+    open: Mutex<Option<(Connection, Channel)>>,
+}
+
+/// The queue exchanges a task-graph scheduler consumes: the resolutions.
+pub const RESOLUTION_EXCHANGES: [&str; 3] = ["task-completed", "task-failed", "task-exception"];
+
+/// The binding pattern of a consumer of the queue's messages about the tasks of scheduler
+/// `scheduler_id` (the routing key's eighth word is the task's schedulerId).
+pub fn scheduler_pattern(scheduler_id: &str) -> String {
+    format!("primary.*.*.*.*.*.*.{scheduler_id}.#")
+}
+
+impl AmqpSink {
+    /// A sink for the broker at `url` (`amqp://` or `amqps://`); connects on first publish.
+    pub fn new(url: impl Into<String>, prefix: impl Into<String>) -> Self {
+        AmqpSink {
+            url: url.into(),
+            prefix: prefix.into(),
+            scheduler_prefix: SCHEDULER_EXCHANGE_PREFIX.into(),
+            durable_queue: None,
+            open: Mutex::new(None),
+        }
+    }
+
+    /// The same sink, declaring the scheduler's exchanges under `prefix` instead of the
+    /// default.
+    pub fn with_scheduler_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.scheduler_prefix = prefix.into();
+        self
+    }
+
+    /// The same sink, also declaring the durable queue `name`, bound to the resolution
+    /// exchanges ([`RESOLUTION_EXCHANGES`]) with `pattern`, on every (re)connect and so before
+    /// anything is published: the queue an event source mapping (the AWS task-graph consumer)
+    /// reads exists, and holds every matching message, from the first publish on.
+    pub fn with_durable_queue(
+        mut self,
+        name: impl Into<String>,
+        pattern: impl Into<String>,
+    ) -> Self {
+        self.durable_queue = Some((name.into(), pattern.into()));
+        self
+    }
+
+    /// Connects now (if not connected), declaring the exchanges and the durable queue, so that
+    /// consumers can rely on them before the first event.
+    pub async fn ensure_connected(&self) -> Result<(), String> {
+        let mut open = self.open.lock().await;
+        if !open.as_ref().is_some_and(|(c, _)| c.status().connected()) {
+            *open = Some(self.connect().await?);
+        }
+        Ok(())
+    }
+
+    /// Declares the durable consumer queue, if any, and binds it.
+    async fn declare_durable_queue(&self, channel: &Channel) -> Result<(), String> {
+        let Some((name, pattern)) = &self.durable_queue else {
+            return Ok(());
+        };
+        channel
+            .queue_declare(
+                ShortString::from(name.as_str()),
+                QueueDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| format!("declaring queue {name}: {e}"))?;
+        for short in RESOLUTION_EXCHANGES {
+            channel
+                .queue_bind(
+                    ShortString::from(name.as_str()),
+                    ShortString::from(exchange_name(&self.prefix, short)),
+                    ShortString::from(pattern.as_str()),
+                    QueueBindOptions::default(),
+                    FieldTable::default(),
+                )
+                .await
+                .map_err(|e| format!("binding queue {name} to {short}: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// Connects, enables confirms and declares every exchange (durable topic exchanges) and
+    /// the durable consumer queue, if any.
+    async fn connect(&self) -> Result<(Connection, Channel), String> {
+        let conn = Connection::connect(&self.url, ConnectionProperties::default())
+            .await
+            .map_err(|e| format!("connecting to RabbitMQ: {e}"))?;
+        let channel = conn.create_channel().await.map_err(|e| e.to_string())?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        declare_exchanges(&channel, &self.prefix).await?;
+        declare_scheduler_exchanges(&channel, &self.scheduler_prefix).await?;
+        self.declare_durable_queue(&channel).await?;
+        Ok((conn, channel))
+    }
+
+    async fn publish_on(channel: &Channel, events: &[Event]) -> Result<(), String> {
+        let mut confirms = Vec::with_capacity(events.len());
+        for e in events {
+            let body = serde_json::to_vec(&e.payload).map_err(|e| e.to_string())?;
+            let mut props = BasicProperties::default()
+                .with_delivery_mode(PERSISTENT)
+                .with_content_type(ShortString::from("application/json"))
+                .with_content_encoding(ShortString::from("utf-8"));
+            if !e.cc.is_empty() {
+                // RabbitMQ's sender-selected distribution: one copy per matching queue, even
+                // when several of the keys match it.
+                let cc: Vec<AMQPValue> =
+                    e.cc.iter()
+                        .map(|k| AMQPValue::LongString(LongString::from(k.as_str())))
+                        .collect();
+                let mut headers = FieldTable::default();
+                headers.insert(
+                    ShortString::from("CC"),
+                    AMQPValue::FieldArray(FieldArray::from(cc)),
+                );
+                props = props.with_headers(headers);
+            }
+            let confirm = channel
+                .basic_publish(
+                    ShortString::from(e.exchange.as_str()),
+                    ShortString::from(e.routing_key.as_str()),
+                    BasicPublishOptions::default(),
+                    &body,
+                    props,
+                )
+                .await
+                .map_err(|err| format!("publishing to {}: {err}", e.exchange))?;
+            confirms.push(confirm);
+        }
+        for confirm in confirms {
+            let answer = confirm.await.map_err(|e| e.to_string())?;
+            if !answer.is_ack() {
+                return Err("RabbitMQ refused a message (nack)".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl EventSink for AmqpSink {
+    async fn publish(&self, events: &[Event]) -> Result<(), SinkError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let mut open = self.open.lock().await;
+        if !open.as_ref().is_some_and(|(c, _)| c.status().connected()) {
+            *open = Some(self.connect().await.map_err(SinkError)?);
+        }
+        let Some((_, channel)) = open.as_ref() else {
+            return Err(SinkError::new("no RabbitMQ channel"));
+        };
+        let result = Self::publish_on(channel, events).await;
+        if result.is_err() {
+            // Start over on a fresh connection next time; the events stay in the outbox.
+            *open = None;
+        }
+        result.map_err(SinkError)
+    }
+}

@@ -1,0 +1,521 @@
+//! The outbox drainer. Events are written into the item of the record they concern, in the
+//! same conditional write as the change (see [`crate::records::outbox`]). The drainer
+//! publishes them through an [`EventSink`] and only then removes them, so delivery is at
+//! least once: a crash between the two re-publishes on the next pass.
+
+use super::{Event, EventSink, SinkError};
+use crate::records::outbox::{OutboxEvent, Outboxed, OUTBOX_INDEX};
+use crate::records::task::sk_dead_letter;
+use crate::store::shard::{shard_pk, SHARDS};
+use crate::store::{Cond, Item, SkRange, Store, StoreError, WriteOp};
+use std::sync::Mutex;
+
+/// Why a drain stopped: the store failed, or the sink did (the events stay in their outboxes,
+/// or are held for the sweeper, and go out later).
+#[derive(Debug, thiserror::Error)]
+pub enum DrainError {
+    /// Reading or writing records failed.
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    /// The sink did not take the events.
+    #[error("publishing failed: {0}")]
+    Sink(#[from] SinkError),
+}
+
+/// A bounded set of recently published event ids (the oldest are forgotten first).
+#[derive(Default)]
+pub struct RecentIds {
+    inner: Mutex<(
+        std::collections::HashSet<String>,
+        std::collections::VecDeque<String>,
+    )>,
+}
+
+impl RecentIds {
+    /// Ids kept; far more than one publisher pass can have in flight.
+    const CAPACITY: usize = 50_000;
+
+    /// True if `id` was published recently.
+    pub fn contains(&self, id: &str) -> bool {
+        self.inner.lock().is_ok_and(|g| g.0.contains(id))
+    }
+
+    /// Remembers published ids.
+    pub fn extend<'a>(&self, ids: impl IntoIterator<Item = &'a str>) {
+        if let Ok(mut g) = self.inner.lock() {
+            let (set, order) = &mut *g;
+            for id in ids {
+                if set.insert(id.to_string()) {
+                    order.push_back(id.to_string());
+                }
+            }
+            while order.len() > Self::CAPACITY {
+                if let Some(old) = order.pop_front() {
+                    set.remove(&old);
+                }
+            }
+        }
+    }
+}
+
+/// What one drain step did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum DrainOutcome {
+    /// This many events were published and removed.
+    Delivered(usize),
+    /// Nothing was waiting.
+    Empty,
+}
+
+fn to_event(prefix: &str, e: &OutboxEvent) -> Event {
+    Event {
+        exchange: crate::routing::exchange_name(prefix, &e.exchange),
+        routing_key: e.routing_key.clone(),
+        cc: e.cc.clone(),
+        payload: e.payload.clone(),
+    }
+}
+
+fn decode<R: Outboxed>(item: Item) -> Result<(R, u64), StoreError> {
+    let rec = serde_json::from_value(item.data).map_err(|e| StoreError::Other(e.to_string()))?;
+    Ok((rec, item.version))
+}
+
+/// Applies `change` to a copy of a record believed current at `version` and writes it back
+/// conditionally; on a concurrent change, re-reads and applies it again. Nothing is written
+/// once `change` says there is nothing to do, or if the record is gone.
+async fn update_record<R: Outboxed>(
+    store: &dyn Store,
+    mut rec: R,
+    mut version: u64,
+    mut change: impl FnMut(&mut R) -> bool,
+) -> Result<(), StoreError> {
+    loop {
+        if !change(&mut rec) {
+            return Ok(());
+        }
+        let data = serde_json::to_value(&rec).map_err(|e| StoreError::Other(e.to_string()))?;
+        let item = Item::new(rec.pk(), R::SK, data, rec.index_entries());
+        let op = WriteOp::Put {
+            table: R::TABLE,
+            item,
+            cond: Cond::Version(version),
+        };
+        match store.write(op).await {
+            Ok(_) => return Ok(()),
+            Err(e) if e.is_condition_failed() => {
+                match store.get(R::TABLE, rec.pk(), R::SK).await? {
+                    Some(item) => (rec, version) = decode(item)?,
+                    None => return Ok(()),
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Removes the events `published` from a record's outbox (see [`update_record`]).
+async fn remove_published<R: Outboxed>(
+    store: &dyn Store,
+    rec: R,
+    version: u64,
+    published: &[String],
+) -> Result<(), StoreError> {
+    update_record(store, rec, version, |rec| {
+        rec.outbox_mut().retain(|e| !published.contains(&e.id));
+        true
+    })
+    .await
+}
+
+/// Delivers the outboxes of records (at the given versions) the caller has just written:
+/// publishes all their events in one call (except those in `published`, which went out
+/// already), then removes them, writing the records concurrently. Without the read this
+/// saves, it is [`drain_task`] for many records.
+pub async fn drain_written<R: Outboxed>(
+    store: &dyn Store,
+    sink: &dyn EventSink,
+    prefix: &str,
+    written: Vec<(R, u64)>,
+    published: &RecentIds,
+) -> Result<DrainOutcome, DrainError> {
+    let written: Vec<_> = written
+        .into_iter()
+        .filter(|(rec, _)| !rec.outbox().is_empty())
+        .collect();
+    if written.is_empty() {
+        return Ok(DrainOutcome::Empty);
+    }
+    let mut events = Vec::new();
+    for (rec, _) in &written {
+        events.extend(checked_events(store, prefix, rec, published).await?);
+    }
+    if let Err(e) = sink.publish(&events).await {
+        tracing::warn!(error = %e, "publishing failed; events stay in the outbox");
+        return Err(e.into());
+    }
+    published.extend(
+        written
+            .iter()
+            .flat_map(|(rec, _)| rec.outbox().iter().map(|e| e.id.as_str())),
+    );
+    let removals = written.into_iter().map(|(rec, version)| async move {
+        let published: Vec<String> = rec.outbox().iter().map(|e| e.id.clone()).collect();
+        remove_published(store, rec, version, &published).await
+    });
+    for result in futures_util::future::join_all(removals).await {
+        result?;
+    }
+    Ok(DrainOutcome::Delivered(events.len()))
+}
+
+/// The events of a record's outbox to publish (leaving out those in `published`, which went
+/// out already); one that fails its message schema is kept aside instead.
+async fn checked_events<R: Outboxed>(
+    store: &dyn Store,
+    prefix: &str,
+    rec: &R,
+    published: &RecentIds,
+) -> Result<Vec<Event>, StoreError> {
+    let mut events = Vec::new();
+    for e in rec.outbox().iter().filter(|e| !published.contains(&e.id)) {
+        match crate::schema::check(&format!("{}-message", e.exchange), &e.payload) {
+            Ok(()) => events.push(to_event(prefix, e)),
+            Err(errors) => keep_dead_letter(store, R::TABLE, rec.pk(), e, errors).await?,
+        }
+    }
+    Ok(events)
+}
+
+/// An event that fails its message schema is a bug: it is logged loudly and moved aside (its
+/// removal from the outbox follows with the published ones), so that it blocks nothing.
+async fn keep_dead_letter(
+    store: &dyn Store,
+    table: &'static str,
+    pk: &str,
+    event: &OutboxEvent,
+    errors: Vec<String>,
+) -> Result<(), StoreError> {
+    tracing::error!(pk, exchange = %event.exchange, event_id = %event.id, ?errors,
+        "BUG: an event does not match its schema; kept as a dead letter instead of published");
+    let data = serde_json::json!({ "event": event, "errors": errors });
+    let item = Item::new(pk, sk_dead_letter(&event.id), data, vec![]);
+    store
+        .write(WriteOp::Put {
+            table,
+            item,
+            cond: Cond::None,
+        })
+        .await
+        .map(|_| ())
+}
+
+/// Keeps the events of a stream-delivered record's image that could not be published: adds
+/// those the stored record no longer holds (a later write replaced them) ahead of its own,
+/// older first, and makes it hold its events for the sweeper ([`Outboxed::hold_for_sweep`]).
+async fn hold_for_sweep<R: Outboxed>(
+    store: &dyn Store,
+    image: R,
+    version: u64,
+) -> Result<(), StoreError> {
+    update_record(store, image.clone(), version, |rec| {
+        let missing: Vec<OutboxEvent> = image
+            .outbox()
+            .iter()
+            .filter(|e| !rec.outbox().iter().any(|held| held.id == e.id))
+            .cloned()
+            .collect();
+        if missing.is_empty() && !rec.stream_delivered() {
+            return false;
+        }
+        rec.outbox_mut().splice(0..0, missing);
+        rec.hold_for_sweep();
+        true
+    })
+    .await
+}
+
+/// Delivers the outboxes in records' items as a change stream (DynamoDB Streams) reports
+/// them; other items are ignored. A stream-delivered record ([`Outboxed::stream_delivered`])
+/// has each image's own events published, in order, and nothing written; if that fails, the
+/// images' events are held for the sweeper (`hold_for_sweep`), so that they no longer
+/// depend on the stream's retries (nor on its 24-hour retention), and the error is returned
+/// so that the stream retries the batch too. Any other record has the events of its latest
+/// image published and then removed: an event only leaves such an outbox once published.
+pub async fn drain_stream<R: Outboxed>(
+    store: &dyn Store,
+    sink: &dyn EventSink,
+    prefix: &str,
+    images: Vec<Item>,
+    published: &RecentIds,
+) -> Result<DrainOutcome, DrainError> {
+    let mut streamed: Vec<(R, u64)> = vec![];
+    let mut latest: std::collections::HashMap<String, (R, u64)> = Default::default();
+    for item in images.into_iter().filter(|i| i.sk == R::SK) {
+        let (rec, version) = decode::<R>(item)?;
+        if rec.stream_delivered() {
+            if !rec.outbox().is_empty() {
+                streamed.push((rec, version));
+            }
+        } else if latest.get(rec.pk()).is_none_or(|(_, v)| *v < version) {
+            latest.insert(rec.pk().to_string(), (rec, version));
+        }
+    }
+    let mut delivered = 0;
+    if !streamed.is_empty() {
+        let mut events = vec![];
+        for (rec, _) in &streamed {
+            events.extend(checked_events(store, prefix, rec, published).await?);
+        }
+        if let Err(e) = sink.publish(&events).await {
+            tracing::warn!(error = %e, "publishing failed; the events are held for the sweeper");
+            // Newest first: each adds its events ahead of those already held.
+            for (rec, version) in streamed.into_iter().rev() {
+                hold_for_sweep(store, rec, version).await?;
+            }
+            return Err(e.into());
+        }
+        published.extend(
+            streamed
+                .iter()
+                .flat_map(|(rec, _)| rec.outbox().iter().map(|e| e.id.as_str())),
+        );
+        delivered += events.len();
+    }
+    match drain_written(
+        store,
+        sink,
+        prefix,
+        latest.into_values().collect(),
+        published,
+    )
+    .await?
+    {
+        DrainOutcome::Delivered(n) => delivered += n,
+        DrainOutcome::Empty if delivered == 0 => return Ok(DrainOutcome::Empty),
+        DrainOutcome::Empty => {}
+    }
+    Ok(DrainOutcome::Delivered(delivered))
+}
+
+/// Delivers the outbox of one record (a task's, by taskId): publish, then remove exactly
+/// what was published.
+pub async fn drain_task<R: Outboxed>(
+    store: &dyn Store,
+    sink: &dyn EventSink,
+    prefix: &str,
+    pk: &str,
+    published: &RecentIds,
+) -> Result<DrainOutcome, DrainError> {
+    match store.get(R::TABLE, pk, R::SK).await? {
+        Some(item) => drain_written::<R>(store, sink, prefix, vec![decode(item)?], published).await,
+        None => Ok(DrainOutcome::Empty),
+    }
+}
+
+/// One pass over every outbox shard of `R`'s table, leaving out the records for which `skip`
+/// is true (a faster path will deliver them); returns the number of events delivered.
+pub async fn drain_all<R: Outboxed>(
+    store: &dyn Store,
+    sink: &dyn EventSink,
+    prefix: &str,
+    batch: usize,
+    skip: &(dyn Fn(&str) -> bool + Sync),
+    published: &RecentIds,
+) -> Result<usize, DrainError> {
+    let mut delivered = 0;
+    for shard in 0..SHARDS {
+        let page = store
+            .query_index(
+                R::TABLE,
+                OUTBOX_INDEX,
+                &shard_pk(OUTBOX_INDEX, shard),
+                &SkRange::default(),
+                None,
+                batch,
+            )
+            .await?;
+        for item in page.items.into_iter().filter(|i| !skip(&i.pk)) {
+            if let DrainOutcome::Delivered(n) =
+                drain_task::<R>(store, sink, prefix, &item.pk, published).await?
+            {
+                delivered += n;
+            }
+        }
+    }
+    Ok(delivered)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::RecordingSink;
+    use crate::records::task::{index, Priority, TaskRecord, SK_STATUS, TASKS};
+    use crate::store::sqlite::SqliteStore;
+    use crate::time::Ts;
+    use async_trait::async_trait;
+    use serde_json::json;
+
+    fn record(id: &str, sweep: bool) -> TaskRecord {
+        TaskRecord {
+            task_id: id.to_string(),
+            task_queue_id: "prov/wt".into(),
+            scheduler_id: "-".into(),
+            project_id: "none".into(),
+            task_group_id: id.to_string(),
+            priority: Priority::Lowest,
+            deadline: Ts(100_000),
+            expires: Ts(1_000_000),
+            retries: 0,
+            retries_left: 0,
+            runs: vec![],
+            routes: vec![],
+            tags: json!({}),
+            outbox: vec![],
+            unsatisfied: 0,
+            dependents_due: None,
+            group_counted: false,
+            sweep,
+        }
+    }
+
+    /// Writes a status item as the queue does; returns its image (as a stream would carry it).
+    async fn put_status(store: &SqliteStore, rec: &TaskRecord, cond: Cond) -> Item {
+        let data = rec.stored_json().unwrap();
+        let item = Item::new(&rec.task_id, SK_STATUS, data, rec.index_entries());
+        let version = store
+            .write(WriteOp::Put {
+                table: TASKS,
+                item: item.clone(),
+                cond,
+            })
+            .await
+            .unwrap();
+        Item { version, ..item }
+    }
+
+    #[tokio::test]
+    async fn an_event_failing_its_schema_is_kept_aside_and_blocks_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("db")).unwrap();
+        let id = crate::ids::new_slugid();
+        let mut rec = record(&id, true);
+        rec.start_first_run(Ts(0));
+        rec.emit_created();
+        assert_eq!(rec.outbox.len(), 2, "task-defined and task-pending");
+        let mut bad = rec.outbox[0].clone();
+        bad.id = "bad".into();
+        bad.payload = json!({ "version": 2 });
+        rec.outbox.insert(0, bad);
+        let item = Item::new(&id, SK_STATUS, serde_json::to_value(&rec).unwrap(), vec![]);
+        let version = store
+            .write(WriteOp::Put {
+                table: TASKS,
+                item,
+                cond: Cond::NotExists,
+            })
+            .await
+            .unwrap();
+
+        let sink = RecordingSink::default();
+        let out = drain_written(
+            &store,
+            &sink,
+            "x/",
+            vec![(rec, version)],
+            &RecentIds::default(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(out, DrainOutcome::Delivered(2));
+        let sent: Vec<String> = sink.events().into_iter().map(|e| e.exchange).collect();
+        assert_eq!(sent, ["x/task-defined", "x/task-pending"]);
+        let kept = store
+            .get(TASKS, &id, &sk_dead_letter("bad"))
+            .await
+            .unwrap()
+            .expect("the bad event is kept for inspection");
+        assert_eq!(kept.data["event"]["payload"]["version"], 2);
+        assert!(!kept.data["errors"].as_array().unwrap().is_empty());
+        let status = store.get(TASKS, &id, SK_STATUS).await.unwrap().unwrap();
+        assert_eq!(status.data["outbox"], json!([]), "both left the outbox");
+    }
+
+    /// RabbitMQ unreachable, as far as the publisher can tell.
+    struct Down;
+
+    #[async_trait]
+    impl EventSink for Down {
+        async fn publish(&self, _: &[Event]) -> Result<(), SinkError> {
+            Err(SinkError::new("connection refused"))
+        }
+    }
+
+    /// Where the stream delivers events, each write stores only its own, the publisher
+    /// publishes every image's events and writes nothing; when it cannot, the events of every
+    /// image in the batch, even those a later write replaced, are held in order for the
+    /// sweeper.
+    #[tokio::test]
+    async fn each_write_carries_its_own_events_and_a_failed_batch_is_held_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("db")).unwrap();
+        let id = crate::ids::new_slugid();
+        let mut rec = record(&id, false);
+        rec.start_first_run(Ts(0));
+        rec.emit_created();
+        let first = put_status(&store, &rec, Cond::NotExists).await;
+        // The next write starts from the stored record, as every writer does.
+        let mut rec: TaskRecord = serde_json::from_value(first.data.clone()).unwrap();
+        assert_eq!(rec.outbox.len(), 2);
+        rec.claim(0, "g", "w", Ts(1), Ts(1_000)).unwrap();
+        let second = put_status(&store, &rec, Cond::Version(first.version)).await;
+        let names = |v: &serde_json::Value| -> Vec<String> {
+            v["outbox"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["exchange"].as_str().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(names(&second.data), ["task-running"]);
+        assert!(second.indexes.iter().all(|e| e.index != index::OUTBOX));
+        let sweep = || async {
+            let sink = RecordingSink::default();
+            drain_all::<TaskRecord>(&store, &sink, "x/", 10, &|_| false, &RecentIds::default())
+                .await
+                .unwrap()
+        };
+        assert_eq!(sweep().await, 0, "nothing for the sweeper");
+
+        let sink = RecordingSink::default();
+        let batch = vec![first.clone(), second.clone()];
+        let out = drain_stream::<TaskRecord>(&store, &sink, "x/", batch, &RecentIds::default())
+            .await
+            .unwrap();
+        assert_eq!(out, DrainOutcome::Delivered(3));
+        let sent: Vec<String> = sink.events().into_iter().map(|e| e.exchange).collect();
+        assert_eq!(sent, ["x/task-defined", "x/task-pending", "x/task-running"]);
+        let stored = store.get(TASKS, &id, SK_STATUS).await.unwrap().unwrap();
+        assert_eq!(
+            stored.version, second.version,
+            "the publisher wrote nothing"
+        );
+
+        let batch = vec![first, second];
+        let out =
+            drain_stream::<TaskRecord>(&store, &Down, "x/", batch, &RecentIds::default()).await;
+        assert!(out.is_err());
+        let stored = store.get(TASKS, &id, SK_STATUS).await.unwrap().unwrap();
+        assert_eq!(stored.data["sweep"], true);
+        assert_eq!(
+            names(&stored.data),
+            ["task-defined", "task-pending", "task-running"]
+        );
+        let sink = RecordingSink::default();
+        let swept =
+            drain_all::<TaskRecord>(&store, &sink, "x/", 10, &|_| false, &RecentIds::default())
+                .await
+                .unwrap();
+        assert_eq!(swept, 3);
+    }
+}

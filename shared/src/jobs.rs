@@ -1,0 +1,238 @@
+//! Background work as single passes: each call does one bounded unit and returns what it did,
+//! or a [`JobError`] that says whether trying again can help. The loops, intervals and
+//! schedules live outside (the local server's timers, EventBridge rules, table streams).
+
+use crate::blobs::BlobStore;
+use crate::error::ApiError;
+use crate::events::drain::{
+    drain_all, drain_stream, drain_written, DrainError, DrainOutcome, RecentIds,
+};
+use crate::events::EventSink;
+use crate::hints::LocalHints;
+use crate::queue::Queue;
+use crate::records::graph::{GraphRecord, SK_TASK_GRAPH};
+use crate::records::task::{TaskRecord, SK_STATUS};
+use crate::store::Item;
+use crate::time::Ts;
+use std::sync::Arc;
+
+/// Items each pass handles per shard.
+pub const BATCH: usize = 100;
+
+/// Why a pass stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    /// A queue operation failed.
+    #[error(transparent)]
+    Queue(#[from] ApiError),
+    /// Publishing (or the store under it) failed.
+    #[error(transparent)]
+    Drain(#[from] DrainError),
+}
+
+impl JobError {
+    /// True if running the same pass again may succeed (a throttled or unreachable store,
+    /// an unreachable broker, a record changing too fast); false for a bug, which repeating
+    /// cannot cure.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            JobError::Queue(e) => e.is_retryable(),
+            JobError::Drain(DrainError::Sink(_)) => true,
+            JobError::Drain(DrainError::Store(e)) => e.is_transient() || e.is_condition_failed(),
+        }
+    }
+}
+
+/// One pass of the claim reaper: resolves runs whose claim expired.
+pub async fn claims(queue: &Queue, now: Ts) -> Result<usize, JobError> {
+    Ok(queue.reap_claims_once(now, BATCH).await?)
+}
+
+/// One pass of the deadline reaper: resolves tasks whose deadline passed.
+pub async fn deadlines(queue: &Queue, now: Ts) -> Result<usize, JobError> {
+    Ok(queue.reap_deadlines_once(now, BATCH).await?)
+}
+
+/// One pass of the dependency worker: satisfies the dependents of tasks that resolved.
+pub async fn dependencies(queue: &Queue, now: Ts) -> Result<usize, JobError> {
+    Ok(queue.resolve_dependents_once(now, BATCH).await?)
+}
+
+/// One pass of the expiry job: deletes expired tasks, dependency edges and task groups.
+pub async fn expiry(queue: &Queue, now: Ts) -> Result<usize, JobError> {
+    Ok(queue.expire_once(now, BATCH).await?)
+}
+
+/// The artifact expiry job: deletes artifacts (objects, then rows) expired `grace_ms` ago.
+pub async fn artifacts(
+    queue: &Queue,
+    blobs: &dyn BlobStore,
+    now: Ts,
+    grace_ms: i64,
+) -> Result<usize, JobError> {
+    Ok(queue.expire_artifacts(blobs, now, grace_ms).await?)
+}
+
+/// The dependency worker for a batch of changed items (the tasks table's stream in AWS):
+/// every status image that carries a resolution mark gets its dependents looked at now,
+/// rather than at the next scheduled pass. Repeats are harmless: the mark is cleared by a
+/// write conditioned on the image's version, and a lost one finds the mark gone. A task whose
+/// resolution could not be handled is left to the scheduled pass (its `resolved` entry is
+/// restored) before the error is returned.
+pub async fn dependencies_of(queue: &Queue, images: Vec<Item>, now: Ts) -> Result<usize, JobError> {
+    // The newest image of each marked task; the record in it saves the read (a write
+    // conditioned on its version confirms it, or the task is read again).
+    let mut newest: std::collections::BTreeMap<String, Item> = Default::default();
+    for image in images {
+        if image.sk != SK_STATUS || image.data.get("dependentsDue").is_none_or(|d| d.is_null()) {
+            continue;
+        }
+        match newest.get(&image.pk) {
+            Some(seen) if seen.version >= image.version => {}
+            _ => {
+                newest.insert(image.pk.clone(), image);
+            }
+        }
+    }
+    let mut marked = newest.into_values().map(|i| {
+        let rec = serde_json::from_value::<TaskRecord>(i.data).ok();
+        (i.pk, rec.map(|r| (r, i.version)))
+    });
+    let mut n = 0;
+    let mut failed = None;
+    loop {
+        let chunk: Vec<_> = marked.by_ref().take(16).collect();
+        if chunk.is_empty() {
+            break;
+        }
+        let ids: Vec<String> = chunk.iter().map(|(id, _)| id.clone()).collect();
+        let done = futures_util::future::join_all(chunk.into_iter().map(|(id, rec)| async move {
+            match rec {
+                Some(loaded) => queue.resolve_dependents_of(loaded, now).await,
+                None => queue.resolve_dependents(&id, now).await,
+            }
+        }))
+        .await;
+        for (id, result) in ids.iter().zip(done) {
+            match result {
+                Ok(satisfied) => n += satisfied,
+                Err(e) => {
+                    // Where the stream is the only trigger (no `resolved` entry), leave the
+                    // task to the scheduled pass before the batch is retried.
+                    queue.hold_resolution(id).await?;
+                    failed = Some(e);
+                }
+            }
+        }
+    }
+    match failed {
+        Some(e) => Err(e.into()),
+        None => Ok(n),
+    }
+}
+
+/// Publishes what waits in outboxes, remembering what it published (a record written while
+/// its earlier events were still being removed carries them again, and they must not go out
+/// twice). One per process: the local server's loop, or a warm publisher function.
+pub struct Publisher {
+    sink: Arc<dyn EventSink>,
+    published: RecentIds,
+}
+
+fn delivered(outcome: DrainOutcome) -> usize {
+    match outcome {
+        DrainOutcome::Delivered(n) => n,
+        DrainOutcome::Empty => 0,
+    }
+}
+
+impl Publisher {
+    /// A publisher into `sink`.
+    pub fn new(sink: Arc<dyn EventSink>) -> Self {
+        Publisher {
+            sink,
+            published: RecentIds::default(),
+        }
+    }
+
+    /// The sink it publishes to.
+    pub fn sink(&self) -> &dyn EventSink {
+        self.sink.as_ref()
+    }
+
+    /// Delivers the events of the records this process just wrote (the fast path; the sweep
+    /// remains the safety net for anything else), and of the task graphs if this process
+    /// wrote any.
+    pub async fn recent(&self, queue: &Queue, hints: &LocalHints) -> Result<usize, JobError> {
+        let written = hints.take_dirty();
+        let prefix = &queue.cfg.exchange_prefix;
+        let store = queue.store.as_ref();
+        let mut n =
+            delivered(drain_written(store, self.sink(), prefix, written, &self.published).await?);
+        if hints.take_graph_events() {
+            n += self.graphs(queue).await.inspect_err(|_| {
+                // Look again next time.
+                hints.keep_graph_events();
+            })?;
+        }
+        Ok(n)
+    }
+
+    /// The scheduler's events: every shard of the graphs' outbox index.
+    async fn graphs(&self, queue: &Queue) -> Result<usize, JobError> {
+        Ok(drain_all::<GraphRecord>(
+            queue.store.as_ref(),
+            self.sink(),
+            &queue.cfg.scheduler_exchange_prefix,
+            BATCH,
+            &|_| false,
+            &self.published,
+        )
+        .await?)
+    }
+
+    /// One pass over every shard of the outbox index, the tasks' and the task graphs',
+    /// leaving out the tasks for which `skip` is true (a faster path holds them, with their
+    /// events, and will deliver them; draining them here too would publish them twice).
+    pub async fn sweep(
+        &self,
+        queue: &Queue,
+        skip: &(dyn Fn(&str) -> bool + Sync),
+    ) -> Result<usize, JobError> {
+        let tasks = drain_all::<TaskRecord>(
+            queue.store.as_ref(),
+            self.sink(),
+            &queue.cfg.exchange_prefix,
+            BATCH,
+            skip,
+            &self.published,
+        )
+        .await?;
+        Ok(tasks + self.graphs(queue).await?)
+    }
+
+    /// Delivers the outboxes in a batch of changed items (the tables' streams in AWS): task
+    /// status images with the queue's prefix, task graph images with the scheduler's.
+    pub async fn stream(&self, queue: &Queue, images: Vec<Item>) -> Result<usize, JobError> {
+        let (graphs, tasks): (Vec<Item>, Vec<Item>) =
+            images.into_iter().partition(|i| i.sk == SK_TASK_GRAPH);
+        let store = queue.store.as_ref();
+        let tasks = drain_stream::<TaskRecord>(
+            store,
+            self.sink(),
+            &queue.cfg.exchange_prefix,
+            tasks,
+            &self.published,
+        )
+        .await?;
+        let graphs = drain_stream::<GraphRecord>(
+            store,
+            self.sink(),
+            &queue.cfg.scheduler_exchange_prefix,
+            graphs,
+            &self.published,
+        )
+        .await?;
+        Ok(delivered(tasks) + delivered(graphs))
+    }
+}

@@ -1,0 +1,438 @@
+//! Artifacts: creation (with upstream's re-creation rules), download resolution (links,
+//! errors, expiry), listing and the expiry reaper. Bytes never pass through the queue: they
+//! move through URLs from the [`BlobStore`].
+//!
+//! `artifact-created` events for reference, link and error artifacts go into the task status
+//! item's outbox in the same transaction that writes the artifact item, so an event exists
+//! exactly when its artifact does.
+
+use super::core::{backoff, Queue, MAX_ATTEMPTS};
+use crate::blobs::{BlobStore, Bucket};
+use crate::error::{ApiError, ApiResult, ErrorCode};
+use crate::ids::TaskId;
+use crate::page::{encode_token, PageReq};
+use crate::records::artifact::{
+    artifact_run_prefix, artifact_sk, check_name, check_run, compatible, decode, from_request,
+    Artifact, ARTIFACTS, ARTIFACT_EXPIRY,
+};
+use crate::records::task::TASKS;
+use crate::store::shard::{due_upto, shard_pk, SHARDS};
+use crate::store::{Cond, SkRange, WriteOp};
+use crate::time::{Ts, MINUTE, SECOND};
+use serde_json::{json, Map, Value};
+
+/// How long a `putUrl` is valid (the reply's `expires`).
+pub const PUT_URL_TTL_MS: i64 = 45 * MINUTE;
+/// Extra validity of the signed URL beyond the advertised expiry, for slow starts.
+const PUT_URL_SLACK_MS: i64 = 10 * SECOND;
+/// How long a presigned download URL is valid.
+pub const GET_URL_TTL_MS: i64 = 30 * MINUTE;
+/// How far in the past an artifact's `expires` may lie at creation (clock drift).
+const EXPIRES_PAST_MS: i64 = 15 * MINUTE;
+/// Default grace between an artifact's expiry and its deletion (410 in between, then 404).
+pub const EXPIRY_GRACE_MS: i64 = 30 * MINUTE;
+
+/// What a download resolves to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Download {
+    /// 303 to this URL (s3 and reference).
+    Url {
+        /// The final artifact's storage type.
+        storage_type: String,
+        /// Where to go.
+        url: String,
+    },
+    /// An error artifact: 424 with `{reason, message}`.
+    Error {
+        /// The reason the worker gave.
+        reason: String,
+        /// Its message.
+        message: String,
+    },
+}
+
+/// A download followed through its links: every name reached, the requested one first (each
+/// needs `queue:get-artifact:<name>`, checked by the caller in this order), and where it
+/// ended. The outcome's error (404, 410, a cycle) is only shown to a caller allowed every
+/// name reached before it.
+#[derive(Debug)]
+pub struct Resolved {
+    /// The names reached, in order.
+    pub names: Vec<String>,
+    /// Where the bytes are, or why there are none.
+    pub outcome: ApiResult<Download>,
+}
+
+impl Queue {
+    async fn load_artifact(
+        &self,
+        task_id: &str,
+        run_id: u32,
+        name: &str,
+    ) -> ApiResult<Option<(Artifact, u64)>> {
+        let item = self
+            .store
+            .get(ARTIFACTS, task_id, &artifact_sk(run_id, name))
+            .await?;
+        match item {
+            Some(i) => {
+                let v = i.version;
+                Ok(Some((decode(i)?, v)))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// The latest run of a task: 404 if the task or any run is missing.
+    pub async fn latest_run(&self, task_id: &TaskId) -> ApiResult<u32> {
+        let Some((rec, _)) = self.load(task_id.as_str()).await? else {
+            return Err(ApiError::not_found(format!("Task {task_id} not found")));
+        };
+        rec.runs
+            .last()
+            .map(|r| r.run_id)
+            .ok_or_else(|| ApiError::not_found(format!("Task {task_id} has no runs")))
+    }
+
+    /// createArtifact: stores the artifact (and, for announced types, its `artifact-created`
+    /// event in the same transaction) and returns the reply body.
+    pub async fn create_artifact(
+        &self,
+        blobs: &dyn BlobStore,
+        task_id: &TaskId,
+        run_id: u32,
+        name: &str,
+        body: &Value,
+        now: Ts,
+    ) -> ApiResult<Value> {
+        check_name(name)?;
+        let mut art = from_request(task_id.as_str(), run_id, name, body)?;
+        if art.expires < now.plus(-EXPIRES_PAST_MS) {
+            return Err(ApiError::input(format!(
+                "expires ({}) is more than 15 minutes in the past",
+                art.expires
+            )));
+        }
+        if art.storage_type == "s3" {
+            art.details["bucket"] = json!(blobs.bucket_name(Bucket::for_name(name)));
+        }
+        for attempt in 0..MAX_ATTEMPTS {
+            let Some((mut rec, status_version)) = self.load(task_id.as_str()).await? else {
+                return Err(ApiError::input(format!("Task {task_id} not found")));
+            };
+            check_run(&rec, run_id, art.expires, now)?;
+            let cond = match self.load_artifact(task_id.as_str(), run_id, name).await? {
+                Some((old, _)) if !compatible(&old, &art) => {
+                    return Err(ApiError::conflict(format!(
+                        "Artifact {name} already exists with different properties"
+                    )));
+                }
+                Some((_, v)) => Cond::Version(v),
+                None => Cond::NotExists,
+            };
+            let put = WriteOp::Put {
+                table: ARTIFACTS,
+                item: art.item()?,
+                cond,
+            };
+            let written = if art.announced() {
+                let run = rec.runs.get(run_id as usize).cloned().ok_or_else(|| {
+                    ApiError::input(format!("Task {task_id} has no run {run_id}"))
+                })?;
+                let mut extra = Map::new();
+                extra.insert("artifact".into(), art.metadata());
+                rec.emit("artifact-created", Some(&run), true, extra);
+                let status = WriteOp::Put {
+                    table: TASKS,
+                    item: Self::status_item(&rec)?,
+                    cond: Cond::Version(status_version),
+                };
+                let r = self.store.transact(vec![status, put]).await;
+                if r.is_ok() {
+                    // The store bumps a version by one per write.
+                    self.after_write(&rec, status_version + 1);
+                }
+                r
+            } else {
+                self.store.write(put).await.map(|_| ())
+            };
+            match written {
+                Ok(()) => return self.create_reply(blobs, &art, now).await,
+                Err(e) if e.is_condition_failed() => backoff(attempt).await,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(ApiError::conflict(format!(
+            "Artifact {name} is changing too fast; try again"
+        )))
+    }
+
+    async fn create_reply(
+        &self,
+        blobs: &dyn BlobStore,
+        art: &Artifact,
+        now: Ts,
+    ) -> ApiResult<Value> {
+        if art.storage_type != "s3" {
+            return Ok(json!({ "storageType": art.storage_type }));
+        }
+        let key = Artifact::object_key(&art.task_id, art.run_id, &art.name);
+        let url = blobs
+            .put_url(
+                Bucket::for_name(&art.name),
+                &key,
+                &art.content_type,
+                now,
+                PUT_URL_TTL_MS + PUT_URL_SLACK_MS,
+            )
+            .await
+            .map_err(ApiError::caused_by)?;
+        Ok(json!({
+            "storageType": "s3",
+            "contentType": art.content_type,
+            "expires": now.plus(PUT_URL_TTL_MS),
+            "putUrl": url,
+        }))
+    }
+
+    /// Resolves a download: follows links, noting every name reached (see [`Resolved`]),
+    /// and ends at where the bytes are, or at 404 (missing), 410 (expired) or 400 (a cycle).
+    pub async fn resolve_download(
+        &self,
+        blobs: &dyn BlobStore,
+        task_id: &TaskId,
+        run_id: Option<u32>,
+        name: &str,
+        now: Ts,
+    ) -> Resolved {
+        let mut names = vec![name.to_string()];
+        let outcome = self
+            .follow_links(blobs, task_id, run_id, &mut names, now)
+            .await;
+        Resolved { names, outcome }
+    }
+
+    async fn follow_links(
+        &self,
+        blobs: &dyn BlobStore,
+        task_id: &TaskId,
+        run_id: Option<u32>,
+        seen: &mut Vec<String>,
+        now: Ts,
+    ) -> ApiResult<Download> {
+        let run_id = match run_id {
+            Some(r) => r,
+            None => self.latest_run(task_id).await?,
+        };
+        loop {
+            let current = seen.last().cloned().unwrap_or_default();
+            let art = match self
+                .load_artifact(task_id.as_str(), run_id, &current)
+                .await?
+            {
+                Some((a, _)) => a,
+                None => {
+                    return Err(ApiError::not_found(format!(
+                        "Artifact {current} not found for run {run_id} of task {task_id}"
+                    )))
+                }
+            };
+            if art.expires < now {
+                return Err(ApiError::new(
+                    ErrorCode::ResourceExpired,
+                    format!("Artifact {current} expired at {}", art.expires),
+                ));
+            }
+            match art.storage_type.as_str() {
+                "link" => {
+                    let target = art.details["artifact"].as_str().unwrap_or_default();
+                    if seen.iter().any(|s| s == target) {
+                        return Err(ApiError::input(format!(
+                            "Artifact links form a cycle: {} -> {target}",
+                            seen.join(" -> ")
+                        )));
+                    }
+                    seen.push(target.to_string());
+                }
+                "s3" => {
+                    let key = Artifact::object_key(task_id.as_str(), run_id, &current);
+                    let url = blobs
+                        .get_url(Bucket::for_name(&current), &key, now, GET_URL_TTL_MS)
+                        .await
+                        .map_err(ApiError::caused_by)?;
+                    return Ok(Download::Url {
+                        storage_type: "s3".into(),
+                        url,
+                    });
+                }
+                "reference" => {
+                    return Ok(Download::Url {
+                        storage_type: "reference".into(),
+                        url: art.details["url"].as_str().unwrap_or_default().to_string(),
+                    })
+                }
+                "error" => {
+                    return Ok(Download::Error {
+                        reason: art.details["reason"].as_str().unwrap_or_default().into(),
+                        message: art.details["message"].as_str().unwrap_or_default().into(),
+                    })
+                }
+                other => {
+                    return Err(ApiError::internal(format!(
+                        "artifact {current} has unknown storage type {other}"
+                    )))
+                }
+            }
+        }
+    }
+
+    /// artifactInfo / latestArtifactInfo: metadata of one artifact (links not followed).
+    pub async fn artifact_info(
+        &self,
+        task_id: &TaskId,
+        run_id: Option<u32>,
+        name: &str,
+    ) -> ApiResult<Value> {
+        let run_id = match run_id {
+            Some(r) => r,
+            None => self.latest_run(task_id).await?,
+        };
+        match self.load_artifact(task_id.as_str(), run_id, name).await? {
+            Some((a, _)) => Ok(a.metadata()),
+            None => Err(ApiError::not_found(format!(
+                "Artifact {name} not found for run {run_id} of task {task_id}"
+            ))),
+        }
+    }
+
+    /// listArtifacts / listLatestArtifacts: one page of a run's artifacts, in name order.
+    pub async fn list_artifacts(
+        &self,
+        task_id: &TaskId,
+        run_id: Option<u32>,
+        page: &PageReq,
+    ) -> ApiResult<(Vec<Value>, Option<String>)> {
+        let Some((rec, _)) = self.load(task_id.as_str()).await? else {
+            return Err(ApiError::not_found(format!("Task {task_id} not found")));
+        };
+        let Some(last) = rec.runs.last().map(|r| r.run_id) else {
+            return Err(ApiError::not_found(format!("Task {task_id} has no runs")));
+        };
+        let run_id = run_id.unwrap_or(last);
+        if run_id > last {
+            return Err(ApiError::not_found(format!(
+                "Run {run_id} of task {task_id} not found"
+            )));
+        }
+        let after = page.cursor()?;
+        let range = SkRange {
+            prefix: Some(artifact_run_prefix(run_id)),
+            upto: None,
+        };
+        let limit = page.limit.max(1);
+        // One extra row tells whether a further page exists, so a token never leads nowhere.
+        let mut got = self
+            .store
+            .query(
+                ARTIFACTS,
+                task_id.as_str(),
+                &range,
+                after.as_ref(),
+                limit + 1,
+            )
+            .await?
+            .items;
+        let token = if got.len() > limit {
+            got.truncate(limit);
+            got.last()
+                .map(|i| encode_token(&(i.sk.clone(), i.pk.clone(), i.sk.clone())))
+        } else {
+            None
+        };
+        let items = got
+            .into_iter()
+            .map(|i| decode(i).map(|a| a.metadata()))
+            .collect::<ApiResult<Vec<_>>>()?;
+        Ok((items, token))
+    }
+
+    /// One pass of the artifact expiry reaper: deletes up to `batch` artifacts per shard that
+    /// expired before `cutoff`, objects first (so that no object outlives its row unseen),
+    /// then rows, each only if unchanged since read. Safe to run twice or concurrently.
+    /// Returns how many rows it deleted.
+    pub async fn expire_artifacts_once(
+        &self,
+        blobs: &dyn BlobStore,
+        cutoff: Ts,
+        batch: usize,
+    ) -> ApiResult<usize> {
+        let mut due: Vec<(Artifact, u64)> = Vec::new();
+        for shard in 0..SHARDS {
+            let range = SkRange {
+                upto: Some(due_upto(cutoff)),
+                ..Default::default()
+            };
+            let pk = shard_pk(ARTIFACT_EXPIRY, shard);
+            let page = self
+                .store
+                .query_index(ARTIFACTS, ARTIFACT_EXPIRY, &pk, &range, None, batch)
+                .await?;
+            for item in page.items {
+                let v = item.version;
+                let a = decode(item)?;
+                // The index is only a hint: a re-created artifact may expire later now.
+                if a.expires <= cutoff {
+                    due.push((a, v));
+                }
+            }
+        }
+        for bucket in [Bucket::Public, Bucket::Private] {
+            let keys: Vec<String> = due
+                .iter()
+                .filter(|(a, _)| a.storage_type == "s3" && Bucket::for_name(&a.name) == bucket)
+                .map(|(a, _)| Artifact::object_key(&a.task_id, a.run_id, &a.name))
+                .collect();
+            if !keys.is_empty() {
+                blobs
+                    .delete(bucket, &keys)
+                    .await
+                    .map_err(ApiError::caused_by)?;
+            }
+        }
+        let mut n = 0;
+        for (a, v) in due {
+            let op = WriteOp::Delete {
+                table: ARTIFACTS,
+                pk: a.task_id.clone(),
+                sk: artifact_sk(a.run_id, &a.name),
+                cond: Cond::Version(v),
+            };
+            match self.store.write(op).await {
+                Ok(_) => n += 1,
+                Err(e) if e.is_condition_failed() => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(n)
+    }
+
+    /// The artifact expiry reaper: passes until nothing is due at `now - grace_ms`.
+    pub async fn expire_artifacts(
+        &self,
+        blobs: &dyn BlobStore,
+        now: Ts,
+        grace_ms: i64,
+    ) -> ApiResult<usize> {
+        const BATCH: usize = 100;
+        let mut total = 0;
+        loop {
+            let n = self
+                .expire_artifacts_once(blobs, now.plus(-grace_ms), BATCH)
+                .await?;
+            total += n;
+            if n < BATCH {
+                return Ok(total);
+            }
+        }
+    }
+}

@@ -1,0 +1,262 @@
+//! Claims: claimWork's long poll over the pending index, claimTask and reclaimTask, each
+//! handing the worker temporary credentials for the run.
+
+use super::core::{backoff, Queue, MAX_ATTEMPTS};
+use crate::creds;
+use crate::error::{ApiError, ApiResult};
+use crate::ids::{TaskId, TaskQueueId};
+use crate::records::task::{index, ClaimOutcome, Run, RunState, TaskRecord, TASKS};
+use crate::store::{Item, SkRange};
+use crate::time::Ts;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+/// A claim handed to a worker.
+pub struct Claim {
+    /// The status after the claim.
+    pub record: TaskRecord,
+    /// The claimed run, as it stands after the claim.
+    pub run: Run,
+    /// The task definition.
+    pub task: Value,
+    /// Temporary credentials for the run.
+    pub credentials: creds::TempCredentials,
+}
+
+/// What one claim pass did.
+pub struct ClaimPass {
+    /// The runs claimed.
+    pub claims: Vec<Claim>,
+    /// Claimable candidates lost to concurrent claimers.
+    pub lost: usize,
+}
+
+impl Claim {
+    /// The claim-work/claim-task response item.
+    pub fn to_json(&self) -> Value {
+        let run = &self.run;
+        json!({
+            "status": self.record.status_json(),
+            "runId": run.run_id,
+            "workerGroup": run.worker_group,
+            "workerId": run.worker_id,
+            "takenUntil": run.taken_until,
+            "task": self.task,
+            "credentials": self.credentials.to_json(),
+        })
+    }
+}
+
+impl Queue {
+    async fn finish_claim(&self, rec: TaskRecord, run_id: u32, now: Ts) -> ApiResult<Claim> {
+        let task = self.definition_for(&rec).await?;
+        let run = rec.runs.get(run_id as usize).cloned().ok_or_else(|| {
+            ApiError::internal(format!(
+                "claimed run {run_id} of task {} is missing",
+                rec.task_id
+            ))
+        })?;
+        let scopes: Vec<String> = crate::json::string_list(&task["scopes"]);
+        let credentials = creds::for_claim(&self.issuer, &rec.task_id, &run, &scopes, now);
+        Ok(Claim {
+            record: rec,
+            run,
+            task,
+            credentials,
+        })
+    }
+
+    /// claimTask (deprecated): claims one specific run.
+    pub async fn claim_task(
+        &self,
+        task_id: &TaskId,
+        run_id: u32,
+        worker_group: &str,
+        worker_id: &str,
+        now: Ts,
+    ) -> ApiResult<Claim> {
+        let taken_until = now.plus(self.cfg.claim_timeout_ms);
+        let (rec, _) = self
+            .mutate(task_id.as_str(), |r| {
+                r.claim(run_id, worker_group, worker_id, now, taken_until)
+            })
+            .await?;
+        self.finish_claim(rec, run_id, now).await
+    }
+
+    /// reclaimTask: extends the claim; returns the record and fresh credentials.
+    pub async fn reclaim_task(&self, task_id: &TaskId, run_id: u32, now: Ts) -> ApiResult<Claim> {
+        let taken_until = now.plus(self.cfg.claim_timeout_ms);
+        let (rec, ()) = self
+            .mutate(task_id.as_str(), |r| r.reclaim(run_id, now, taken_until))
+            .await?;
+        self.finish_claim(rec, run_id, now).await
+    }
+
+    /// One pass over the head of a task queue's pending index: claims up to `count` runs.
+    /// `lost` counts claimable candidates that other claimers won meanwhile (work exists, so
+    /// a long poll should look again at once rather than wait).
+    pub async fn try_claim_work(
+        &self,
+        q: &TaskQueueId,
+        worker_group: &str,
+        worker_id: &str,
+        count: usize,
+        now: Ts,
+    ) -> ApiResult<ClaimPass> {
+        // A few spare candidates beyond `count` absorb lost races without reading (and
+        // decoding) a long stretch of the index on every call.
+        let limit = count + 4;
+        let page = self
+            .store
+            .query_index(
+                TASKS,
+                index::PENDING,
+                q.as_str(),
+                &SkRange::default(),
+                None,
+                limit,
+            )
+            .await?;
+        // Candidates are tried in queue order (priority, then age), so a worker without
+        // competition gets strict FIFO. Once a candidate is lost to a concurrent claimer, the
+        // rest of the equally-ranked head is rotated by a random amount, so that racing
+        // workers spread out instead of all fighting over the next item.
+        let mut candidates: std::collections::VecDeque<Item> = page.items.into();
+        let mut spread = false;
+        let mut lost = 0;
+        let taken_until = now.plus(self.cfg.claim_timeout_ms);
+        let mut claims = Vec::new();
+        while let Some(item) = candidates.pop_front() {
+            if claims.len() >= count {
+                break;
+            }
+            let rec: TaskRecord = serde_json::from_value(item.data)?;
+            let Some(run) = rec.runs.last().filter(|r| r.state == RunState::Pending) else {
+                continue;
+            };
+            if rec.deadline <= now {
+                continue; // the deadline reaper resolves it
+            }
+            let run_id = run.run_id;
+            match self
+                .claim_candidate(
+                    rec,
+                    item.version,
+                    run_id,
+                    worker_group,
+                    worker_id,
+                    now,
+                    taken_until,
+                )
+                .await?
+            {
+                Some(rec) => claims.push(self.finish_claim(rec, run_id, now).await?),
+                None if !spread => {
+                    lost += 1;
+                    spread = true;
+                    spread_head(candidates.make_contiguous(), count);
+                }
+                None => lost += 1,
+            }
+        }
+        Ok(ClaimPass { claims, lost })
+    }
+
+    /// Claims a candidate seen in the (eventually consistent) index. `None` if someone else
+    /// got it first or it is no longer pending.
+    #[allow(clippy::too_many_arguments)]
+    async fn claim_candidate(
+        &self,
+        mut rec: TaskRecord,
+        mut version: u64,
+        run_id: u32,
+        worker_group: &str,
+        worker_id: &str,
+        now: Ts,
+        taken_until: Ts,
+    ) -> ApiResult<Option<TaskRecord>> {
+        // A lost condition re-reads the item: another claimer's win shows as a run no longer
+        // pending (given up at once), while a background write (the publisher removing events,
+        // the dependency worker clearing its mark) leaves the run pending, and giving up then
+        // would hand the worker a lower-priority task instead.
+        for attempt in 0..MAX_ATTEMPTS {
+            if attempt >= 3 {
+                backoff(attempt).await;
+            }
+            if rec.runs.len() != run_id as usize + 1
+                || rec.runs[run_id as usize].state != RunState::Pending
+                || rec.deadline <= now
+            {
+                return Ok(None);
+            }
+            let task_id = rec.task_id.clone();
+            if rec.claim(run_id, worker_group, worker_id, now, taken_until)?
+                != ClaimOutcome::Claimed
+            {
+                return Ok(None);
+            }
+            match self.save(&rec, version).await? {
+                Ok(()) => {
+                    return Ok(Some(rec));
+                }
+                Err(e) if e.is_condition_failed() => match self.load(&task_id).await? {
+                    // Stale index entry or a concurrent change: look again at the real item.
+                    Some((fresh, v)) => {
+                        rec = fresh;
+                        version = v;
+                    }
+                    None => return Ok(None),
+                },
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(None)
+    }
+
+    /// claimWork: long-polls until at least one run is claimed or the timeout passes.
+    pub async fn claim_work(
+        &self,
+        q: &TaskQueueId,
+        worker_group: &str,
+        worker_id: &str,
+        count: usize,
+        clock: &(dyn Fn() -> Ts + Send + Sync),
+    ) -> ApiResult<Vec<Claim>> {
+        let until =
+            Instant::now() + Duration::from_millis(self.cfg.claim_work_timeout_ms.max(0) as u64);
+        loop {
+            let token = self.signal.token(q.as_str());
+            let ClaimPass { claims, lost } = self
+                .try_claim_work(q, worker_group, worker_id, count, clock())
+                .await?;
+            let left = until.saturating_duration_since(Instant::now());
+            if !claims.is_empty() || left.is_zero() {
+                return Ok(claims);
+            }
+            if lost > 0 {
+                // Others won this pass but work remains: look again after a short jitter.
+                tokio::time::sleep(Duration::from_millis(rand::random::<u64>() % 10)).await;
+                continue;
+            }
+            let recheck = Duration::from_millis(self.cfg.claim_work_recheck_ms.max(10) as u64);
+            self.signal.wait(q.as_str(), token, left.min(recheck)).await;
+        }
+    }
+}
+
+/// Rotates the equally-ranked head of `candidates` (at most `max(count, 8)` items) by a
+/// random amount.
+fn spread_head(candidates: &mut [Item], count: usize) {
+    let Some(rank) = candidates.first().map(|i| i.data["priority"].clone()) else {
+        return;
+    };
+    let same_rank = candidates
+        .iter()
+        .take_while(|i| i.data["priority"] == rank)
+        .count();
+    let n = same_rank.min(count.max(8));
+    if n > 1 {
+        candidates[..n].rotate_left(rand::random::<u32>() as usize % n);
+    }
+}

@@ -1,0 +1,336 @@
+//! The queue service's state and the read-modify-write every operation is built on.
+
+use super::counter;
+use crate::creds::IssuerCredentials;
+use crate::error::{ApiError, ApiResult};
+use crate::hints::{NoHints, WriteObserver};
+use crate::records::task::{RunState, TaskRecord, SK_DEF, SK_STATUS, TASKS};
+use crate::signal::WorkSignal;
+use crate::store::shard::{due_upto, shard_pk, SHARDS};
+use crate::store::{Cond, Item, SkRange, Store, StoreError, WriteOp};
+use crate::time::{Ts, MINUTE};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Tunables of the queue, with upstream's defaults.
+#[derive(Debug, Clone)]
+pub struct QueueConfig {
+    /// How long a claim lasts (upstream `claimTimeout`, 1200 s).
+    pub claim_timeout_ms: i64,
+    /// How long claimWork waits for work (20 s).
+    pub claim_work_timeout_ms: i64,
+    /// How often a waiting claimWork re-reads the index even without a signal (a safety net
+    /// for signals from other processes; in-process signals wake it at once).
+    pub claim_work_recheck_ms: i64,
+    /// Longest allowed deadline, in days (5).
+    pub max_task_deadline_days: i64,
+    /// How long a task group outlives its longest-lived task.
+    pub group_expiry_extension_ms: i64,
+    /// Exchange name prefix.
+    pub exchange_prefix: String,
+    /// Exchange name prefix of the task-graph scheduler's events, which the same publisher
+    /// delivers.
+    pub scheduler_exchange_prefix: String,
+    /// True where the tasks table's stream triggers the publisher and the dependency resolver
+    /// on every write (AWS): new task records then store only each write's own events and
+    /// leave out the `outbox` and `resolved` index entries (see [`TaskRecord::sweep`]); a
+    /// stream function that cannot finish adds them back for the scheduled passes.
+    pub events_from_stream: bool,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        QueueConfig {
+            claim_timeout_ms: 1200 * 1000,
+            claim_work_timeout_ms: 20 * 1000,
+            claim_work_recheck_ms: 5 * 1000,
+            max_task_deadline_days: 5,
+            group_expiry_extension_ms: GROUP_EXPIRY_EXTENSION_MS,
+            exchange_prefix: crate::routing::DEFAULT_EXCHANGE_PREFIX.to_string(),
+            scheduler_exchange_prefix: crate::routing::SCHEDULER_EXCHANGE_PREFIX.to_string(),
+            events_from_stream: false,
+        }
+    }
+}
+
+/// Default for [`QueueConfig::group_expiry_extension_ms`]: an hour, as upstream.
+pub const GROUP_EXPIRY_EXTENSION_MS: i64 = 60 * MINUTE;
+/// Optimistic-concurrency attempts before giving up with 409.
+pub(crate) const MAX_ATTEMPTS: usize = 25;
+/// Store reads or writes a many-item operation keeps in flight at once.
+pub(crate) const PARALLEL: usize = 16;
+
+/// Definitions kept in memory before the cache starts over.
+const DEF_CACHE_MAX: usize = 10_000;
+
+/// The queue service.
+pub struct Queue {
+    /// Storage.
+    pub store: Arc<dyn Store>,
+    /// Wakes waiting claimWork calls.
+    pub signal: Arc<dyn WorkSignal>,
+    /// Told of this process's writes (hints for in-process background loops).
+    pub observer: Arc<dyn WriteObserver>,
+    /// Issues workers' temporary credentials.
+    pub issuer: IssuerCredentials,
+    /// Tunables.
+    pub cfg: QueueConfig,
+    /// Task definitions never change after creation, so each process keeps the ones it read.
+    defs: Mutex<HashMap<String, Value>>,
+}
+
+impl Queue {
+    /// A queue over the given ports, observing nothing.
+    pub fn new(
+        store: Arc<dyn Store>,
+        signal: Arc<dyn WorkSignal>,
+        issuer: IssuerCredentials,
+        cfg: QueueConfig,
+    ) -> Self {
+        Queue {
+            store,
+            signal,
+            observer: Arc::new(NoHints),
+            issuer,
+            cfg,
+            defs: Default::default(),
+        }
+    }
+
+    /// The same queue telling `observer` of its writes.
+    pub fn with_observer(mut self, observer: Arc<dyn WriteObserver>) -> Self {
+        self.observer = observer;
+        self
+    }
+
+    /// A task's status record and version, read strongly.
+    pub(crate) async fn load(&self, task_id: &str) -> ApiResult<Option<(TaskRecord, u64)>> {
+        self.load_with(task_id, true).await
+    }
+
+    /// A task's status record, strongly or eventually consistent. An eventual read may be an
+    /// older version or miss a task created moments ago: only a write conditioned on the
+    /// version read may rest on it.
+    pub(crate) async fn load_with(
+        &self,
+        task_id: &str,
+        consistent: bool,
+    ) -> ApiResult<Option<(TaskRecord, u64)>> {
+        let item = self
+            .store
+            .get_as(TASKS, task_id, SK_STATUS, consistent)
+            .await?;
+        match item {
+            Some(item) => Ok(Some((serde_json::from_value(item.data)?, item.version))),
+            None => Ok(None),
+        }
+    }
+
+    /// A task's definition (cached: definitions never change).
+    pub(crate) async fn load_def(&self, task_id: &str) -> ApiResult<Option<Value>> {
+        if let Some(def) = self.defs.lock().ok().and_then(|c| c.get(task_id).cloned()) {
+            return Ok(Some(def));
+        }
+        // Definitions never change, so an eventually consistent read is current whenever it
+        // finds one; only a task created moments ago may need the strong read.
+        let def = match self.store.get_eventual(TASKS, task_id, SK_DEF).await? {
+            Some(i) => Some(i.data),
+            None => self
+                .store
+                .get(TASKS, task_id, SK_DEF)
+                .await?
+                .map(|i| i.data),
+        };
+        if let (Some(d), Ok(mut cache)) = (&def, self.defs.lock()) {
+            if cache.len() >= DEF_CACHE_MAX {
+                cache.clear();
+            }
+            cache.insert(task_id.to_string(), d.clone());
+        }
+        Ok(def)
+    }
+
+    /// Drops a definition from the cache (its task expired).
+    pub(crate) fn forget_def(&self, task_id: &str) {
+        if let Ok(mut cache) = self.defs.lock() {
+            cache.remove(task_id);
+        }
+    }
+
+    /// The definition as a claim or a listing shows it: with the current priority.
+    pub(crate) async fn definition_for(&self, rec: &TaskRecord) -> ApiResult<Value> {
+        let mut def = self
+            .load_def(&rec.task_id)
+            .await?
+            .ok_or_else(|| ApiError::internal(format!("task {} has no definition", rec.task_id)))?;
+        def["priority"] = json!(rec.priority.as_str());
+        Ok(def)
+    }
+
+    /// The status item of a record.
+    pub(crate) fn status_item(rec: &TaskRecord) -> ApiResult<Item> {
+        Ok(Item::new(
+            rec.task_id.clone(),
+            SK_STATUS,
+            rec.stored_json()?,
+            rec.index_entries(),
+        ))
+    }
+
+    /// After a successful write (the stored record is now `rec` at `version`): wake claimers
+    /// and tell the observer.
+    pub(crate) fn after_write(&self, rec: &TaskRecord, version: u64) {
+        if rec
+            .runs
+            .last()
+            .is_some_and(|r| r.state == RunState::Pending)
+        {
+            self.signal.notify(&rec.task_queue_id);
+        }
+        self.observer.task_written(rec, version);
+    }
+
+    /// Writes a status item if its stored version is still `version`, then wakes claimers and
+    /// the publisher. The outer error is a failure to build the item; the inner one is the
+    /// store's answer (a failed condition means someone else changed the task first).
+    pub(crate) async fn save(
+        &self,
+        rec: &TaskRecord,
+        version: u64,
+    ) -> ApiResult<Result<(), StoreError>> {
+        let op = WriteOp::Put {
+            table: TASKS,
+            item: Self::status_item(rec)?,
+            cond: Cond::Version(version),
+        };
+        Ok(self.store.write(op).await.map(|v| self.after_write(rec, v)))
+    }
+
+    /// Writes a status item at `version` together with `ops` (one write if there are none).
+    pub(crate) async fn save_with(
+        &self,
+        rec: &TaskRecord,
+        version: u64,
+        mut ops: Vec<WriteOp>,
+    ) -> ApiResult<Result<(), StoreError>> {
+        if ops.is_empty() {
+            return self.save(rec, version).await;
+        }
+        ops.insert(
+            0,
+            WriteOp::Put {
+                table: TASKS,
+                item: Self::status_item(rec)?,
+                cond: Cond::Version(version),
+            },
+        );
+        // Every write bumps the version by one (the store port's promise).
+        Ok(self
+            .store
+            .transact(ops)
+            .await
+            .map(|()| self.after_write(rec, version + 1)))
+    }
+
+    /// Read, apply `f`, write conditionally; retries on concurrent changes. Returns the new
+    /// record and `f`'s result. Nothing is written if `f` changed nothing.
+    ///
+    /// The first read is eventually consistent (half the read units): a write conditioned on
+    /// its version only succeeds if it was current. Any other outcome on it (no task, an
+    /// error from `f`, nothing to change, a lost condition) is decided again on a strong read,
+    /// so nothing is answered from a stale record.
+    pub(crate) async fn mutate<T>(
+        &self,
+        task_id: &str,
+        mut f: impl FnMut(&mut TaskRecord) -> ApiResult<T>,
+    ) -> ApiResult<(TaskRecord, T)> {
+        let mut consistent = false;
+        for attempt in 0..MAX_ATTEMPTS {
+            let loaded = self.load_with(task_id, consistent).await?;
+            let Some((mut rec, version)) = loaded else {
+                if !consistent {
+                    consistent = true;
+                    continue;
+                }
+                return Err(ApiError::not_found(format!("Task {task_id} not found")));
+            };
+            let before = rec.clone();
+            let result = f(&mut rec);
+            if !consistent && (result.is_err() || rec == before) {
+                consistent = true;
+                continue;
+            }
+            let out = result?;
+            if rec == before {
+                return Ok((rec, out));
+            }
+            // A rerun makes a resolved task unresolved again: its group counts it once more.
+            let mut ops = vec![];
+            if rec.is_unresolved() && !rec.group_counted {
+                rec.group_counted = true;
+                let shares = counter::shares(self.store.as_ref(), &rec.task_group_id, true).await?;
+                ops = counter::count_ops(&shares, &rec.task_group_id, task_id, false);
+            }
+            match self.save_with(&rec, version, ops).await? {
+                Ok(()) => return Ok((rec, out)),
+                Err(e) if e.is_condition_failed() => {
+                    if consistent {
+                        backoff(attempt).await;
+                    }
+                    consistent = true;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(ApiError::conflict(format!(
+            "Task {task_id} is changing too fast; try again"
+        )))
+    }
+
+    /// `{task, status}` of a task that has not expired, as the list endpoints show it.
+    pub(crate) async fn task_and_status(&self, task_id: &str, now: Ts) -> ApiResult<Option<Value>> {
+        let (Some((rec, _)), Some(mut def)) =
+            (self.load(task_id).await?, self.load_def(task_id).await?)
+        else {
+            return Ok(None);
+        };
+        if rec.expires <= now {
+            return Ok(None);
+        }
+        def["priority"] = json!(rec.priority.as_str());
+        Ok(Some(json!({ "task": def, "status": rec.status_json() })))
+    }
+
+    /// Every entry of a sharded time-ordered index of `table` that is due at `now` (up to
+    /// `batch` per shard), as the index reports it.
+    pub(crate) async fn due_in(
+        &self,
+        table: &'static str,
+        idx: &'static str,
+        now: Ts,
+        batch: usize,
+    ) -> ApiResult<Vec<Item>> {
+        let mut out = Vec::new();
+        for shard in 0..SHARDS {
+            let range = SkRange {
+                upto: Some(due_upto(now)),
+                ..Default::default()
+            };
+            let pk = shard_pk(idx, shard);
+            let page = self
+                .store
+                .query_index(table, idx, &pk, &range, None, batch)
+                .await?;
+            out.extend(page.items);
+        }
+        Ok(out)
+    }
+}
+
+/// Short randomised backoff between optimistic-concurrency attempts.
+pub(crate) async fn backoff(attempt: usize) {
+    let cap = 1u64 << attempt.min(6);
+    tokio::time::sleep(Duration::from_millis(rand::random::<u64>() % (cap + 1))).await;
+}

@@ -1,0 +1,380 @@
+//! Task dependencies.
+//!
+//! Each dependency is one edge item in the dependency's partition of the `tasks` table
+//! (`dependent#<taskId>`), carrying whether it has been satisfied. The dependent's status
+//! holds a counter of unsatisfied requirements. Satisfying an edge is one transaction over
+//! exactly two items — the edge (unsatisfied → satisfied, on its version) and the dependent's
+//! status (counter − 1, on its version) — so each edge costs O(1) and is counted at most once,
+//! however many workers race.
+//!
+//! Resolution runs off the request path: a task that resolves is marked (`dependentsDue`,
+//! the sparse `resolved` index) in the same write that resolves it; [`Queue::resolve_dependents_once`]
+//! walks that index, satisfies the matching edges and clears the mark. Locally a background
+//! loop runs it; in AWS a scheduled or stream-triggered function runs the same pass.
+//!
+//! Creation writes the status first (with the counter of dependencies not yet satisfied
+//! when it looked), then the edges, then looks at those dependencies once more: a dependency
+//! that resolved before its edge existed is caught by that second look, one that resolves
+//! later by the worker. The edge's version makes the two agree on a single decrement.
+//!
+//! A task may list itself: that requirement is never satisfied by an edge, so the task waits
+//! for scheduleTask (or its deadline).
+
+use super::core::{backoff, Queue, PARALLEL};
+use crate::error::{ApiError, ApiResult, ErrorCode};
+use crate::page::{encode_token, PageReq, MAX_PAGE};
+use crate::records::edge::{
+    dependent_of, edge_item, is_satisfied, satisfied_edge, sk_dependent, Requires,
+    SK_DEPENDENT_PREFIX,
+};
+use crate::records::task::{index, TaskRecord, TASKS};
+use crate::store::{Cond, Item, SkRange, WriteOp, MAX_TRANSACTION_ITEMS};
+use crate::time::Ts;
+use futures_util::future::try_join_all;
+use serde_json::Value;
+
+/// Most dependencies a task may have.
+pub const MAX_DEPENDENCIES: usize = 10_000;
+/// Attempts at satisfying one edge under contention on the dependent's status.
+const SATISFY_ATTEMPTS: usize = 50;
+
+/// One dependency of a task being created, as found when it was checked.
+#[derive(Debug, Clone)]
+pub struct PlannedEdge {
+    /// The dependency's taskId.
+    pub dependency: String,
+    /// Already satisfied when checked.
+    pub satisfied: bool,
+}
+
+/// The dependencies of a task being created, checked and counted.
+#[derive(Debug, Clone)]
+pub struct DependencyPlan {
+    /// What the dependent requires.
+    pub requires: Requires,
+    /// One per listed dependency (the task itself included, as an edge that never counts).
+    pub edges: Vec<PlannedEdge>,
+    /// Requirements not met yet: unsatisfied dependencies, plus one for a self-dependency.
+    pub unsatisfied: u32,
+}
+
+impl Queue {
+    /// Checks the dependencies of a task about to be created (every one exists and lives at
+    /// least until `deadline`; no duplicates; at most [`MAX_DEPENDENCIES`]) and counts those
+    /// not yet met. Writes nothing, so a failure leaves nothing behind.
+    pub async fn plan_dependencies(
+        &self,
+        task_id: &str,
+        def: &Value,
+        deadline: Ts,
+        now: Ts,
+    ) -> ApiResult<DependencyPlan> {
+        let deps = crate::json::string_list(&def["dependencies"]);
+        let requires = Requires::of(def);
+        if deps.len() > MAX_DEPENDENCIES {
+            return Err(ApiError::input(format!(
+                "A task may have at most {MAX_DEPENDENCIES} dependencies, not {}",
+                deps.len()
+            )));
+        }
+        let mut seen = std::collections::HashSet::with_capacity(deps.len());
+        if let Some(dup) = deps.iter().find(|d| !seen.insert(d.as_str())) {
+            return Err(ApiError::input(format!(
+                "Dependency {dup} is listed more than once"
+            )));
+        }
+        let mut found: Vec<(String, Option<TaskRecord>)> = Vec::with_capacity(deps.len());
+        for chunk in deps.chunks(PARALLEL) {
+            found.extend(
+                try_join_all(chunk.iter().map(|d| self.load_dependency(task_id, d, now))).await?,
+            );
+        }
+        let mut plan = DependencyPlan {
+            requires,
+            edges: Vec::with_capacity(found.len()),
+            unsatisfied: 0,
+        };
+        for (dependency, rec) in found {
+            let satisfied = match &rec {
+                // The task itself: only scheduleTask lifts this requirement.
+                None => false,
+                Some(r) if r.expires < deadline => {
+                    return Err(ApiError::input(format!(
+                    "Dependency {dependency} expires at {}, before this task's deadline {deadline}",
+                    r.expires
+                )))
+                }
+                Some(r) => requires.met_by(r),
+            };
+            plan.unsatisfied += u32::from(!satisfied);
+            plan.edges.push(PlannedEdge {
+                dependency,
+                satisfied,
+            });
+        }
+        Ok(plan)
+    }
+
+    /// A listed dependency (`None` for the task itself); 400 if it does not exist or expired.
+    async fn load_dependency(
+        &self,
+        task_id: &str,
+        dep: &str,
+        now: Ts,
+    ) -> ApiResult<(String, Option<TaskRecord>)> {
+        if dep == task_id {
+            return Ok((dep.to_string(), None));
+        }
+        match self.load(dep).await? {
+            Some((rec, _)) if rec.expires > now => Ok((dep.to_string(), Some(rec))),
+            _ => Err(ApiError::input(format!(
+                "Task {task_id} depends on task {dep}, which does not exist"
+            ))),
+        }
+    }
+
+    /// Looks at a dependency again after its edge was written; satisfies the edge if met.
+    async fn recheck_edge(
+        &self,
+        dependency: &str,
+        dependent: &str,
+        requires: Requires,
+        now: Ts,
+    ) -> ApiResult<bool> {
+        match self.load(dependency).await? {
+            Some((dep, _)) if requires.met_by(&dep) => {
+                self.satisfy_edge(dependency, dependent, now).await
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// After the dependent's status exists: writes its edges, then looks once more at every
+    /// dependency that was not yet met, to catch resolutions that happened before its edge
+    /// existed. Safe to repeat (an existing edge is left as it is).
+    pub async fn write_edges(
+        &self,
+        dependent: &TaskRecord,
+        plan: &DependencyPlan,
+        now: Ts,
+    ) -> ApiResult<()> {
+        let items: Vec<Item> = plan
+            .edges
+            .iter()
+            .map(|e| edge_item(&e.dependency, dependent, plan.requires, e.satisfied))
+            .collect();
+        for chunk in items.chunks(MAX_TRANSACTION_ITEMS) {
+            let ops = chunk
+                .iter()
+                .map(|item| WriteOp::Put {
+                    table: TASKS,
+                    item: item.clone(),
+                    cond: Cond::NotExists,
+                })
+                .collect();
+            match self.store.transact(ops).await {
+                Ok(()) => {}
+                // Some already exist (a repeated createTask): write the others one by one.
+                Err(e) if e.is_condition_failed() => {
+                    for item in chunk {
+                        let op = WriteOp::Put {
+                            table: TASKS,
+                            item: item.clone(),
+                            cond: Cond::NotExists,
+                        };
+                        match self.store.write(op).await {
+                            Ok(_) => {}
+                            Err(e) if e.is_condition_failed() => {}
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let dependent_id = dependent.task_id.as_str();
+        let todo: Vec<&str> = plan
+            .edges
+            .iter()
+            .filter(|e| !e.satisfied && e.dependency != dependent_id)
+            .map(|e| e.dependency.as_str())
+            .collect();
+        for chunk in todo.chunks(PARALLEL) {
+            try_join_all(
+                chunk
+                    .iter()
+                    .map(|d| self.recheck_edge(d, dependent_id, plan.requires, now)),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Marks the edge `dependency → dependent` satisfied and counts it on the dependent, in
+    /// one transaction. False if the edge was already satisfied (or is gone).
+    pub async fn satisfy_edge(
+        &self,
+        dependency: &str,
+        dependent: &str,
+        now: Ts,
+    ) -> ApiResult<bool> {
+        let sk = sk_dependent(dependent);
+        for attempt in 0..SATISFY_ATTEMPTS {
+            let Some(edge) = self.store.get(TASKS, dependency, &sk).await? else {
+                return Ok(false);
+            };
+            if is_satisfied(&edge) {
+                return Ok(false);
+            }
+            let Some((mut rec, version)) = self.load(dependent).await? else {
+                return Ok(false); // the dependent expired
+            };
+            rec.requirement_satisfied(now);
+            let ops = vec![
+                WriteOp::Put {
+                    table: TASKS,
+                    item: satisfied_edge(&edge),
+                    cond: Cond::Version(edge.version),
+                },
+                WriteOp::Put {
+                    table: TASKS,
+                    item: Self::status_item(&rec)?,
+                    cond: Cond::Version(version),
+                },
+            ];
+            match self.store.transact(ops).await {
+                Ok(()) => {
+                    // Every write bumps the version by one (the store port's promise).
+                    self.after_write(&rec, version + 1);
+                    return Ok(true);
+                }
+                Err(e) if e.is_condition_failed() => backoff(attempt).await,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(ApiError::conflict(format!(
+            "Task {dependent} is changing too fast to count dependency {dependency}; try again"
+        )))
+    }
+
+    /// The dependency worker, one task: if it resolved and its dependents have not been
+    /// looked at since, satisfies every edge its resolution meets and clears the mark.
+    /// Returns how many edges it satisfied.
+    pub async fn resolve_dependents(&self, task_id: &str, now: Ts) -> ApiResult<usize> {
+        let Some(loaded) = self.load(task_id).await? else {
+            return Ok(0);
+        };
+        self.resolve_dependents_of(loaded, now).await
+    }
+
+    /// [`Queue::resolve_dependents`] for a status record at `version` that was handed over
+    /// (a stream image) rather than read. It may be older than the stored one: only a write
+    /// conditioned on its version rests on it, and a lost one reads the task again.
+    pub async fn resolve_dependents_of(
+        &self,
+        (dep, version): (TaskRecord, u64),
+        now: Ts,
+    ) -> ApiResult<usize> {
+        let task_id = dep.task_id.clone();
+        let task_id = task_id.as_str();
+        let Some(due) = dep.dependents_due else {
+            return Ok(0);
+        };
+        let mut satisfied = 0;
+        let mut after = None;
+        let range = SkRange {
+            prefix: Some(SK_DEPENDENT_PREFIX.to_string()),
+            ..Default::default()
+        };
+        loop {
+            let page = self
+                .store
+                .query(TASKS, task_id, &range, after.as_ref(), MAX_PAGE)
+                .await?;
+            let todo: Vec<&str> = page
+                .items
+                .iter()
+                .filter_map(|edge| {
+                    let dependent = dependent_of(edge)?;
+                    let requires = Requires::of(&edge.data);
+                    (dependent != task_id && !is_satisfied(edge) && requires.met_by(&dep))
+                        .then_some(dependent)
+                })
+                .collect();
+            for chunk in todo.chunks(PARALLEL) {
+                let done =
+                    try_join_all(chunk.iter().map(|d| self.satisfy_edge(task_id, d, now))).await?;
+                satisfied += done.into_iter().filter(|d| *d).count();
+            }
+            match page.next {
+                Some(c) => after = Some(c),
+                None => break,
+            }
+        }
+        // Clear the mark on the record read above (re-read only if it changed meanwhile), and
+        // take the task off its group's unresolved count.
+        self.finish_resolution(task_id, dep, version, due, now)
+            .await?;
+        Ok(satisfied)
+    }
+
+    /// Leaves a resolution the stream handed over, which could not be handled, to the
+    /// scheduled pass: marks the task for the `resolved` index (see [`TaskRecord::sweep`]).
+    pub async fn hold_resolution(&self, task_id: &str) -> ApiResult<()> {
+        match self
+            .mutate(task_id, |rec| {
+                if rec.dependents_due.is_some() {
+                    rec.sweep = true;
+                }
+                Ok(())
+            })
+            .await
+        {
+            Err(e) if e.code == ErrorCode::ResourceNotFound => Ok(()),
+            other => other.map(|_| ()),
+        }
+    }
+
+    /// One pass of the dependency worker over every shard of the `resolved` index; returns
+    /// how many edges it satisfied.
+    pub async fn resolve_dependents_once(&self, now: Ts, batch: usize) -> ApiResult<usize> {
+        let due = self.due_in(TASKS, index::RESOLVED, now, batch).await?;
+        let mut n = 0;
+        // Resolutions are independent of each other: handle a few at once.
+        for chunk in due.chunks(PARALLEL) {
+            let done =
+                try_join_all(chunk.iter().map(|i| self.resolve_dependents(&i.pk, now))).await?;
+            n += done.into_iter().sum::<usize>();
+        }
+        Ok(n)
+    }
+
+    /// listDependentTasks: the tasks that list `task_id` among their dependencies.
+    pub async fn list_dependents(
+        &self,
+        task_id: &str,
+        page: &PageReq,
+        now: Ts,
+    ) -> ApiResult<(Vec<Value>, Option<String>)> {
+        if self.load(task_id).await?.is_none() {
+            return Err(ApiError::not_found(format!("Task {task_id} not found")));
+        }
+        let after = page.cursor()?;
+        let range = SkRange {
+            prefix: Some(SK_DEPENDENT_PREFIX.to_string()),
+            ..Default::default()
+        };
+        let res = self
+            .store
+            .query(TASKS, task_id, &range, after.as_ref(), page.limit)
+            .await?;
+        let ids: Vec<&str> = res.items.iter().filter_map(dependent_of).collect();
+        let mut out = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(PARALLEL) {
+            let found = try_join_all(chunk.iter().map(|id| self.task_and_status(id, now))).await?;
+            // An edge whose dependent is gone (expired) is skipped.
+            out.extend(found.into_iter().flatten());
+        }
+        Ok((out, res.next.as_ref().map(encode_token)))
+    }
+}

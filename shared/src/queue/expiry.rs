@@ -1,0 +1,172 @@
+//! Expiry: deletes tasks, dependency edges and task groups once their `expires` has passed.
+//!
+//! Reads already treat anything past `expires` as gone; this job reclaims the space. It finds
+//! work through the `task-expiry` and `group-expiry` indexes (written with the items), and
+//! every step is safe to repeat: a task's definition, which holds its index entry, is deleted
+//! last, so a pass that dies half-way is finished by the next one. A task whose outbox still
+//! holds events is left until they are delivered, so expiry never drops an event.
+
+use super::core::{Queue, PARALLEL};
+use crate::error::ApiResult;
+use crate::page::MAX_PAGE;
+use crate::records::group::{sk_member, GROUP_EXPIRY, SK_GROUP, TASK_GROUPS};
+use crate::records::task::{index, SK_DEF, SK_STATUS, TASKS};
+use crate::store::{Cond, Item, SkRange, WriteOp};
+use crate::time::Ts;
+use futures_util::future::try_join_all;
+
+fn expires_of(item: &Item) -> Option<Ts> {
+    item.data["expires"].as_str().and_then(Ts::parse)
+}
+
+impl Queue {
+    /// One pass of the expiry job: deletes what expired at or before `now` (up to `batch` per
+    /// index shard). Returns how many tasks, edges and groups it deleted.
+    pub async fn expire_once(&self, now: Ts, batch: usize) -> ApiResult<usize> {
+        let mut n = 0;
+        for entry in self.due_in(TASKS, index::TASK_EXPIRY, now, batch).await? {
+            n += if entry.sk == SK_DEF {
+                self.expire_task(&entry.pk, now).await?
+            } else {
+                self.expire_edge(&entry.pk, &entry.sk, now).await?
+            } as usize;
+        }
+        for entry in self.due_in(TASK_GROUPS, GROUP_EXPIRY, now, batch).await? {
+            n += self.expire_group(&entry.pk, now).await? as usize;
+        }
+        Ok(n)
+    }
+
+    /// Deletes every item of a partition except the one with sort key `keep`, a few at once;
+    /// `cond` gives each deletion's condition.
+    async fn delete_partition(
+        &self,
+        table: &'static str,
+        pk: &str,
+        keep: &str,
+        cond: impl Fn(&Item) -> Cond,
+    ) -> ApiResult<()> {
+        loop {
+            let page = self
+                .store
+                .query(table, pk, &SkRange::default(), None, MAX_PAGE)
+                .await?;
+            let doomed: Vec<&Item> = page.items.iter().filter(|i| i.sk != keep).collect();
+            for chunk in doomed.chunks(PARALLEL) {
+                try_join_all(chunk.iter().map(|i| {
+                    self.store.write(WriteOp::Delete {
+                        table,
+                        pk: pk.to_string(),
+                        sk: i.sk.clone(),
+                        cond: cond(i),
+                    })
+                }))
+                .await?;
+            }
+            if page.next.is_none() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The item at `(table, pk, sk)` if it exists and expired at or before `now`.
+    async fn expired_item(
+        &self,
+        table: &'static str,
+        pk: &str,
+        sk: &str,
+        now: Ts,
+    ) -> ApiResult<Option<Item>> {
+        let item = self.store.get(table, pk, sk).await?;
+        Ok(item.filter(|i| expires_of(i).is_some_and(|e| e <= now)))
+    }
+
+    /// Deletes `item` if it is still at the version read; false if it changed meanwhile.
+    async fn delete_if_unchanged(&self, table: &'static str, item: &Item) -> ApiResult<bool> {
+        let op = WriteOp::Delete {
+            table,
+            pk: item.pk.clone(),
+            sk: item.sk.clone(),
+            cond: Cond::Version(item.version),
+        };
+        match self.store.write(op).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.is_condition_failed() => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Deletes an expired task: its status, the edges to its dependents, anything else in its
+    /// partition and its group membership, then its definition. False if it is not due (or
+    /// still has events to deliver).
+    pub async fn expire_task(&self, task_id: &str, now: Ts) -> ApiResult<bool> {
+        let Some(def) = self.expired_item(TASKS, task_id, SK_DEF, now).await? else {
+            return Ok(false);
+        };
+        let status = self.load(task_id).await?;
+        // (Where the stream delivers events, the outbox only shows the last write's.)
+        if status
+            .as_ref()
+            .is_some_and(|(r, _)| r.sweep && !r.outbox.is_empty())
+        {
+            return Ok(false);
+        }
+        let status_version = status.as_ref().map(|(_, v)| *v);
+        let group = def.data["taskGroupId"].as_str().unwrap_or_default();
+        // The status only at the version checked above: a concurrent write (an event being
+        // added) makes this pass fail, and a later one retry.
+        match self
+            .delete_partition(TASKS, task_id, SK_DEF, |i| {
+                match (i.sk.as_str(), status_version) {
+                    (SK_STATUS, Some(v)) => Cond::Version(v),
+                    _ => Cond::None,
+                }
+            })
+            .await
+        {
+            Ok(()) => {}
+            Err(e) => {
+                tracing::info!(task_id, error = %e, "task changed while expiring; next pass");
+                return Ok(false);
+            }
+        }
+        if !group.is_empty() {
+            self.store
+                .write(WriteOp::Delete {
+                    table: TASK_GROUPS,
+                    pk: group.to_string(),
+                    sk: sk_member(task_id),
+                    cond: Cond::None,
+                })
+                .await?;
+        }
+        // The definition never changes, so this only fails if another pass deleted it first.
+        let deleted = self.delete_if_unchanged(TASKS, &def).await?;
+        self.forget_def(task_id);
+        Ok(deleted)
+    }
+
+    /// Deletes a dependency edge whose dependent has expired.
+    async fn expire_edge(&self, pk: &str, sk: &str, now: Ts) -> ApiResult<bool> {
+        match self.expired_item(TASKS, pk, sk, now).await? {
+            Some(edge) => self.delete_if_unchanged(TASKS, &edge).await,
+            None => Ok(false),
+        }
+    }
+
+    /// Deletes an expired group: what is left of its membership and counter, then the group
+    /// item, on the version read (a task that revived the id meanwhile keeps it).
+    pub async fn expire_group(&self, group_id: &str, now: Ts) -> ApiResult<bool> {
+        let Some(group) = self
+            .expired_item(TASK_GROUPS, group_id, SK_GROUP, now)
+            .await?
+        else {
+            return Ok(false);
+        };
+        self.delete_partition(TASK_GROUPS, group_id, SK_GROUP, |i| {
+            Cond::Version(i.version)
+        })
+        .await?;
+        self.delete_if_unchanged(TASK_GROUPS, &group).await
+    }
+}

@@ -1,0 +1,72 @@
+//! Task queues: pending and claimed counts, and listings of both.
+
+use super::core::Queue;
+use crate::error::{ApiError, ApiResult};
+use crate::ids::TaskQueueId;
+use crate::page::{encode_token, PageReq};
+use crate::records::task::{index, TaskRecord, TASKS};
+use crate::store::SkRange;
+use serde_json::{json, Map, Value};
+
+impl Queue {
+    /// pendingTasks: number of pending runs in a task queue.
+    pub async fn pending_count(&self, q: &TaskQueueId) -> ApiResult<u64> {
+        self.store
+            .count_index(TASKS, index::PENDING, q.as_str(), &SkRange::default())
+            .await
+            .map_err(ApiError::from)
+    }
+
+    /// taskQueueCounts' claimed half: runs currently claimed from a task queue.
+    pub async fn claimed_count(&self, q: &TaskQueueId) -> ApiResult<u64> {
+        self.store
+            .count_index(TASKS, index::CLAIMED, q.as_str(), &SkRange::default())
+            .await
+            .map_err(ApiError::from)
+    }
+
+    /// listPendingTasks / listClaimedTasks.
+    pub async fn list_queue(
+        &self,
+        q: &TaskQueueId,
+        claimed: bool,
+        page: &PageReq,
+    ) -> ApiResult<(Vec<Value>, Option<String>)> {
+        let after = page.cursor()?;
+        let idx = if claimed {
+            index::CLAIMED
+        } else {
+            index::PENDING
+        };
+        let res = self
+            .store
+            .query_index(
+                TASKS,
+                idx,
+                q.as_str(),
+                &SkRange::default(),
+                after.as_ref(),
+                page.limit,
+            )
+            .await?;
+        let mut out = Vec::with_capacity(res.items.len());
+        for item in res.items {
+            let rec: TaskRecord = serde_json::from_value(item.data)?;
+            let Some(run) = rec.runs.last() else { continue };
+            let task = self.definition_for(&rec).await?;
+            let mut entry = Map::new();
+            entry.insert("taskId".into(), json!(rec.task_id));
+            entry.insert("runId".into(), json!(run.run_id));
+            if claimed {
+                entry.insert("workerGroup".into(), json!(run.worker_group));
+                entry.insert("workerId".into(), json!(run.worker_id));
+                entry.insert("claimed".into(), json!(run.started));
+            } else {
+                entry.insert("inserted".into(), json!(run.scheduled));
+            }
+            entry.insert("task".into(), task);
+            out.push(Value::Object(entry));
+        }
+        Ok((out, res.next.as_ref().map(encode_token)))
+    }
+}

@@ -1,0 +1,69 @@
+//! The outbox: events written into the item of the record they concern, in the same
+//! conditional write as the change they announce, and removed once published.
+
+use crate::store::IndexEntry;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// An event waiting in a record's outbox.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OutboxEvent {
+    /// Unique id, so that delivery can remove exactly what it published.
+    pub id: String,
+    /// Short exchange name, e.g. `task-pending`; the publisher adds the prefix.
+    pub exchange: String,
+    /// Primary routing key.
+    pub routing_key: String,
+    /// CC routing keys (`route.<r>`).
+    pub cc: Vec<String>,
+    /// The message body.
+    pub payload: Value,
+    /// True for an event added since its record was read (never stored): the next write of a
+    /// record whose events the stream delivers keeps only these (see
+    /// [`crate::records::task::TaskRecord::sweep`]).
+    #[serde(skip)]
+    pub fresh: bool,
+}
+
+/// A record that keeps the events of its own changes in an outbox inside its item, so that
+/// each event is written in the same conditional write as the change it announces: a task's
+/// status item (queue events) or a task graph's item (scheduler events).
+pub trait Outboxed:
+    Clone + Serialize + serde::de::DeserializeOwned + Send + Sync + 'static
+{
+    /// The table its items live in.
+    const TABLE: &'static str;
+    /// The sort key of its items (their partition key is [`Outboxed::pk`]).
+    const SK: &'static str;
+    /// Its partition key.
+    fn pk(&self) -> &str;
+    /// The events waiting to be published.
+    fn outbox(&self) -> &[OutboxEvent];
+    /// The same, to remove what was published.
+    fn outbox_mut(&mut self) -> &mut Vec<OutboxEvent>;
+    /// The index entries of its item as it stands (the outbox entry while events wait).
+    fn index_entries(&self) -> Vec<IndexEntry>;
+    /// True if a table stream delivers this record's events: each write stores only its own,
+    /// which its stream record carries, and publishers remove nothing (see
+    /// [`crate::records::task::TaskRecord::sweep`]).
+    fn stream_delivered(&self) -> bool {
+        false
+    }
+    /// Makes the record's events wait in its outbox until a publisher removes them, findable
+    /// by the outbox sweeper.
+    fn hold_for_sweep(&mut self) {}
+}
+
+/// Index name of the records holding undelivered events (on every table with outboxes).
+pub const OUTBOX_INDEX: &str = "outbox";
+
+/// The outbox entry of a record with undelivered events, keyed by its partition key.
+pub fn outbox_entry(pk: &str) -> IndexEntry {
+    use crate::store::shard::{shard_of, shard_pk};
+    IndexEntry {
+        index: OUTBOX_INDEX,
+        pk: shard_pk(OUTBOX_INDEX, shard_of(pk)),
+        sk: pk.to_string(),
+    }
+}

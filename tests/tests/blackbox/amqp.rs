@@ -1,0 +1,384 @@
+//! Events on a real RabbitMQ (`TCQ_TEST_AMQP_URL`, default the machine's broker at
+//! 127.0.0.1:5672): what bound consumers receive for every kind of transition, one copy per
+//! queue whatever the CCs, and no loss across a broker outage or a publisher SIGKILL.
+//!
+//! Each test publishes under an exchange prefix of its own, so that tests running at once
+//! never see each other's messages; it deletes its exchanges at the end.
+
+use crate::common::*;
+use blackbox::amqp::*;
+use blackbox::*;
+use serde_json::json;
+use std::path::Path;
+use std::time::Duration;
+
+async fn server_publishing_to(url: String, prefix: &str) -> TestServer {
+    let prefix = prefix.to_string();
+    spawn_app_with(move |c| {
+        c.amqp_url = Some(url);
+        c.queue.exchange_prefix = prefix;
+    })
+    .await
+}
+
+/// The expected primary routing key of a task message.
+fn key(id: &str, run: Option<u32>, worker: Option<(&str, &str)>, tq: &str) -> String {
+    let (prov, wt) = tq.split_once('/').expect("provisioner/workerType");
+    let run = run.map(|r| r.to_string()).unwrap_or("_".into());
+    let (g, w) = worker.unwrap_or(("_", "_"));
+    format!("primary.{id}.{run}.{g}.{w}.{prov}.{wt}.-.{id}._")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bound_consumers_see_every_transition() {
+    let broker = Broker::connect().await;
+    let app = server_publishing_to(amqp_url(&broker_addr()), &broker.prefix).await;
+    let q = app.queue();
+    let tq = task_queue_id();
+    let (a, b, c) = (slugid(), slugid(), slugid());
+    let everything = broker.bind(&ALL, "primary.#").await;
+    let by_email = broker.bind(&ALL, "route.notify.by-email").await;
+    let only_a = broker
+        .bind(
+            &["task-running", "task-completed"],
+            &format!("primary.{a}.#"),
+        )
+        .await;
+
+    // a: completed, b: failed, c: cancelled while pending. Only a has routes.
+    let routed = def_with(&tq, json!({ "routes": ["notify.by-email", "other.route"] }));
+    q.createTask(&a, &routed).await.expect("create a");
+    claim_one(&app, &tq, "wg", "wi").await;
+    complete(&app, &a, 0).await;
+    q.createTask(&b, &task_def(&tq)).await.expect("create b");
+    claim_one(&app, &tq, "wg", "wi").await;
+    q.reportFailed(&b, "0").await.expect("fail b");
+    q.createTask(&c, &task_def(&tq)).await.expect("create c");
+    q.cancelTask(&c).await.expect("cancel c");
+
+    // 11 task messages, and one task-group-resolved per group (each task is its own group).
+    let got = broker.take(&everything, 14, Duration::from_secs(20)).await;
+    let mut resolved_groups: Vec<String> = got
+        .iter()
+        .filter(|m| broker.short(m) == "task-group-resolved")
+        .map(|m| m.routing_key.clone())
+        .collect();
+    resolved_groups.sort();
+    let mut expected_groups: Vec<String> = [&a, &b, &c]
+        .iter()
+        .map(|id| format!("primary.{id}.-._"))
+        .collect();
+    expected_groups.sort();
+    assert_eq!(resolved_groups, expected_groups);
+    let seen = |id: &str| -> Vec<(String, String)> {
+        got.iter()
+            .filter(|m| m.payload["status"]["taskId"] == id)
+            .map(|m| (broker.short(m).to_string(), m.routing_key.clone()))
+            .collect()
+    };
+    let w = Some(("wg", "wi"));
+    let expect = |v: &[(&str, String)]| -> Vec<(String, String)> {
+        v.iter().map(|(e, k)| (e.to_string(), k.clone())).collect()
+    };
+    assert_eq!(
+        seen(&a),
+        expect(&[
+            ("task-defined", key(&a, None, None, &tq)),
+            ("task-pending", key(&a, Some(0), None, &tq)),
+            ("task-running", key(&a, Some(0), w, &tq)),
+            ("task-completed", key(&a, Some(0), w, &tq)),
+        ])
+    );
+    assert_eq!(
+        seen(&b),
+        expect(&[
+            ("task-defined", key(&b, None, None, &tq)),
+            ("task-pending", key(&b, Some(0), None, &tq)),
+            ("task-running", key(&b, Some(0), w, &tq)),
+            ("task-failed", key(&b, Some(0), w, &tq)),
+        ])
+    );
+    assert_eq!(
+        seen(&c),
+        expect(&[
+            ("task-defined", key(&c, None, None, &tq)),
+            ("task-pending", key(&c, Some(0), None, &tq)),
+            ("task-exception", key(&c, Some(0), None, &tq)),
+        ])
+    );
+    for m in &got {
+        assert!(m.persistent, "persistent delivery: {m:?}");
+        assert_eq!(m.content_type, "application/json");
+        assert_eq!(m.payload["version"], 1);
+        let schema = format!("{}-message", broker.short(m));
+        if let Err(e) = shared::schema::check(&schema, &m.payload) {
+            panic!("{schema}: {e:?} in {m:#?}");
+        }
+        let expected_cc: Vec<String> = if m.payload["status"]["taskId"] == a.as_str() {
+            vec!["route.notify.by-email".into(), "route.other.route".into()]
+        } else {
+            vec![]
+        };
+        assert_eq!(m.cc, expected_cc, "{m:?}");
+    }
+    let done = got
+        .iter()
+        .find(|m| broker.short(m) == "task-completed")
+        .expect("task-completed");
+    assert_eq!(done.payload["workerId"], "wi");
+    assert_eq!(done.payload["status"]["state"], "completed");
+
+    let routed_msgs = broker.take(&by_email, 4, Duration::from_secs(10)).await;
+    assert!(routed_msgs
+        .iter()
+        .all(|m| m.payload["status"]["taskId"] == a.as_str()));
+    let a_only = broker.take(&only_a, 2, Duration::from_secs(10)).await;
+    let names: Vec<&str> = a_only.iter().map(|m| broker.short(m)).collect();
+    assert_eq!(names, ["task-running", "task-completed"]);
+    // Nothing else arrives on the narrow bindings.
+    assert!(broker
+        .rest(&by_email, Duration::from_millis(500))
+        .await
+        .is_empty());
+    assert!(broker.rest(&only_a, Duration::ZERO).await.is_empty());
+    broker.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hash_binding_gets_one_copy_however_many_keys_match() {
+    let broker = Broker::connect().await;
+    let app = server_publishing_to(amqp_url(&broker_addr()), &broker.prefix).await;
+    let all = broker.bind(&["task-defined"], "#").await;
+    let tq = task_queue_id();
+    let id = create(
+        &app,
+        &def_with(&tq, json!({ "routes": ["one.a", "one.b", "two"] })),
+    )
+    .await;
+    let got = broker.take(&all, 1, Duration::from_secs(20)).await;
+    assert_eq!(got[0].payload["status"]["taskId"], id.as_str());
+    assert_eq!(got[0].cc.len(), 3);
+    // The primary key and three CCs all match `#`: still one copy.
+    let extra = broker.rest(&all, Duration::from_secs(1)).await;
+    assert!(extra.is_empty(), "duplicates: {extra:#?}");
+    broker.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_wait_out_a_broker_outage_and_api_calls_keep_working() {
+    let broker = Broker::connect().await;
+    let relay = Relay::start(false).await;
+    let app = server_publishing_to(relay.url(), &broker.prefix).await;
+    let all = broker.bind(&ALL, "#").await;
+    let tq = task_queue_id();
+    let mut ids = vec![];
+    for _ in 0..3 {
+        ids.push(create(&app, &task_def(&tq)).await);
+    }
+    let claimed = claim_one(&app, &tq, "wg", "wi").await;
+    let claimed_id = claimed["status"]["taskId"].as_str().unwrap_or_default();
+    complete(&app, claimed_id, 0).await;
+    assert!(
+        broker.rest(&all, Duration::from_secs(1)).await.is_empty(),
+        "nothing can arrive while the broker is unreachable"
+    );
+    relay.set(true);
+    // 3 × (defined, pending) + running + completed, and the completed task's group resolved.
+    let got = broker.take(&all, 9, Duration::from_secs(30)).await;
+    let groups: Vec<&str> = got
+        .iter()
+        .filter(|m| broker.short(m) == "task-group-resolved")
+        .filter_map(|m| m.payload["taskGroupId"].as_str())
+        .collect();
+    assert_eq!(groups, vec![claimed_id]);
+    for id in &ids {
+        let names: Vec<&str> = got
+            .iter()
+            .filter(|m| m.payload["status"]["taskId"] == id.as_str())
+            .map(|m| broker.short(m))
+            .collect();
+        let mut want = vec!["task-defined", "task-pending"];
+        if id == claimed_id {
+            want.extend(["task-running", "task-completed"]);
+        }
+        assert_eq!(names, want, "order per task is kept for {id}");
+    }
+    broker.cleanup().await;
+}
+
+/// The server process body for the kill test; only runs when re-executed by
+/// `spawn_child_server`.
+#[ignore]
+#[test]
+fn amqp_child_server() {
+    blackbox::run_child_server()
+}
+
+async fn child(dir: &Path, url: &str, prefix: &str) -> (std::process::Child, String) {
+    let port = free_port();
+    let envs = [
+        ("TCQ_AMQP_URL", url.to_string()),
+        ("TCQ_EXCHANGE_PREFIX", prefix.to_string()),
+    ];
+    let child = spawn_child_server("amqp::amqp_child_server", dir, port, &envs);
+    let root = format!("http://127.0.0.1:{port}");
+    assert!(
+        wait_until_up(&root, Duration::from_secs(30)).await,
+        "child server did not come up"
+    );
+    (child, root)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_of_a_killed_publisher_arrive_after_restart() {
+    let broker = Broker::connect().await;
+    let relay = Relay::start(false).await;
+    let all = broker.bind(&ALL, "#").await;
+    let dir = tempfile::tempdir().expect("dir");
+    let tq = task_queue_id();
+
+    // Events pile up in the outbox while the broker is unreachable; then SIGKILL.
+    let (mut first, root) = child(dir.path(), &relay.url(), &broker.prefix).await;
+    let q = queue_client(&root);
+    let mut ids = vec![];
+    for _ in 0..5 {
+        let id = slugid();
+        q.createTask(&id, &task_def(&tq)).await.expect("create");
+        ids.push(id);
+    }
+    first.kill().expect("SIGKILL");
+    let _ = first.wait();
+    assert!(broker
+        .rest(&all, Duration::from_millis(500))
+        .await
+        .is_empty());
+
+    // The restarted server finds the outbox and delivers all of it.
+    relay.set(true);
+    let (mut second, _) = child(dir.path(), &relay.url(), &broker.prefix).await;
+    let got = broker.take(&all, 10, Duration::from_secs(30)).await;
+    for id in &ids {
+        let names: Vec<&str> = got
+            .iter()
+            .filter(|m| m.payload["status"]["taskId"] == id.as_str())
+            .map(|m| broker.short(m))
+            .collect();
+        assert_eq!(names, ["task-defined", "task-pending"], "{id}");
+    }
+    let _ = second.kill();
+    let _ = second.wait();
+    broker.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn priority_changes_and_artifacts_reach_consumers() {
+    let broker = Broker::connect().await;
+    let app = server_publishing_to(amqp_url(&broker_addr()), &broker.prefix).await;
+    let q = app.queue();
+    let tq = task_queue_id();
+    let id = slugid();
+    let mine = broker.bind(&ALL, &format!("primary.{id}.#")).await;
+    q.createTask(&id, &task_def(&tq)).await.expect("create");
+    q.changeTaskPriority(&id, &json!({ "newPriority": "highest" }))
+        .await
+        .expect("changeTaskPriority");
+    claim_one(&app, &tq, "wg", "wi").await;
+    let reference = json!({
+        "storageType": "reference", "url": "https://example.com/log.txt",
+        "contentType": "text/plain", "expires": ts(3_600_000)
+    });
+    q.createArtifact(&id, "0", "public/log.txt", &reference)
+        .await
+        .expect("createArtifact");
+
+    let got = broker.take(&mine, 5, Duration::from_secs(20)).await;
+    let names: Vec<&str> = got.iter().map(|m| broker.short(m)).collect();
+    assert_eq!(
+        names,
+        [
+            "task-defined",
+            "task-pending",
+            "task-priority-changed",
+            "task-running",
+            "artifact-created"
+        ]
+    );
+    for m in &got {
+        let schema = format!("{}-message", broker.short(m));
+        if let Err(e) = shared::schema::check(&schema, &m.payload) {
+            panic!("{schema}: {e:?} in {m:#?}");
+        }
+    }
+    assert_eq!(got[2].payload["newPriority"], "highest");
+    assert_eq!(got[2].payload["oldPriority"], "lowest");
+    let artifact = &got[4];
+    assert_eq!(artifact.payload["artifact"]["name"], "public/log.txt");
+    assert_eq!(artifact.payload["artifact"]["storageType"], "reference");
+    let words: Vec<&str> = artifact.routing_key.split('.').collect();
+    assert_eq!(&words[1..5], [id.as_str(), "0", "wg", "wi"]);
+    broker.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_group_messages_reach_consumers() {
+    let broker = Broker::connect().await;
+    let app = server_publishing_to(amqp_url(&broker_addr()), &broker.prefix).await;
+    let q = app.queue();
+    let tq = task_queue_id();
+    let group = slugid();
+    let groups = broker
+        .bind(
+            &[
+                "task-group-priority-changed",
+                "task-group-sealed",
+                "task-group-resolved",
+            ],
+            &format!("primary.{group}.#"),
+        )
+        .await;
+    let in_group = def_with(&tq, json!({ "taskGroupId": group, "routes": ["r.one"] }));
+    for _ in 0..2 {
+        create(&app, &in_group).await;
+    }
+    q.changeTaskGroupPriority(&group, &json!({ "newPriority": "high" }))
+        .await
+        .expect("changeTaskGroupPriority");
+    q.sealTaskGroup(&group).await.expect("seal");
+    q.cancelTaskGroup(&group).await.expect("cancel");
+    let mut got = broker.take(&groups, 3, Duration::from_secs(20)).await;
+    // Order holds per task; these travel in different tasks' outboxes.
+    let rank = |m: &Msg| match broker.short(m) {
+        "task-group-priority-changed" => 0,
+        "task-group-sealed" => 1,
+        "task-group-resolved" => 2,
+        other => panic!("unexpected {other}"),
+    };
+    got.sort_by_key(|m| rank(m));
+    let names: Vec<&str> = got.iter().map(|m| broker.short(m)).collect();
+    assert_eq!(
+        names,
+        [
+            "task-group-priority-changed",
+            "task-group-sealed",
+            "task-group-resolved"
+        ]
+    );
+    for m in &got {
+        assert_eq!(m.routing_key, format!("primary.{group}.-._"));
+        assert!(m.cc.is_empty(), "group messages carry no CCs: {m:?}");
+        assert!(m.persistent);
+        assert_eq!(m.content_type, "application/json");
+        assert_eq!(m.payload["taskGroupId"], group.as_str());
+        assert_eq!(m.payload["schedulerId"], "-");
+        shared::schema::check(&format!("{}-message", broker.short(m)), &m.payload).unwrap();
+    }
+    assert_eq!(got[0].payload["tasksAffected"], 2);
+    assert_eq!(got[0].payload["newPriority"], "high");
+    assert!(got[1].payload["sealed"].is_string());
+    assert_eq!(got[2].payload["sealed"], got[1].payload["sealed"]);
+    assert!(broker
+        .rest(&groups, Duration::from_millis(500))
+        .await
+        .is_empty());
+    broker.cleanup().await;
+}

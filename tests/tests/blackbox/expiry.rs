@@ -1,0 +1,145 @@
+//! Expiry of tasks, dependency edges and task groups: reads treat anything past `expires` as
+//! gone at once; the expiry job then deletes it, and a group id can be taken again.
+
+use crate::common::*;
+use blackbox::*;
+use serde_json::{json, Value};
+use shared::records::edge::sk_dependent;
+use shared::records::group::TASK_GROUPS;
+use shared::records::task::TASKS;
+use shared::store::SkRange;
+use std::time::Duration;
+
+/// A task in `group` under `scheduler` whose deadline and expiry pass within about a second.
+fn short_lived(tq: &str, group: &str, scheduler: &str) -> Value {
+    def_with(
+        tq,
+        json!({
+            "created": ts(-5_000),
+            "deadline": ts(800),
+            "expires": ts(1_200),
+            "taskGroupId": group,
+            "schedulerId": scheduler,
+        }),
+    )
+}
+
+/// The HTTP status of a call (200 when it succeeded).
+fn answer(r: anyhow::Result<Value>) -> u16 {
+    match r {
+        Ok(_) => 200,
+        Err(e) => status_of(&e).unwrap_or(0),
+    }
+}
+
+/// Every item in one partition of the server's store.
+async fn partition(app: &TestServer, table: &'static str, pk: &str) -> Vec<String> {
+    let page = app
+        .api()
+        .queue
+        .store
+        .query(table, pk, &SkRange::default(), None, 1000)
+        .await
+        .unwrap();
+    page.items.into_iter().map(|i| i.sk).collect()
+}
+
+#[tokio::test]
+async fn expired_tasks_edges_and_groups_are_deleted_and_the_group_id_reused() {
+    let app = spawn_app_with(|c| {
+        c.queue.group_expiry_extension_ms = 300;
+        c.artifact_reaper_interval_ms = 100;
+    })
+    .await;
+    let q = app.queue();
+    let tq = task_queue_id();
+    let group = slugid();
+    let long_lived = create(&app, &task_def(&tq)).await;
+    let short = create(&app, &short_lived(&tq, &group, "first")).await;
+    // As upstream's expire-tasks test: a completed task goes, a longer-lived one stays.
+    q.claimTask(&short, "0", &claimer("g", "w"))
+        .await
+        .expect("claim the short-lived task");
+    complete(&app, &short, 0).await;
+    // An edge from the long-lived task to the short-lived one: it expires with its dependent.
+    let mut dependent = short_lived(&tq, &group, "first");
+    dependent["dependencies"] = json!([long_lived]);
+    let dep = create(&app, &dependent).await;
+    assert!(partition(&app, TASKS, &long_lived)
+        .await
+        .contains(&sk_dependent(&dep)));
+    // Another scheduler can't use the group while it lives.
+    assert_eq!(
+        err_status(
+            q.createTask(&slugid(), &short_lived(&tq, &group, "second"))
+                .await
+        ),
+        409
+    );
+
+    // Past `expires`, reads say 404 at once, whether or not the job has run.
+    poll(
+        Duration::from_secs(20),
+        "the short-lived task to be gone",
+        || async { (answer(q.status(&short).await) == 404).then_some(()) },
+    )
+    .await;
+    assert_eq!(err_status(q.task(&short).await), 404);
+    // Then the job deletes every item: tasks, edge, membership, counters and the group.
+    poll(
+        Duration::from_secs(60),
+        "the expiry job to delete everything",
+        || async {
+            let gone = partition(&app, TASKS, &short).await.is_empty()
+                && partition(&app, TASKS, &dep).await.is_empty()
+                && partition(&app, TASK_GROUPS, &group).await.is_empty()
+                && !partition(&app, TASKS, &long_lived)
+                    .await
+                    .contains(&sk_dependent(&dep));
+            gone.then_some(())
+        },
+    )
+    .await;
+    assert_eq!(err_status(q.getTaskGroup(&group).await), 404);
+    assert_eq!(status(&app, &long_lived).await["state"], "pending");
+
+    // The group id is free again, for another schedulerId.
+    let reborn = create(&app, &short_lived(&tq, &group, "second")).await;
+    let g = q.getTaskGroup(&group).await.unwrap();
+    assert_eq!(g["schedulerId"], "second");
+    let listed = q.listTaskGroup(&group, None, None).await.unwrap();
+    assert_eq!(listed["tasks"].as_array().unwrap().len(), 1);
+    assert_eq!(listed["tasks"][0]["status"]["taskId"], reborn.as_str());
+}
+
+#[tokio::test]
+async fn a_group_id_is_free_as_soon_as_the_group_expired_even_before_deletion() {
+    // The job never runs here: reuse must not depend on it.
+    let app = spawn_app_with(|c| {
+        c.queue.group_expiry_extension_ms = 0;
+        c.artifact_reaper_interval_ms = 3_600_000;
+    })
+    .await;
+    let q = app.queue();
+    let tq = task_queue_id();
+    let group = slugid();
+    let old = create(&app, &short_lived(&tq, &group, "first")).await;
+    poll(Duration::from_secs(20), "the group to expire", || async {
+        (answer(q.getTaskGroup(&group).await) == 404).then_some(())
+    })
+    .await;
+    assert_eq!(err_status(q.status(&old).await), 404);
+    let id = create(&app, &short_lived(&tq, &group, "second")).await;
+    assert_eq!(
+        q.getTaskGroup(&group).await.unwrap()["schedulerId"],
+        "second"
+    );
+    let listed = q.listTaskGroup(&group, None, None).await.unwrap();
+    let ids: Vec<&str> = listed["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["status"]["taskId"].as_str())
+        .collect();
+    assert_eq!(ids, vec![id.as_str()], "the expired member is not listed");
+}

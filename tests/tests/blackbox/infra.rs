@@ -1,0 +1,1633 @@
+//! The SAM template, `infra/template.yaml`, is generated here from the functions' catalog
+//! (`functions::lambda::catalog`, which takes the API's functions from the endpoint
+//! declarations) and `infra/resources.json` (the one declaration of tables, indexes, streams,
+//! TTL, queues and buckets, which LocalStack and the DynamoDB test tables are created from
+//! too). The tests prove that the committed template is exactly that output, that every
+//! route reaches its own function through the gateway's routing (encoded or decoded
+//! slashes), and that every function's handler is served by the binary.
+//!
+//! After changing an endpoint, a function or `resources.json`, regenerate with
+//! `TCQ_BLESS=1 cargo test -p blackbox --test blackbox infra::`.
+
+use functions::lambda::catalog::{specs, Spec, Trigger};
+use functions::lambda::Function;
+use lambda_http::RequestExt;
+use serde_json::{json, Map, Value};
+use shared::api::declare::{Access, Functions, Need, Scopes};
+use shared::api::router::{canonical_path, decode, find};
+use shared::api::{Serves, SERVICES};
+use std::path::PathBuf;
+
+const PREFIX: &str = "/api/queue/v1";
+const AUTH_PREFIX: &str = "/api/auth/v1";
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn resources() -> Value {
+    serde_json::from_str(shared::store::dynamodb::RESOURCES_JSON).expect("resources.json")
+}
+
+/// `task-groups` -> `TaskGroups`, `claimWork` -> `ClaimWork`.
+fn pascal(s: &str) -> String {
+    s.split(['-', '_'])
+        .map(|w| {
+            let mut c = w.chars();
+            c.next()
+                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+fn table_id(name: &str) -> String {
+    format!("{}Table", pascal(name))
+}
+fn bucket_id(name: &str) -> String {
+    format!("{}Bucket", pascal(name.trim_start_matches("tcq-")))
+}
+fn queue_id(name: &str) -> String {
+    format!("{}Queue", pascal(name))
+}
+fn function_id(handler: &str) -> String {
+    format!("{}Function", pascal(handler))
+}
+
+fn sub(s: &str) -> Value {
+    json!({ "Fn::Sub": s })
+}
+fn r(id: &str) -> Value {
+    json!({ "Ref": id })
+}
+fn att(id: &str, a: &str) -> Value {
+    json!({ "Fn::GetAtt": [id, a] })
+}
+fn if_(cond: &str, a: Value, b: Value) -> Value {
+    json!({ "Fn::If": [cond, a, b] })
+}
+fn no_value() -> Value {
+    r("AWS::NoValue")
+}
+
+/// The gateway route paths of one route: `<p>` -> `{p}`, a final splat -> `{p+}`. A splat
+/// inside the path cannot be greedy on API Gateway, so `taskQueueId` there gets two keys: one
+/// segment (`%2F` kept) and two (`%2F` decoded before routing); the function re-reads the
+/// path itself either way.
+fn gateway_paths(prefix: &str, pattern: &str) -> Vec<String> {
+    let segs: Vec<&str> = pattern.trim_start_matches('/').split('/').collect();
+    let mut paths = vec![prefix.to_string()];
+    for (i, s) in segs.iter().enumerate() {
+        let last = i + 1 == segs.len();
+        let alternatives: Vec<String> = match s.strip_prefix('<').and_then(|s| s.strip_suffix('>'))
+        {
+            Some(p) => match p.strip_prefix('*') {
+                Some(p) if last => vec![format!("{{{p}+}}")],
+                Some("taskQueueId") => vec![
+                    "{taskQueueId}".to_string(),
+                    "{provisionerId}/{workerType}".to_string(),
+                ],
+                Some(p) => panic!("no gateway mapping for a splat <*{p}> inside {pattern}"),
+                None => vec![format!("{{{p}}}")],
+            },
+            None => vec![s.to_string()],
+        };
+        paths = paths
+            .iter()
+            .flat_map(|p| alternatives.iter().map(move |a| format!("{p}/{a}")))
+            .collect();
+    }
+    paths
+}
+
+/// SAM policy templates on a table (with its indexes) or a bucket.
+fn one(key: &str, value: Value) -> Value {
+    let mut m = Map::new();
+    m.insert(key.to_string(), value);
+    Value::Object(m)
+}
+fn table_policy(write: bool, table: &str) -> Value {
+    let kind = if write {
+        "DynamoDBCrudPolicy"
+    } else {
+        "DynamoDBReadPolicy"
+    };
+    one(kind, json!({ "TableName": r(&table_id(table)) }))
+}
+fn bucket_policy(write: bool, bucket: &str) -> Value {
+    let kind = if write {
+        "S3CrudPolicy"
+    } else {
+        "S3ReadPolicy"
+    };
+    one(kind, json!({ "BucketName": r(&bucket_id(bucket)) }))
+}
+
+/// Every API function reads the auth table to authenticate; beyond that, what its spec needs
+/// (for the API's functions, what their endpoints declare), and the queue it records failures
+/// in.
+fn policies(spec: &Spec) -> Vec<Value> {
+    let http = spec
+        .triggers
+        .iter()
+        .any(|t| matches!(t, Trigger::Route { .. } | Trigger::Prefix(_)));
+    let mut p = vec![];
+    if http && !spec.needs.contains(&Need::Table("auth", Access::Write)) {
+        p.push(table_policy(false, "auth"));
+    }
+    for n in &spec.needs {
+        match n {
+            Need::Table(t, a) => p.push(table_policy(*a == Access::Write, t)),
+            Need::Buckets(a) => {
+                for b in ["tcq-public-artifacts", "tcq-private-artifacts"] {
+                    p.push(bucket_policy(*a == Access::Write, b));
+                }
+            }
+        }
+    }
+    if let Some(q) = spec.failures_to {
+        p.push(send_policy(q));
+    }
+    p
+}
+
+/// The template value of a variable a function reads beyond the globals.
+fn env_value(var: &str) -> Value {
+    match var {
+        "TCQ_AMQP_URL" => amqp_url(),
+        "TCQ_SCHEDULER_QUEUE" => scheduler_queue(),
+        other => panic!("no template value for {other}"),
+    }
+}
+
+/// The RabbitMQ queue the task-graph consumer reads: durable, declared and bound by the
+/// publishers (`TCQ_SCHEDULER_QUEUE`) before they publish anything.
+fn scheduler_queue() -> Value {
+    sub("${AWS::StackName}-task-graph-scheduler")
+}
+
+fn secret_policies() -> Vec<Value> {
+    ["QueueAccessTokenSecret", "RootAccessTokenSecret"]
+        .iter()
+        .map(|s| json!({ "AWSSecretsManagerGetSecretValuePolicy": { "SecretArn": r(s) } }))
+        .collect()
+}
+
+fn amqp_url() -> Value {
+    if_(
+        "CreateBroker",
+        sub(concat!(
+            "amqps://${BrokerUsername}:",
+            "{{resolve:secretsmanager:${BrokerSecret}:SecretString:password}}",
+            "@${Broker}.mq.${AWS::Region}.${AWS::URLSuffix}:5671"
+        )),
+        sub("{{resolve:secretsmanager:${AmqpUrlSecretArn}}}"),
+    )
+}
+
+fn function(
+    handler: &str,
+    description: String,
+    timeout: u32,
+    memory: u32,
+    policies: Vec<Value>,
+    events: Map<String, Value>,
+    env: Map<String, Value>,
+) -> Value {
+    let policies = [policies, secret_policies()].concat();
+    let mut props = json!({
+        "Description": description,
+        "Handler": handler,
+        "Timeout": timeout,
+        "MemorySize": memory,
+        "Policies": policies,
+        "Events": events,
+    });
+    if !env.is_empty() {
+        props["Environment"] = json!({ "Variables": env });
+    }
+    json!({ "Type": "AWS::Serverless::Function", "Properties": props })
+}
+
+fn alarm(description: String, metric: &str, namespace: &str, dims: Value, threshold: f64) -> Value {
+    // A queue's depth and a stream's iterator age are levels, the functions' counts events.
+    let statistic = if namespace == "AWS/SQS" || metric == "IteratorAge" {
+        "Maximum"
+    } else {
+        "Sum"
+    };
+    json!({
+        "Type": "AWS::CloudWatch::Alarm",
+        "Properties": {
+            "AlarmDescription": description,
+            "Namespace": namespace,
+            "MetricName": metric,
+            "Dimensions": dims,
+            "Statistic": statistic,
+            "Period": 300,
+            "EvaluationPeriods": 1,
+            "Threshold": threshold,
+            "ComparisonOperator": "GreaterThanOrEqualToThreshold",
+            "TreatMissingData": "notBreaching",
+            "AlarmActions": if_("HasAlarmTopic", json!([r("AlarmTopicArn")]), no_value()),
+        }
+    })
+}
+
+fn function_alarms(res: &mut Map<String, Value>, id: &str) {
+    let dims = json!([{ "Name": "FunctionName", "Value": r(id) }]);
+    res.insert(
+        format!("{id}ErrorsAlarm"),
+        alarm(
+            format!("{id} failed"),
+            "Errors",
+            "AWS/Lambda",
+            dims.clone(),
+            1.0,
+        ),
+    );
+    res.insert(
+        format!("{id}ThrottlesAlarm"),
+        alarm(
+            format!("{id} was throttled"),
+            "Throttles",
+            "AWS/Lambda",
+            dims,
+            1.0,
+        ),
+    );
+}
+
+fn table_resource(t: &Value) -> Value {
+    let name = t["name"].as_str().expect("table name");
+    let provisioned =
+        json!({ "ReadCapacityUnits": r("ReadCapacity"), "WriteCapacityUnits": r("WriteCapacity") });
+    let mut attrs = vec![t["pk"].clone(), t["sk"].clone()];
+    let gsis: Vec<Value> = t["indexes"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|g| {
+            attrs.push(g["pk"].clone());
+            attrs.push(g["sk"].clone());
+            json!({
+                "IndexName": g["name"],
+                "KeySchema": [
+                    { "AttributeName": g["pk"], "KeyType": "HASH" },
+                    { "AttributeName": g["sk"], "KeyType": "RANGE" }
+                ],
+                "Projection": { "ProjectionType": projection(g) },
+                "ProvisionedThroughput": if_("IsProvisioned", provisioned.clone(), no_value()),
+            })
+        })
+        .collect();
+    let mut props = json!({
+        "TableName": sub(&format!("${{AWS::StackName}}-{name}")),
+        "BillingMode": r("BillingMode"),
+        "ProvisionedThroughput": if_("IsProvisioned", provisioned, no_value()),
+        "AttributeDefinitions": attrs
+            .iter()
+            .map(|a| json!({ "AttributeName": a, "AttributeType": "S" }))
+            .collect::<Vec<_>>(),
+        "KeySchema": [
+            { "AttributeName": t["pk"], "KeyType": "HASH" },
+            { "AttributeName": t["sk"], "KeyType": "RANGE" }
+        ],
+        "PointInTimeRecoverySpecification": { "PointInTimeRecoveryEnabled": true },
+        "SSESpecification": { "SSEEnabled": true },
+    });
+    if !gsis.is_empty() {
+        props["GlobalSecondaryIndexes"] = json!(gsis);
+    }
+    if let Some(view) = t["stream"].as_str() {
+        props["StreamSpecification"] = json!({ "StreamViewType": view });
+    }
+    if let Some(attr) = t["ttl"].as_str() {
+        props["TimeToLiveSpecification"] = json!({ "AttributeName": attr, "Enabled": true });
+    }
+    json!({
+        "Type": "AWS::DynamoDB::Table",
+        "DeletionPolicy": "Retain",
+        "UpdateReplacePolicy": "Retain",
+        "Properties": props,
+    })
+}
+
+fn bucket_resource(name: &str) -> Value {
+    let public = name.contains("public");
+    let mut props = json!({
+        "BucketEncryption": { "ServerSideEncryptionConfiguration": [
+            { "ServerSideEncryptionByDefault": { "SSEAlgorithm": "AES256" } }
+        ] },
+        "LifecycleConfiguration": { "Rules": [
+            { "Id": "abort-incomplete-uploads", "Status": "Enabled",
+              "AbortIncompleteMultipartUpload": { "DaysAfterInitiation": 1 } },
+            { "Id": "safety-net-expiry", "Status": "Enabled",
+              "ExpirationInDays": r("ArtifactMaxAgeDays") }
+        ] },
+        // Workers upload from browsers too (PUT to the presigned putUrl).
+        "CorsConfiguration": { "CorsRules": [{
+            "AllowedMethods": ["GET", "PUT", "HEAD"],
+            "AllowedOrigins": [r("CorsAllowedOrigin")],
+            "AllowedHeaders": ["*"],
+            "ExposedHeaders": ["ETag"],
+            "MaxAge": 3600
+        }] },
+        "OwnershipControls": { "Rules": [{ "ObjectOwnership": "BucketOwnerEnforced" }] },
+    });
+    // Public artifacts are served straight from their bucket, readable through its bucket
+    // policy (never through ACLs); the private bucket blocks every kind of public access.
+    props["PublicAccessBlockConfiguration"] = json!({
+        "BlockPublicAcls": true,
+        "IgnorePublicAcls": true,
+        "BlockPublicPolicy": !public,
+        "RestrictPublicBuckets": !public,
+    });
+    json!({
+        "Type": "AWS::S3::Bucket",
+        "DeletionPolicy": "Retain",
+        "UpdateReplacePolicy": "Retain",
+        "Properties": props,
+    })
+}
+
+fn api_metric(id: &str, metric: &str) -> Value {
+    json!({ "Id": id, "ReturnData": false, "MetricStat": { "Period": 300, "Stat": "Sum", "Metric": {
+        "Namespace": "AWS/ApiGateway",
+        "MetricName": metric,
+        "Dimensions": [{ "Name": "ApiId", "Value": r("QueueApi") }]
+    } } })
+}
+
+fn send_policy(queue: &str) -> Value {
+    json!({ "SQSSendMessagePolicy": { "QueueName": att(&queue_id(queue), "QueueName") } })
+}
+
+fn parameter(kind: &str, default: Value, description: &str) -> Value {
+    json!({ "Type": kind, "Default": default, "Description": description })
+}
+
+/// The whole template.
+fn template() -> Value {
+    let spec = resources();
+    let mut params = Map::new();
+    let mut res = Map::new();
+
+    params.insert(
+        "BillingMode".into(),
+        json!({
+            "Type": "String",
+            "Default": "PAY_PER_REQUEST",
+            "AllowedValues": ["PAY_PER_REQUEST", "PROVISIONED"],
+            "Description": "DynamoDB capacity mode of every table and index (on-demand by default)"
+        }),
+    );
+    params.insert(
+        "ReadCapacity".into(),
+        parameter(
+            "Number",
+            json!(5),
+            "Read capacity units of each table and index when PROVISIONED",
+        ),
+    );
+    params.insert(
+        "WriteCapacity".into(),
+        parameter(
+            "Number",
+            json!(5),
+            "Write capacity units of each table and index when PROVISIONED",
+        ),
+    );
+    params.insert(
+        "RabbitMqMode".into(),
+        json!({
+            "Type": "String",
+            "Default": "create",
+            "AllowedValues": ["create", "existing"],
+            "Description": concat!(
+                "create: an Amazon MQ RabbitMQ broker in this stack; existing: the broker whose ",
+                "amqps:// URL is in the secret AmqpUrlSecretArn"
+            )
+        }),
+    );
+    params.insert(
+        "AmqpUrlSecretArn".into(),
+        parameter(
+            "String",
+            json!(""),
+            "With RabbitMqMode=existing: ARN of a Secrets Manager secret holding the broker URL",
+        ),
+    );
+    params.insert(
+        "ExistingBrokerArn".into(),
+        parameter(
+            "String",
+            json!(""),
+            "With RabbitMqMode=existing: ARN of that Amazon MQ broker (the task-graph consumer's event source)",
+        ),
+    );
+    params.insert(
+        "ExistingBrokerCredentialsSecretArn".into(),
+        parameter(
+            "String",
+            json!(""),
+            concat!(
+                "With RabbitMqMode=existing: ARN of a Secrets Manager secret holding ",
+                "{\"username\", \"password\"} of a broker user the task-graph consumer reads as"
+            ),
+        ),
+    );
+    params.insert(
+        "BrokerInstanceType".into(),
+        parameter(
+            "String",
+            json!("mq.t3.micro"),
+            "With RabbitMqMode=create: the broker's instance type",
+        ),
+    );
+    params.insert(
+        "BrokerUsername".into(),
+        parameter(
+            "String",
+            json!("queue"),
+            "With RabbitMqMode=create: the broker user the functions publish as",
+        ),
+    );
+    params.insert(
+        "ExchangePrefix".into(),
+        parameter(
+            "String",
+            json!(shared::routing::DEFAULT_EXCHANGE_PREFIX),
+            "Prefix of every exchange name",
+        ),
+    );
+    params.insert(
+        "SchedulerId".into(),
+        parameter(
+            "String",
+            json!(shared::scheduler::DEFAULT_SCHEDULER_ID),
+            "schedulerId of the task-graph scheduler's tasks",
+        ),
+    );
+    params.insert(
+        "SchedulerExchangePrefix".into(),
+        parameter(
+            "String",
+            json!(shared::routing::SCHEDULER_EXCHANGE_PREFIX),
+            "Prefix of the task-graph scheduler's exchange names",
+        ),
+    );
+    params.insert(
+        "ArtifactMaxAgeDays".into(),
+        parameter(
+            "Number",
+            json!(400),
+            "Age in days at which the buckets' lifecycle rule deletes objects (a safety net)",
+        ),
+    );
+    params.insert(
+        "CorsAllowedOrigin".into(),
+        parameter(
+            "String",
+            json!("*"),
+            "Origin allowed by the API's and the buckets' CORS rules",
+        ),
+    );
+    params.insert(
+        "AlarmTopicArn".into(),
+        parameter(
+            "String",
+            json!(""),
+            "SNS topic the alarms notify (none when empty)",
+        ),
+    );
+    params.insert(
+        "Api5xxRateThreshold".into(),
+        parameter(
+            "Number",
+            json!(0.01),
+            "Alarm when more than this fraction of API requests answer 5xx over 5 minutes",
+        ),
+    );
+    params.insert(
+        "LogRetentionDays".into(),
+        parameter("Number", json!(30), "Retention of the functions' log group"),
+    );
+    for (handler, default_rate) in specs().iter().flat_map(|spec| {
+        spec.triggers.iter().filter_map(move |t| match t {
+            Trigger::Schedule(rate) => Some((spec.function.handler(), *rate)),
+            _ => None,
+        })
+    }) {
+        params.insert(
+            format!("{}Rate", pascal(&handler)),
+            parameter(
+                "String",
+                json!(default_rate),
+                &format!("EventBridge schedule of the {handler} job"),
+            ),
+        );
+    }
+
+    // Data: every table, queue and bucket of resources.json, nothing else.
+    for t in spec["tables"].as_array().expect("tables") {
+        res.insert(
+            table_id(t["name"].as_str().expect("name")),
+            table_resource(t),
+        );
+    }
+    for q in spec["queues"].as_array().expect("queues") {
+        let name = q["name"].as_str().expect("queue name");
+        let id = queue_id(name);
+        res.insert(
+            id.clone(),
+            json!({
+                "Type": "AWS::SQS::Queue",
+                "Properties": {
+                    "QueueName": sub(&format!("${{AWS::StackName}}-{name}")),
+                    "MessageRetentionPeriod": 1_209_600,
+                    "SqsManagedSseEnabled": true,
+                }
+            }),
+        );
+        res.insert(
+            format!("{id}DepthAlarm"),
+            alarm(
+                format!("{name} holds failed work"),
+                "ApproximateNumberOfMessagesVisible",
+                "AWS/SQS",
+                json!([{ "Name": "QueueName", "Value": att(&id, "QueueName") }]),
+                1.0,
+            ),
+        );
+    }
+    for b in spec["buckets"].as_array().expect("buckets") {
+        let name = b["name"].as_str().expect("bucket name");
+        res.insert(bucket_id(name), bucket_resource(name));
+    }
+    let public = bucket_id("tcq-public-artifacts");
+    res.insert(
+        format!("{public}Policy"),
+        json!({
+            "Type": "AWS::S3::BucketPolicy",
+            "Properties": {
+                "Bucket": r(&public),
+                "PolicyDocument": { "Version": "2012-10-17", "Statement": [{
+                    "Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+                    "Resource": sub(&format!("${{{public}.Arn}}/*"))
+                }] }
+            }
+        }),
+    );
+
+    // Credentials, generated into Secrets Manager.
+    for (id, client) in [
+        ("QueueAccessTokenSecret", "static/taskcluster/queue"),
+        ("RootAccessTokenSecret", "static/taskcluster/root"),
+    ] {
+        res.insert(
+            id.into(),
+            json!({
+                "Type": "AWS::SecretsManager::Secret",
+                "Properties": {
+                    "Description": format!("accessToken of {client}"),
+                    "GenerateSecretString": {
+                        "SecretStringTemplate": json!({ "clientId": client }).to_string(),
+                        "GenerateStringKey": "accessToken",
+                        "PasswordLength": 44,
+                        "ExcludePunctuation": true
+                    }
+                }
+            }),
+        );
+    }
+
+    // RabbitMQ: a broker of the stack's own, or an existing one.
+    res.insert(
+        "BrokerSecret".into(),
+        json!({
+            "Type": "AWS::SecretsManager::Secret",
+            "Condition": "CreateBroker",
+            "Properties": {
+                "Description": "Password of the broker user the functions publish as",
+                "GenerateSecretString": {
+                    "SecretStringTemplate": sub("{\"username\": \"${BrokerUsername}\"}"),
+                    "GenerateStringKey": "password",
+                    "PasswordLength": 32,
+                    "ExcludePunctuation": true
+                }
+            }
+        }),
+    );
+    res.insert(
+        "Broker".into(),
+        json!({
+            "Type": "AWS::AmazonMQ::Broker",
+            "Condition": "CreateBroker",
+            "Properties": {
+                "BrokerName": sub("${AWS::StackName}-events"),
+                "EngineType": "RABBITMQ",
+                "EngineVersion": "3.13",
+                "AutoMinorVersionUpgrade": true,
+                "HostInstanceType": r("BrokerInstanceType"),
+                "DeploymentMode": "SINGLE_INSTANCE",
+                // Reached by functions outside any VPC, over amqps with the generated password.
+                "PubliclyAccessible": true,
+                "Users": [{
+                    "Username": r("BrokerUsername"),
+                    "Password":
+                        sub("{{resolve:secretsmanager:${BrokerSecret}:SecretString:password}}")
+                }],
+                "Logs": { "General": true }
+            }
+        }),
+    );
+
+    // Observability: one log group for every function, JSON lines from tracing.
+    res.insert(
+        "FunctionLogGroup".into(),
+        json!({
+            "Type": "AWS::Logs::LogGroup",
+            "Properties": {
+                "LogGroupName": sub("/aws/lambda/${AWS::StackName}"),
+                "RetentionInDays": r("LogRetentionDays")
+            }
+        }),
+    );
+
+    // The API.
+    res.insert(
+        "QueueApi".into(),
+        json!({
+            "Type": "AWS::Serverless::HttpApi",
+            "Properties": {
+                "Description": "Taskcluster Queue, Auth and Task-Graph Scheduler APIs",
+                "CorsConfiguration": {
+                    "AllowOrigins": [r("CorsAllowedOrigin")],
+                    "AllowMethods": ["GET", "PUT", "POST", "DELETE"],
+                    "AllowHeaders": ["authorization", "content-type"],
+                    "MaxAge": 600
+                },
+                "AccessLogSettings": {
+                    // The log group's Arn attribute ends in `:*`, which API Gateway rejects.
+                    "DestinationArn": sub(concat!(
+                        "arn:${AWS::Partition}:logs:${AWS::Region}:${AWS::AccountId}:",
+                        "log-group:${FunctionLogGroup}"
+                    )),
+                    "Format": json!({
+                        "requestId": "$context.requestId",
+                        "routeKey": "$context.routeKey",
+                        "status": "$context.status",
+                        "latency": "$context.responseLatency",
+                        "integrationError": "$context.integrationErrorMessage"
+                    }).to_string()
+                }
+            }
+        }),
+    );
+    res.insert(
+        "Api5xxRateAlarm".into(),
+        json!({
+            "Type": "AWS::CloudWatch::Alarm",
+            "Properties": {
+                "AlarmDescription": "Share of API requests answered 5xx",
+                "EvaluationPeriods": 1,
+                "Threshold": r("Api5xxRateThreshold"),
+                "ComparisonOperator": "GreaterThanThreshold",
+                "TreatMissingData": "notBreaching",
+                "AlarmActions": if_("HasAlarmTopic", json!([r("AlarmTopicArn")]), no_value()),
+                "Metrics": [
+                    api_metric("errors", "5xx"),
+                    api_metric("requests", "Count"),
+                    { "Id": "rate", "Expression": "IF(requests > 0, errors / requests, 0)",
+                      "Label": "5xx rate", "ReturnData": true }
+                ]
+            }
+        }),
+    );
+
+    // Every function of the catalog: the API's (one per endpoint, the auth service as one),
+    // the publisher, the scheduled jobs and the task-graph scheduler's consumer.
+    for spec in specs() {
+        let handler = spec.function.handler();
+        let id = function_id(&handler);
+        let mut events = Map::new();
+        let mut routes = 0;
+        for trigger in &spec.triggers {
+            match trigger {
+                Trigger::Route {
+                    verb,
+                    path,
+                    timeout_ms,
+                } => {
+                    for path in gateway_paths("", path) {
+                        let mut props = json!({
+                            "ApiId": r("QueueApi"),
+                            "Method": verb.method().as_str(),
+                            "Path": path,
+                            "PayloadFormatVersion": "2.0"
+                        });
+                        if let Some(ms) = timeout_ms {
+                            props["TimeoutInMillis"] = json!(ms);
+                        }
+                        let name = match routes {
+                            0 => "Api".to_string(),
+                            n => format!("Api{n}"),
+                        };
+                        routes += 1;
+                        events.insert(name, json!({ "Type": "HttpApi", "Properties": props }));
+                    }
+                }
+                Trigger::Prefix(prefix) => {
+                    events.insert(
+                        "Api".into(),
+                        json!({ "Type": "HttpApi", "Properties": {
+                            "ApiId": r("QueueApi"),
+                            "Method": "ANY",
+                            "Path": format!("{prefix}/{{proxy+}}"),
+                            "PayloadFormatVersion": "2.0"
+                        } }),
+                    );
+                }
+                Trigger::Schedule(_) => {
+                    let rate = r(&format!("{}Rate", pascal(&handler)));
+                    events.insert(
+                        "Schedule".into(),
+                        json!({ "Type": "Schedule", "Properties": { "Schedule": rate } }),
+                    );
+                }
+                Trigger::Stream {
+                    table,
+                    marked_by,
+                    retries,
+                } => {
+                    let failures = spec
+                        .failures_to
+                        .expect("a stream function records failures");
+                    let mut props = json!({
+                        "Stream": att(&table_id(table), "StreamArn"),
+                        "StartingPosition": "TRIM_HORIZON",
+                        "BatchSize": 100,
+                        "MaximumBatchingWindowInSeconds": 1,
+                        "FunctionResponseTypes": ["ReportBatchItemFailures"],
+                        // A batch given up on is not lost: its events stay in their outboxes
+                        // (or its marks in place) for the scheduled pass; its record lands in
+                        // the failure queue.
+                        "MaximumRetryAttempts": retries,
+                        "DestinationConfig": {
+                            "OnFailure": { "Destination": att(&queue_id(failures), "Arn") }
+                        }
+                    });
+                    if let Some(index) = marked_by {
+                        // Only the writes that resolve a task (the `deadline` entry, present
+                        // while a task is unresolved, goes), and status items that carry the
+                        // mark (its index key: written locally, or held by a batch that failed).
+                        let resolving = json!({ "eventName": ["MODIFY"], "dynamodb": {
+                            "OldImage": { "deadline_pk": { "S": [{ "exists": true }] } },
+                            "NewImage": { "deadline_pk": { "S": [{ "exists": false }] } }
+                        } });
+                        let marked = json!({ "dynamodb": { "NewImage": {
+                            format!("{index}_pk"): { "S": [{ "exists": true }] }
+                        } } });
+                        props["FilterCriteria"] = json!({ "Filters": [
+                            { "Pattern": resolving.to_string() },
+                            { "Pattern": marked.to_string() }
+                        ] });
+                    }
+                    let name = if *table == "tasks" {
+                        "Stream"
+                    } else {
+                        "GraphStream"
+                    };
+                    events.insert(
+                        name.into(),
+                        json!({ "Type": "DynamoDB", "Properties": props }),
+                    );
+                }
+                Trigger::Broker => {
+                    // An Amazon MQ event source mapping on the durable queue the publishers
+                    // declare: it acknowledges a batch only once the function succeeded, and
+                    // redelivers it otherwise (the consumer is idempotent).
+                    events.insert(
+                        "Resolutions".into(),
+                        json!({ "Type": "MQ", "Properties": {
+                            "Broker": if_("CreateBroker", att("Broker", "Arn"), r("ExistingBrokerArn")),
+                            "Queues": [scheduler_queue()],
+                            "SourceAccessConfigurations": [{
+                                "Type": "BASIC_AUTH",
+                                "URI": if_("CreateBroker", r("BrokerSecret"), r("ExistingBrokerCredentialsSecretArn"))
+                            }],
+                            "BatchSize": 100,
+                            "MaximumBatchingWindowInSeconds": 1
+                        } }),
+                    );
+                }
+            }
+        }
+        let env = spec
+            .env
+            .iter()
+            .map(|v| (v.to_string(), env_value(v)))
+            .collect();
+        let mut f = function(
+            &handler,
+            spec.description.clone(),
+            spec.timeout_secs,
+            spec.memory_mb,
+            policies(&spec),
+            events,
+            env,
+        );
+        if spec
+            .triggers
+            .iter()
+            .any(|t| matches!(t, Trigger::Schedule(_)))
+        {
+            // The next pass comes soon: no retries; a failed invocation is recorded.
+            let failures = spec.failures_to.expect("a job records failures");
+            f["Properties"]["EventInvokeConfig"] = json!({
+                "MaximumRetryAttempts": 0,
+                "DestinationConfig": {
+                    "OnFailure": { "Type": "SQS", "Destination": att(&queue_id(failures), "Arn") }
+                }
+            });
+        }
+        res.insert(id.clone(), f);
+        function_alarms(&mut res, &id);
+        if matches!(spec.function, Function::Publisher) {
+            // Where each write stores only its own events, those of a write live only in its
+            // stream record until published (or held by a failing publisher): a publisher
+            // that falls behind by an hour is paged long before the stream's 24-hour
+            // retention runs out.
+            res.insert(
+                format!("{id}IteratorAgeAlarm"),
+                alarm(
+                    format!("{id} is over an hour behind its streams"),
+                    "IteratorAge",
+                    "AWS/Lambda",
+                    json!([{ "Name": "FunctionName", "Value": r(&id) }]),
+                    3_600_000.0,
+                ),
+            );
+        }
+    }
+
+    let mut outputs = Map::new();
+    outputs.insert(
+        "RootUrl".into(),
+        json!({ "Description": "rootUrl of the deployment (TASKCLUSTER_ROOT_URL)",
+        "Value": sub("https://${QueueApi}.execute-api.${AWS::Region}.${AWS::URLSuffix}") }),
+    );
+    for (id, client) in [("RootAccessToken", "root"), ("QueueAccessToken", "queue")] {
+        outputs.insert(
+            format!("{id}SecretArn"),
+            json!({
+                "Description": format!("Secret holding static/taskcluster/{client}'s accessToken"),
+                "Value": r(&format!("{id}Secret"))
+            }),
+        );
+    }
+    outputs.insert(
+        "TablePrefix".into(),
+        json!({
+            "Description": "TCQ_TABLE_PREFIX of the functions",
+            "Value": sub("${AWS::StackName}-")
+        }),
+    );
+    for t in spec["tables"].as_array().expect("tables") {
+        let id = table_id(t["name"].as_str().expect("name"));
+        outputs.insert(format!("{id}Name"), json!({ "Value": r(&id) }));
+    }
+    for b in spec["buckets"].as_array().expect("buckets") {
+        let id = bucket_id(b["name"].as_str().expect("name"));
+        outputs.insert(format!("{id}Name"), json!({ "Value": r(&id) }));
+    }
+    for q in spec["queues"].as_array().expect("queues") {
+        let id = queue_id(q["name"].as_str().expect("name"));
+        outputs.insert(format!("{id}Url"), json!({ "Value": r(&id) }));
+    }
+    outputs.insert(
+        "BrokerId".into(),
+        json!({ "Condition": "CreateBroker", "Value": r("Broker") }),
+    );
+    outputs.insert("LogGroup".into(), json!({ "Value": r("FunctionLogGroup") }));
+
+    json!({
+        "AWSTemplateFormatVersion": "2010-09-09",
+        "Transform": "AWS::Serverless-2016-10-31",
+        "Description": "Taskcluster Queue on AWS Lambda (see the README's Deploy section)",
+        "Parameters": params,
+        "Conditions": {
+            "IsProvisioned": { "Fn::Equals": [r("BillingMode"), "PROVISIONED"] },
+            "CreateBroker": { "Fn::Equals": [r("RabbitMqMode"), "create"] },
+            "HasAlarmTopic": { "Fn::Not": [{ "Fn::Equals": [r("AlarmTopicArn"), ""] }] }
+        },
+        "Rules": { "ExistingBrokerNeedsItsUrl": {
+            "RuleCondition": { "Fn::Equals": [r("RabbitMqMode"), "existing"] },
+            "Assertions": [{
+                "Assert": { "Fn::Not": [{ "Fn::Equals": [r("AmqpUrlSecretArn"), ""] }] },
+                "AssertDescription": "RabbitMqMode=existing needs AmqpUrlSecretArn"
+            }, {
+                "Assert": { "Fn::Not": [{ "Fn::Equals": [r("ExistingBrokerArn"), ""] }] },
+                "AssertDescription": "RabbitMqMode=existing needs ExistingBrokerArn"
+            }, {
+                "Assert": { "Fn::Not": [{ "Fn::Equals": [r("ExistingBrokerCredentialsSecretArn"), ""] }] },
+                "AssertDescription": "RabbitMqMode=existing needs ExistingBrokerCredentialsSecretArn"
+            }]
+        } },
+        "Globals": { "Function": {
+            "Runtime": "provided.al2023",
+            "Architectures": ["arm64"],
+            // One binary for every function (functions/src/bin/lambda.rs), built once by
+            // `sam build` through build/Makefile; the Handler says which function it is.
+            "CodeUri": "build/",
+            "LoggingConfig": { "LogFormat": "JSON", "LogGroup": r("FunctionLogGroup") },
+            "Environment": { "Variables": {
+                "TCQ_BACKEND": "aws",
+                "TCQ_TABLE_PREFIX": sub("${AWS::StackName}-"),
+                "TCQ_QUEUE_ACCESS_TOKEN_SECRET": r("QueueAccessTokenSecret"),
+                "TCQ_ROOT_ACCESS_TOKEN_SECRET": r("RootAccessTokenSecret"),
+                "TCQ_ARTIFACT_STORAGE": "s3",
+                "TCQ_PUBLIC_ARTIFACT_BUCKET": r(&public),
+                "TCQ_PRIVATE_ARTIFACT_BUCKET": r(&bucket_id("tcq-private-artifacts")),
+                "TCQ_EXCHANGE_PREFIX": r("ExchangePrefix"),
+                "TCQ_SCHEDULER_ID": r("SchedulerId"),
+                "TCQ_SCHEDULER_EXCHANGE_PREFIX": r("SchedulerExchangePrefix"),
+                "TCQ_CLAIM_WORK_TIMEOUT_MS": "20000",
+                // The publisher function runs on the tables' streams: no outbox index entry
+                // per write (the publisher adds it where delivery failed).
+                "TCQ_EVENTS_FROM_STREAM": "true",
+                "TCQ_LOG_JSON": "1",
+                "RUST_LOG": "info"
+            } }
+        } },
+        "Resources": res,
+        "Outputs": outputs,
+    })
+}
+
+// ---- A minimal YAML writer: block style, JSON-quoted strings where a plain one could be
+// misread. Deterministic, so the committed file can be compared byte for byte.
+
+fn plain(s: &str) -> bool {
+    s.chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '/')
+        && !s.ends_with(':')
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-./:".contains(c))
+        && !matches!(
+            s.to_ascii_lowercase().as_str(),
+            "true" | "false" | "yes" | "no" | "on" | "off" | "null" | "y" | "n"
+        )
+}
+
+fn inline(v: &Value) -> String {
+    match v {
+        Value::String(s) if plain(s) => s.clone(),
+        Value::Object(m) if m.is_empty() => "{}".into(),
+        Value::Array(a) if a.is_empty() => "[]".into(),
+        other => other.to_string(),
+    }
+}
+
+fn is_block(v: &Value) -> bool {
+    matches!(v, Value::Object(m) if !m.is_empty()) || matches!(v, Value::Array(a) if !a.is_empty())
+}
+
+fn block(v: &Value, ind: usize, out: &mut String) {
+    let pad = " ".repeat(ind);
+    match v {
+        Value::Object(m) => {
+            for (k, val) in m {
+                let key = inline(&Value::String(k.clone()));
+                if is_block(val) {
+                    out.push_str(&format!("{pad}{key}:\n"));
+                    block(val, ind + 2, out);
+                } else {
+                    out.push_str(&format!("{pad}{key}: {}\n", inline(val)));
+                }
+            }
+        }
+        Value::Array(a) => {
+            for item in a {
+                if is_block(item) {
+                    let mut inner = String::new();
+                    block(item, ind + 2, &mut inner);
+                    out.push_str(&pad);
+                    out.push_str("- ");
+                    out.push_str(&inner[ind + 2..]);
+                } else {
+                    out.push_str(&format!("{pad}- {}\n", inline(item)));
+                }
+            }
+        }
+        other => out.push_str(&format!("{pad}{}\n", inline(other))),
+    }
+}
+
+fn to_yaml(v: &Value) -> String {
+    let mut out = String::from(
+        "# Generated from the route table, the Lambda handlers and infra/resources.json by\n\
+         # tests/tests/infra.rs; do not edit. Regenerate:\n\
+         #   TCQ_BLESS=1 cargo test -p blackbox --test infra\n",
+    );
+    block(v, 0, &mut out);
+    out
+}
+
+#[test]
+fn committed_template_is_the_generated_one() {
+    let path = repo().join("infra/template.yaml");
+    let want = to_yaml(&template());
+    if std::env::var("TCQ_BLESS").as_deref() == Ok("1") {
+        std::fs::write(&path, &want).expect("write template");
+    }
+    let have = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        have == want,
+        "infra/template.yaml is stale: regenerate with TCQ_BLESS=1 cargo test -p blackbox --test infra"
+    );
+}
+
+/// HTTP API route selection, as documented: among the routes whose method (or ANY) and
+/// path match, the one with the most literal segments wins, then the non-greedy one.
+fn gateway_select<'a>(
+    keys: &'a [(String, String, String)],
+    method: &str,
+    path: &str,
+) -> Option<&'a str> {
+    let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    keys.iter()
+        .filter(|(m, _, _)| m == method || m == "ANY")
+        .filter_map(|(_, p, f)| {
+            let pat: Vec<&str> = p.trim_start_matches('/').split('/').collect();
+            let greedy = pat.last().is_some_and(|l| l.ends_with("+}"));
+            let fixed = if greedy { pat.len() - 1 } else { pat.len() };
+            let fits = if greedy {
+                segs.len() > fixed
+            } else {
+                segs.len() == fixed
+            };
+            let ok = fits
+                && pat[..fixed]
+                    .iter()
+                    .zip(&segs)
+                    .all(|(p, s)| p.starts_with('{') && !s.is_empty() || p == s);
+            let literals = pat.iter().filter(|p| !p.starts_with('{')).count();
+            ok.then_some(((literals, !greedy), f.as_str()))
+        })
+        .max_by_key(|(rank, _)| *rank)
+        .map(|(_, f)| f)
+}
+
+fn route_keys(t: &Value) -> Vec<(String, String, String)> {
+    let mut keys = Vec::new();
+    for (id, r) in t["Resources"].as_object().expect("resources") {
+        for e in r["Properties"]["Events"]
+            .as_object()
+            .into_iter()
+            .flat_map(|m| m.values())
+        {
+            if e["Type"] == "HttpApi" {
+                let p = &e["Properties"];
+                keys.push((
+                    p["Method"].as_str().unwrap_or_default().to_string(),
+                    p["Path"].as_str().unwrap_or_default().to_string(),
+                    id.clone(),
+                ));
+            }
+        }
+    }
+    keys
+}
+
+/// A concrete path of `pattern`, each parameter from `value`, as a client sends it
+/// (parameters percent-encoded) and as the gateway may hand it on (decoded).
+fn sample_paths(
+    prefix: &str,
+    pattern: &str,
+    value: impl Fn(&str) -> &'static str,
+) -> (String, String) {
+    // The clients' encoding: every byte but RFC 3986's unreserved ones.
+    let enc = |s: &str| {
+        s.bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                    char::from(b).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect::<String>()
+    };
+    let (mut encoded, mut decoded) = (prefix.to_string(), prefix.to_string());
+    for seg in pattern.trim_start_matches('/').split('/') {
+        let v = match seg.strip_prefix('<').and_then(|s| s.strip_suffix('>')) {
+            Some(p) => value(p.trim_start_matches('*')),
+            None => {
+                encoded.push('/');
+                encoded.push_str(seg);
+                decoded.push('/');
+                decoded.push_str(seg);
+                continue;
+            }
+        };
+        encoded.push('/');
+        encoded.push_str(&enc(v));
+        decoded.push('/');
+        decoded.push_str(v);
+    }
+    (encoded, decoded)
+}
+
+fn sample(param: &str) -> &'static str {
+    match param {
+        "taskId" | "taskGroupId" => "fN1SbArXTPSVFNUvaOlinQ",
+        "taskGraphId" => "eN1SbArXTPSVFNUvaOlinQ",
+        "runId" => "0",
+        "taskQueueId" => "prov-1/worker-type",
+        "name" => "public/logs/live log.txt",
+        "clientId" => "project/ci/worker",
+        "roleId" => "repo:github.com/org/*",
+        other => panic!("no sample for <{other}>"),
+    }
+}
+
+#[test]
+fn every_route_reaches_its_own_function_encoded_or_decoded() {
+    let t = template();
+    let keys = route_keys(&t);
+    for service in SERVICES {
+        for e in service.endpoints() {
+            let want = function_id(&service.handler_name(e));
+            let method = e.verb.method();
+            let (encoded, decoded) = sample_paths(service.prefix, e.route, sample);
+            for path in [&encoded, &decoded] {
+                // The gateway sends it to the endpoint's function ...
+                assert_eq!(
+                    gateway_select(&keys, method.as_str(), path),
+                    Some(want.as_str()),
+                    "{method} {path}"
+                );
+                // ... which restores what the client signed and serves that endpoint.
+                let canonical =
+                    canonical_path(&method, path).unwrap_or_else(|| panic!("no route for {path}"));
+                assert_eq!(canonical, encoded, "{path}");
+                let m = find(&method, &canonical).expect("route");
+                assert_eq!(m.endpoint.name, e.name, "{path}");
+                for (k, v) in m.raw {
+                    assert_eq!(decode(&v), sample(k), "{k} of {path}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn every_function_has_a_handler_in_the_binary() {
+    let t = template();
+    let mut handlers = Vec::new();
+    for (id, r) in t["Resources"].as_object().expect("resources") {
+        if r["Type"] != "AWS::Serverless::Function" {
+            continue;
+        }
+        let h = r["Properties"]["Handler"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{id} has no Handler"));
+        let function = Function::resolve(h)
+            .unwrap_or_else(|| panic!("{id}: handler {h} is not served by the lambda binary"));
+        let http = r["Properties"]["Events"]
+            .as_object()
+            .is_some_and(|e| e.values().any(|e| e["Type"] == "HttpApi"));
+        assert_eq!(http, function.serves().is_some(), "{id}");
+        handlers.push(h.to_string());
+    }
+    // ... and every function the binary serves is deployed.
+    for f in Function::all() {
+        let h = f.handler();
+        assert!(
+            handlers.contains(&h),
+            "handler {h} has no function in the template"
+        );
+    }
+}
+
+/// The task-graph consumer reads, through an Amazon MQ event source mapping with the broker
+/// user's credentials, exactly the durable queue that every publishing function declares and
+/// binds; the publisher takes both tables' streams.
+#[test]
+fn the_consumer_reads_the_queue_the_publishers_declare() {
+    let t = template();
+    let res = t["Resources"].as_object().expect("resources");
+    let consumer = &res[&function_id("taskGraphConsumer")]["Properties"];
+    let events = consumer["Events"].as_object().expect("events");
+    assert_eq!(events.len(), 1);
+    let mq = events.values().next().expect("one event");
+    assert_eq!(mq["Type"], "MQ");
+    let p = &mq["Properties"];
+    assert_eq!(
+        p["Broker"],
+        if_("CreateBroker", att("Broker", "Arn"), r("ExistingBrokerArn"))
+    );
+    assert_eq!(p["Queues"], json!([scheduler_queue()]));
+    assert_eq!(p["SourceAccessConfigurations"][0]["Type"], "BASIC_AUTH");
+    assert_eq!(
+        p["SourceAccessConfigurations"][0]["URI"],
+        if_(
+            "CreateBroker",
+            r("BrokerSecret"),
+            r("ExistingBrokerCredentialsSecretArn")
+        )
+    );
+    // Every function that publishes declares that queue first.
+    for (id, f) in of_type(res, "AWS::Serverless::Function") {
+        let env = &f["Properties"]["Environment"]["Variables"];
+        if env.get("TCQ_AMQP_URL").is_some() {
+            assert_eq!(env["TCQ_SCHEDULER_QUEUE"], scheduler_queue(), "{id}");
+        }
+    }
+    // The scheduler's id reaches every function (the consumer acts on that id's tasks, the
+    // publishers bind the queue with it).
+    assert_eq!(
+        t["Globals"]["Function"]["Environment"]["Variables"]["TCQ_SCHEDULER_ID"],
+        r("SchedulerId")
+    );
+    let publisher = &res[&function_id("publisher")]["Properties"]["Events"];
+    let streams: Vec<&Value> = publisher
+        .as_object()
+        .expect("events")
+        .values()
+        .map(|e| &e["Properties"]["Stream"])
+        .collect();
+    assert!(streams.contains(&&att(&table_id("tasks"), "StreamArn")));
+    assert!(streams.contains(&&att(&table_id("task-graphs"), "StreamArn")));
+}
+
+/// A table as both sides declare it: name, keys, indexes, stream, TTL.
+/// An index's projection as declared in resources.json (ALL unless it says KEYS_ONLY).
+fn projection(g: &Value) -> &str {
+    g["projection"].as_str().unwrap_or("ALL")
+}
+
+fn normalize_spec_table(t: &Value) -> Value {
+    let mut idx: Vec<Value> = t["indexes"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|g| json!([g["name"], g["pk"], g["sk"], projection(g)]))
+        .collect();
+    idx.sort_by_key(|v| v.to_string());
+    json!({
+        "name": t["name"],
+        "keys": [t["pk"], t["sk"]],
+        "indexes": idx,
+        "stream": t["stream"],
+        "ttl": t["ttl"]
+    })
+}
+
+fn normalize_template_table(p: &Value) -> Value {
+    let name = p["TableName"]["Fn::Sub"]
+        .as_str()
+        .and_then(|s| s.strip_prefix("${AWS::StackName}-"))
+        .expect("table name");
+    let keys = |ks: &Value| json!([ks[0]["AttributeName"], ks[1]["AttributeName"]]);
+    let mut idx: Vec<Value> = p["GlobalSecondaryIndexes"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|g| {
+            json!([
+                g["IndexName"],
+                keys(&g["KeySchema"])[0],
+                keys(&g["KeySchema"])[1],
+                g["Projection"]["ProjectionType"]
+            ])
+        })
+        .collect();
+    idx.sort_by_key(|v| v.to_string());
+    let ttl = if p["TimeToLiveSpecification"]["Enabled"] == true {
+        p["TimeToLiveSpecification"]["AttributeName"].clone()
+    } else {
+        Value::Null
+    };
+    json!({
+        "name": name,
+        "keys": keys(&p["KeySchema"]),
+        "indexes": idx,
+        "stream": p["StreamSpecification"]["StreamViewType"],
+        "ttl": ttl
+    })
+}
+
+fn of_type<'a>(
+    res: &'a Map<String, Value>,
+    ty: &'a str,
+) -> impl Iterator<Item = (&'a String, &'a Value)> + 'a {
+    res.iter().filter(move |(_, r)| r["Type"] == ty)
+}
+
+#[test]
+fn template_data_resources_are_exactly_resources_json() {
+    let spec = resources();
+    let t = template();
+    let res = t["Resources"].as_object().expect("resources");
+
+    let mut want: Vec<Value> = spec["tables"]
+        .as_array()
+        .expect("tables")
+        .iter()
+        .map(normalize_spec_table)
+        .collect();
+    let mut have: Vec<Value> = of_type(res, "AWS::DynamoDB::Table")
+        .map(|(_, r)| normalize_template_table(&r["Properties"]))
+        .collect();
+    want.sort_by_key(|v| v.to_string());
+    have.sort_by_key(|v| v.to_string());
+    assert_eq!(have, want);
+    for (id, item) in of_type(res, "AWS::DynamoDB::Table") {
+        let p = &item["Properties"];
+        assert_eq!(
+            p["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"], true,
+            "{id}"
+        );
+        assert_eq!(p["SSESpecification"]["SSEEnabled"], true, "{id}");
+        assert_eq!(p["BillingMode"], r("BillingMode"), "{id}");
+        // Every key attribute is declared, and nothing else (CloudFormation rejects both).
+        let mut declared: Vec<&str> = p["AttributeDefinitions"]
+            .as_array()
+            .expect("attrs")
+            .iter()
+            .filter_map(|a| a["AttributeName"].as_str())
+            .collect();
+        declared.sort();
+        declared.dedup();
+        let mut used: Vec<&str> = p["KeySchema"]
+            .as_array()
+            .expect("keys")
+            .iter()
+            .chain(
+                p["GlobalSecondaryIndexes"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .flat_map(|g| g["KeySchema"].as_array().expect("gsi keys")),
+            )
+            .filter_map(|k| k["AttributeName"].as_str())
+            .collect();
+        used.sort();
+        used.dedup();
+        assert_eq!(declared, used, "{id}");
+    }
+
+    let names = |items: &Value| -> Vec<String> {
+        let mut v: Vec<String> = items
+            .as_array()
+            .expect("list")
+            .iter()
+            .filter_map(|i| i["name"].as_str().map(String::from))
+            .collect();
+        v.sort();
+        v
+    };
+    let mut queues: Vec<String> = of_type(res, "AWS::SQS::Queue")
+        .map(|(_, r)| {
+            r["Properties"]["QueueName"]["Fn::Sub"]
+                .as_str()
+                .and_then(|s| s.strip_prefix("${AWS::StackName}-"))
+                .expect("queue name")
+                .to_string()
+        })
+        .collect();
+    queues.sort();
+    assert_eq!(queues, names(&spec["queues"]));
+    let mut buckets: Vec<String> = of_type(res, "AWS::S3::Bucket")
+        .map(|(id, _)| id.clone())
+        .collect();
+    buckets.sort();
+    let mut want_buckets: Vec<String> = names(&spec["buckets"])
+        .iter()
+        .map(|b| bucket_id(b))
+        .collect();
+    want_buckets.sort();
+    assert_eq!(buckets, want_buckets);
+    // Every queue is a failure queue with a depth alarm.
+    for q in names(&spec["queues"]) {
+        assert!(
+            res.contains_key(&format!("{}DepthAlarm", queue_id(&q))),
+            "{q} has no alarm"
+        );
+    }
+}
+
+/// An HTTP API event as the gateway sends it for a request the client made to `encoded`:
+/// signed over the encoded path, but with `rawPath` decoded.
+fn decoded_gateway_event(method: &str, encoded: &str, route_key: &str) -> Value {
+    let decoded = encoded.replace("%2F", "/");
+    let mut event = blackbox::runtime_api::apigw_v2_event(method, encoded, None);
+    event["rawPath"] = json!(decoded);
+    event["routeKey"] = json!(route_key);
+    event["requestContext"]["routeKey"] = json!(route_key);
+    event["requestContext"]["http"]["path"] = json!(decoded);
+    event
+}
+
+#[tokio::test]
+async fn a_decoded_gateway_path_is_served_as_the_client_signed_it() {
+    let app = blackbox::spawn_app().await;
+    let tq = blackbox::task_queue_id();
+    assert!(tq.contains('/'));
+    app.queue()
+        .createTask(&blackbox::slugid(), &blackbox::task_def(&tq))
+        .await
+        .expect("createTask");
+    let encoded = format!("{PREFIX}/pending/{}", tq.replace('/', "%2F"));
+    let event = decoded_gateway_event(
+        "GET",
+        &encoded,
+        &format!("GET {PREFIX}/pending/{{taskQueueId+}}"),
+    );
+    let request = || lambda_http::request::from_str(&event.to_string()).expect("v2 event");
+    assert_eq!(request().raw_http_path(), encoded.replace("%2F", "/"));
+
+    let api = app.api();
+    let pending = shared::api::endpoints::QUEUE
+        .endpoint("pendingTasks")
+        .expect("declared");
+    let only = Serves::Endpoint(pending);
+    let reply = functions::lambda::http::handle(&api, only, request()).await;
+    let body = String::from_utf8_lossy(reply.body().as_ref()).into_owned();
+    assert_eq!(reply.status(), 200, "{body}");
+    let body: Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(body["taskQueueId"], tq.as_str());
+    assert_eq!(body["pendingTasks"], 1);
+
+    // Served as handed over, the decoded path would no longer match the client's MAC.
+    let mut raw = shared::api::ApiRequest {
+        method: lambda_http::http::Method::GET,
+        path: encoded.replace("%2F", "/"),
+        query: None,
+        headers: request().headers().clone(),
+        body: Default::default(),
+    };
+    assert_eq!(api.handle(only, raw.clone()).await.status, 401);
+    raw.path = encoded;
+    assert_eq!(api.handle(only, raw).await.status, 200);
+}
+
+/// The multi-call binary itself, as Lambda runs it (`_HANDLER` from the template), against
+/// DynamoDB on LocalStack: a queue endpoint with a decoded gateway path, and the auth service.
+#[tokio::test]
+async fn the_lambda_binary_serves_what_its_handler_names() {
+    if std::env::var("TCQ_LOCALSTACK").as_deref() != Ok("1") {
+        eprintln!("TCQ_LOCALSTACK is not 1: run through scripts/test.sh, which starts LocalStack");
+        return;
+    }
+    use blackbox::runtime_api::{localstack_tables, start_function, RuntimeApi};
+    use std::time::Duration;
+    let prefix = localstack_tables("mc", false).await;
+    let tq = blackbox::task_queue_id();
+
+    let api = RuntimeApi::start().await;
+    let (mut f, _) = start_function("lambda", &api, &prefix, &[("_HANDLER", "pendingTasks")]);
+    let encoded = format!("{PREFIX}/pending/{}", tq.replace('/', "%2F"));
+    let event = decoded_gateway_event(
+        "GET",
+        &encoded,
+        &format!("GET {PREFIX}/pending/{{taskQueueId+}}"),
+    );
+    let reply = api
+        .invoke(event, Duration::from_secs(30))
+        .await
+        .expect("pendingTasks answered");
+    assert_eq!(reply["statusCode"], 200, "{reply}");
+    let body: Value =
+        serde_json::from_str(reply["body"].as_str().unwrap_or_default()).expect("JSON body");
+    assert_eq!(body["taskQueueId"], tq.as_str());
+    f.kill().ok();
+
+    let api = RuntimeApi::start().await;
+    let (mut f, _) = start_function("lambda", &api, &prefix, &[("_HANDLER", "auth")]);
+    let event = decoded_gateway_event(
+        "GET",
+        &format!("{AUTH_PREFIX}/clients/static%2Ftaskcluster%2Froot"),
+        &format!("ANY {AUTH_PREFIX}/{{proxy+}}"),
+    );
+    let reply = api
+        .invoke(event, Duration::from_secs(30))
+        .await
+        .expect("client answered");
+    assert_eq!(reply["statusCode"], 200, "{reply}");
+    let body: Value =
+        serde_json::from_str(reply["body"].as_str().unwrap_or_default()).expect("JSON body");
+    assert_eq!(body["clientId"], "static/taskcluster/root");
+    f.kill().ok();
+}
+
+#[test]
+fn policies_grant_only_what_each_function_needs() {
+    let t = template();
+    for (id, f) in of_type(
+        t["Resources"].as_object().expect("resources"),
+        "AWS::Serverless::Function",
+    ) {
+        let handler = f["Properties"]["Handler"].as_str().unwrap_or_default();
+        let function = Function::resolve(handler).expect("a function");
+        let policies = f["Properties"]["Policies"].as_array().expect("policies");
+        let grants = |kind: &str, target: &str| {
+            policies.iter().any(|p| {
+                p.get(kind)
+                    .is_some_and(|v| v.to_string().contains(&format!("\"{target}\"")))
+            })
+        };
+        // Only the auth service changes clients and roles.
+        assert_eq!(
+            grants("DynamoDBCrudPolicy", "AuthTable"),
+            handler == "auth",
+            "{id}"
+        );
+        if let Function::Endpoint(_, e) = function {
+            // An endpoint that answers GET changes nothing (the scheduler's status and the
+            // queue's listings included), and every endpoint can authenticate.
+            let writes = policies
+                .iter()
+                .any(|p| p.get("DynamoDBCrudPolicy").is_some() || p.get("S3CrudPolicy").is_some());
+            assert!(
+                !(writes && e.verb == shared::api::declare::Verb::Get),
+                "{id} may write but only reads"
+            );
+            assert!(
+                grants("DynamoDBReadPolicy", "AuthTable"),
+                "{id} cannot authenticate"
+            );
+        }
+        // Buckets: artifact endpoints that hand out URLs, and the artifact reaper only.
+        let buckets = policies
+            .iter()
+            .any(|p| p.get("S3CrudPolicy").or(p.get("S3ReadPolicy")).is_some());
+        let artifacts = handler == "artifactReaper"
+            || matches!(function, Function::Endpoint(_, e) if e.route.contains("/artifacts/")
+                || e.route.contains("/artifact-content/"));
+        assert_eq!(buckets, artifacts, "{id}");
+        // The task graphs: the scheduler's functions and the publishers of their events.
+        let graphs = policies
+            .iter()
+            .any(|p| p.to_string().contains("\"TaskGraphsTable\""));
+        let scheduler = matches!(function, Function::Endpoint(s, e) if s.name == "scheduler"
+                && e.route.contains('<'))
+            || ["taskGraphConsumer", "publisher", "outboxSweeper"].contains(&handler);
+        assert_eq!(graphs, scheduler, "{id}");
+        // Every function reads the queue's token; nothing else in Secrets Manager but the root's.
+        assert!(
+            grants(
+                "AWSSecretsManagerGetSecretValuePolicy",
+                "QueueAccessTokenSecret"
+            ),
+            "{id}"
+        );
+        for p in policies {
+            let kind = p
+                .as_object()
+                .and_then(|m| m.keys().next())
+                .expect("one policy template");
+            assert!(
+                [
+                    "DynamoDBReadPolicy",
+                    "DynamoDBCrudPolicy",
+                    "S3ReadPolicy",
+                    "S3CrudPolicy",
+                    "SQSSendMessagePolicy",
+                    "AWSSecretsManagerGetSecretValuePolicy"
+                ]
+                .contains(&kind.as_str()),
+                "{id}: {kind} is not a scoped policy template"
+            );
+        }
+    }
+}
+
+/// Every endpoint's scopes are declared: a template (rendered in the reference format), or,
+/// for the scheduler's writes, a description of the expression the handler builds.
+#[test]
+fn every_endpoint_declares_its_scopes() {
+    for service in SERVICES {
+        for e in service.endpoints() {
+            match e.scopes {
+                Scopes::None => {}
+                Scopes::Template(t) => assert!(!t.to_json().is_null(), "{}", e.name),
+                Scopes::Dynamic(what) => assert!(!what.is_empty(), "{}", e.name),
+            }
+            assert!(!e.title.is_empty(), "{} has no title", e.name);
+            if let Functions::PerEndpoint { .. } = service.functions {
+                assert!(
+                    Function::resolve(&service.handler_name(e)).is_some(),
+                    "{} has no function",
+                    e.name
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,37 @@
+//! The black-box suite: one test binary (so the server is linked once, not once per file),
+//! one module per capability. Each test starts its own server (own data directory, own port,
+//! on LocalStack its own tables) and talks to it over HTTP with the official clients.
+
+mod common;
+
+mod amqp;
+mod amqp_restart;
+mod artifacts;
+mod auth;
+mod auth_python;
+mod claims;
+mod claimwork;
+mod concurrency;
+mod conflicts;
+mod crash;
+mod deadlines;
+mod dependencies;
+mod events;
+mod expiry;
+mod idempotency;
+mod infra;
+mod lambda_artifacts;
+mod lambda_functions;
+mod lambda_secrets;
+mod lifecycle;
+mod localstack_store;
+mod priority;
+mod publisher_lambda;
+mod queues;
+mod retries;
+mod scheduler;
+mod scheduler_lambda;
+mod scheduling;
+mod smoke;
+mod task_groups;
+mod validation;
