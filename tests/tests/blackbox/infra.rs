@@ -9,7 +9,7 @@
 //! After changing an endpoint, a function or `resources.json`, regenerate with
 //! `TCQ_BLESS=1 cargo test -p blackbox --test blackbox infra::`.
 
-use functions::lambda::catalog::{specs, Spec, Trigger};
+use functions::lambda::catalog::{specs, Spec, Trigger, COMMON_ENV};
 use functions::lambda::Function;
 use lambda_http::RequestExt;
 use serde_json::{json, Map, Value};
@@ -151,9 +151,23 @@ fn policies(spec: &Spec) -> Vec<Value> {
     p
 }
 
-/// The template value of a variable a function reads beyond the globals.
+/// The template value of a variable of the functions' configuration.
 fn env_value(var: &str) -> Value {
     match var {
+        "TCQ_TABLE_PREFIX" => sub("${AWS::StackName}-"),
+        "TCQ_QUEUE_ACCESS_TOKEN_SECRET" => r("QueueAccessTokenSecret"),
+        "TCQ_ROOT_ACCESS_TOKEN_SECRET" => r("RootAccessTokenSecret"),
+        "TCQ_ARTIFACT_STORAGE" => json!("s3"),
+        "TCQ_PUBLIC_ARTIFACT_BUCKET" => r(&bucket_id("tcq-public-artifacts")),
+        "TCQ_PRIVATE_ARTIFACT_BUCKET" => r(&bucket_id("tcq-private-artifacts")),
+        "TCQ_EXCHANGE_PREFIX" => r("ExchangePrefix"),
+        "TCQ_SCHEDULER_ID" => r("SchedulerId"),
+        "TCQ_SCHEDULER_EXCHANGE_PREFIX" => r("SchedulerExchangePrefix"),
+        "TCQ_CLAIM_WORK_TIMEOUT_MS" => json!("20000"),
+        // The publisher function runs on the tables' streams: no outbox index entry per
+        // write (the publisher adds it where delivery failed).
+        "TCQ_EVENTS_FROM_STREAM" => json!("true"),
+        "TCQ_LOG_JSON" => json!("1"),
         "TCQ_AMQP_URL" => amqp_url(),
         "TCQ_SCHEDULER_QUEUE" => scheduler_queue(),
         other => panic!("no template value for {other}"),
@@ -913,6 +927,12 @@ fn template() -> Value {
     );
     outputs.insert("LogGroup".into(), json!({ "Value": r("FunctionLogGroup") }));
 
+    // Every function's configuration: these, and what its spec adds (`env_value`).
+    let mut globals: Map<String, Value> = COMMON_ENV
+        .iter()
+        .map(|v| (v.to_string(), env_value(v)))
+        .collect();
+    globals.insert("RUST_LOG".into(), json!("info"));
     json!({
         "AWSTemplateFormatVersion": "2010-09-09",
         "Transform": "AWS::Serverless-2016-10-31",
@@ -943,24 +963,7 @@ fn template() -> Value {
             // `sam build` through build/Makefile; the Handler says which function it is.
             "CodeUri": "build/",
             "LoggingConfig": { "LogFormat": "JSON", "LogGroup": r("FunctionLogGroup") },
-            "Environment": { "Variables": {
-                "TCQ_BACKEND": "aws",
-                "TCQ_TABLE_PREFIX": sub("${AWS::StackName}-"),
-                "TCQ_QUEUE_ACCESS_TOKEN_SECRET": r("QueueAccessTokenSecret"),
-                "TCQ_ROOT_ACCESS_TOKEN_SECRET": r("RootAccessTokenSecret"),
-                "TCQ_ARTIFACT_STORAGE": "s3",
-                "TCQ_PUBLIC_ARTIFACT_BUCKET": r(&public),
-                "TCQ_PRIVATE_ARTIFACT_BUCKET": r(&bucket_id("tcq-private-artifacts")),
-                "TCQ_EXCHANGE_PREFIX": r("ExchangePrefix"),
-                "TCQ_SCHEDULER_ID": r("SchedulerId"),
-                "TCQ_SCHEDULER_EXCHANGE_PREFIX": r("SchedulerExchangePrefix"),
-                "TCQ_CLAIM_WORK_TIMEOUT_MS": "20000",
-                // The publisher function runs on the tables' streams: no outbox index entry
-                // per write (the publisher adds it where delivery failed).
-                "TCQ_EVENTS_FROM_STREAM": "true",
-                "TCQ_LOG_JSON": "1",
-                "RUST_LOG": "info"
-            } }
+            "Environment": { "Variables": globals },
         } },
         "Resources": res,
         "Outputs": outputs,
