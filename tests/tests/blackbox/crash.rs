@@ -27,7 +27,9 @@ impl ChildServer {
     async fn start(dir: &Path) -> ChildServer {
         let port = free_port();
         let envs = [
-            ("TCQ_CLAIM_TIMEOUT", "2".to_string()),
+            // Long enough that the claims taken before the kill are still held when the test
+            // looks, on a loaded LocalStack too.
+            ("TCQ_CLAIM_TIMEOUT", "5".to_string()),
             ("TCQ_REAPER_INTERVAL_MS", "100".to_string()),
             ("TCQ_CLAIM_WORK_TIMEOUT_MS", "500".to_string()),
         ];
@@ -77,7 +79,7 @@ async fn tasks_and_claims_survive_a_sigkill() {
     let mut server = ChildServer::start(dir.path()).await;
     let q = queue_client(&server.root);
 
-    // 30 tasks, 10 of them claimed (2 s claims).
+    // 30 tasks, 10 of them claimed (5 s claims).
     let mut created = vec![];
     for _ in 0..30 {
         let id = slugid();
@@ -159,7 +161,7 @@ async fn tasks_and_claims_survive_a_sigkill() {
     // The claims taken before the kill expire: claim-expired plus a pending retry run.
     let claimed_ids: Vec<String> = claimed.iter().cloned().collect();
     let expired = poll(
-        Duration::from_secs(15),
+        Duration::from_secs(30),
         "claims to expire after restart",
         || {
             let q = &q;
