@@ -277,6 +277,12 @@ pub async fn start(cfg: ServerConfig, sink: Arc<dyn EventSink>) -> Result<Runnin
     })
 }
 
+/// How long the local loops keep at one job per tick while work is due: the same passes as
+/// the functions', cut short so that the other loops' work is not held up for long.
+fn pass_budget() -> jobs::Budget {
+    jobs::Budget::of(Duration::from_secs(5))
+}
+
 /// Logs what a pass did, or why it failed (a retryable failure at warn, a bug at error).
 fn report(what: &str, result: Result<usize, jobs::JobError>) {
     match result {
@@ -302,7 +308,7 @@ async fn dependency_loop(
         let woken = waiting.notified();
         report(
             "dependency worker",
-            jobs::dependencies(&queue, Ts::now()).await,
+            jobs::dependencies(&queue, pass_budget()).await,
         );
         tokio::select! {
             _ = woken => {}
@@ -314,9 +320,11 @@ async fn dependency_loop(
 
 async fn reaper_loop(queue: Arc<Queue>, every: Duration, mut stop: watch::Receiver<bool>) {
     loop {
-        let now = Ts::now();
-        report("claim reaper", jobs::claims(&queue, now).await);
-        report("deadline reaper", jobs::deadlines(&queue, now).await);
+        report("claim reaper", jobs::claims(&queue, pass_budget()).await);
+        report(
+            "deadline reaper",
+            jobs::deadlines(&queue, pass_budget()).await,
+        );
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
             _ = stop.wait_for(|s| *s) => return,
@@ -334,9 +342,9 @@ async fn expiry_loop(
     mut stop: watch::Receiver<bool>,
 ) {
     loop {
-        let done = jobs::artifacts(&queue, blobs.as_ref(), Ts::now(), grace_ms).await;
+        let done = jobs::artifacts(&queue, blobs.as_ref(), grace_ms, pass_budget()).await;
         report("artifact expiry", done);
-        report("task expiry", jobs::expiry(&queue, Ts::now()).await);
+        report("task expiry", jobs::expiry(&queue, pass_budget()).await);
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
             _ = stop.wait_for(|s| *s) => return,
@@ -394,7 +402,9 @@ async fn publisher_loop(
         let mut result = publisher.recent(&queue, &hints).await;
         if result.is_ok() && last_sweep.elapsed() >= sweep_every {
             last_sweep = std::time::Instant::now();
-            result = publisher.sweep(&queue, &|id| hints.is_dirty(id)).await;
+            result = publisher
+                .sweep(&queue, &|id| hints.is_dirty(id), pass_budget())
+                .await;
         }
         let pause = match result {
             Ok(_) => {

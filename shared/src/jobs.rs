@@ -1,6 +1,8 @@
-//! Background work as single passes: each call does one bounded unit and returns what it did,
-//! or a [`JobError`] that says whether trying again can help. The loops, intervals and
-//! schedules live outside (the local server's timers, EventBridge rules, table streams).
+//! Background work: each job repeats its pass while work is due and its [`Budget`] lasts,
+//! and returns what it did, or a [`JobError`] that says whether trying again can help. What a
+//! job leaves stays in its index, so the next run (a timer's tick, the next scheduled
+//! invocation) continues where it stopped. The loops, intervals and schedules live outside
+//! (the local server's timers, EventBridge rules, table streams).
 
 use crate::blobs::BlobStore;
 use crate::error::ApiError;
@@ -9,15 +11,67 @@ use crate::events::drain::{
 };
 use crate::events::EventSink;
 use crate::hints::LocalHints;
+use crate::queue::core::Pass;
 use crate::queue::Queue;
 use crate::records::graph::{GraphRecord, SK_TASK_GRAPH};
 use crate::records::task::{TaskRecord, SK_STATUS};
 use crate::store::Item;
 use crate::time::Ts;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Items each pass handles per shard.
 pub const BATCH: usize = 100;
+
+/// How long a job may go on: a function runs its passes until a stated share of its timeout
+/// ([`Budget::share_of`]), the local server for a few seconds per tick.
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
+    until: Instant,
+}
+
+/// The share of a function's time its passes may use; the rest is headroom for the pass in
+/// flight and the reply.
+pub const BUDGET_SHARE: f64 = 0.8;
+
+impl Budget {
+    /// Until `d` from now.
+    pub fn of(d: Duration) -> Budget {
+        Budget {
+            until: Instant::now() + d,
+        }
+    }
+
+    /// [`BUDGET_SHARE`] of the time left until `deadline` (a Lambda invocation's).
+    pub fn share_of(deadline: Instant) -> Budget {
+        Budget::of(
+            deadline
+                .saturating_duration_since(Instant::now())
+                .mul_f64(BUDGET_SHARE),
+        )
+    }
+
+    /// True while time is left.
+    pub fn left(&self) -> bool {
+        Instant::now() < self.until
+    }
+}
+
+/// Repeats `pass` while it finds more due and the budget lasts; returns the items handled.
+async fn repeat<F, Fut>(budget: Budget, mut pass: F) -> Result<usize, JobError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Pass, JobError>>,
+{
+    let mut total = 0;
+    loop {
+        let p = pass().await?;
+        total += p.done;
+        if !p.more || !budget.left() {
+            return Ok(total);
+        }
+    }
+}
 
 /// Why a pass stopped.
 #[derive(Debug, thiserror::Error)]
@@ -43,34 +97,50 @@ impl JobError {
     }
 }
 
-/// One pass of the claim reaper: resolves runs whose claim expired.
-pub async fn claims(queue: &Queue, now: Ts) -> Result<usize, JobError> {
-    Ok(queue.reap_claims_once(now, BATCH).await?)
+/// The claim reaper: resolves runs whose claim expired.
+pub async fn claims(queue: &Queue, budget: Budget) -> Result<usize, JobError> {
+    repeat(budget, || async {
+        Ok(queue.reap_claims_once(Ts::now(), BATCH).await?)
+    })
+    .await
 }
 
-/// One pass of the deadline reaper: resolves tasks whose deadline passed.
-pub async fn deadlines(queue: &Queue, now: Ts) -> Result<usize, JobError> {
-    Ok(queue.reap_deadlines_once(now, BATCH).await?)
+/// The deadline reaper: resolves tasks whose deadline passed.
+pub async fn deadlines(queue: &Queue, budget: Budget) -> Result<usize, JobError> {
+    repeat(budget, || async {
+        Ok(queue.reap_deadlines_once(Ts::now(), BATCH).await?)
+    })
+    .await
 }
 
-/// One pass of the dependency worker: satisfies the dependents of tasks that resolved.
-pub async fn dependencies(queue: &Queue, now: Ts) -> Result<usize, JobError> {
-    Ok(queue.resolve_dependents_once(now, BATCH).await?)
+/// The dependency worker: satisfies the dependents of tasks that resolved.
+pub async fn dependencies(queue: &Queue, budget: Budget) -> Result<usize, JobError> {
+    repeat(budget, || async {
+        Ok(queue.resolve_dependents_once(Ts::now(), BATCH).await?)
+    })
+    .await
 }
 
-/// One pass of the expiry job: deletes expired tasks, dependency edges and task groups.
-pub async fn expiry(queue: &Queue, now: Ts) -> Result<usize, JobError> {
-    Ok(queue.expire_once(now, BATCH).await?)
+/// The expiry job: deletes expired tasks, dependency edges and task groups.
+pub async fn expiry(queue: &Queue, budget: Budget) -> Result<usize, JobError> {
+    repeat(budget, || async {
+        Ok(queue.expire_once(Ts::now(), BATCH).await?)
+    })
+    .await
 }
 
 /// The artifact expiry job: deletes artifacts (objects, then rows) expired `grace_ms` ago.
 pub async fn artifacts(
     queue: &Queue,
     blobs: &dyn BlobStore,
-    now: Ts,
     grace_ms: i64,
+    budget: Budget,
 ) -> Result<usize, JobError> {
-    Ok(queue.expire_artifacts(blobs, now, grace_ms).await?)
+    repeat(budget, || async {
+        let cutoff = Ts::now().plus(-grace_ms);
+        Ok(queue.expire_artifacts_once(blobs, cutoff, BATCH).await?)
+    })
+    .await
 }
 
 /// The dependency worker for a batch of changed items (the tasks table's stream in AWS):
@@ -178,9 +248,13 @@ impl Publisher {
         Ok(n)
     }
 
-    /// The scheduler's events: every shard of the graphs' outbox index.
+    /// The scheduler's events: every shard of the graphs' outbox index, once.
     async fn graphs(&self, queue: &Queue) -> Result<usize, JobError> {
-        Ok(drain_all::<GraphRecord>(
+        Ok(self.graph_pass(queue).await?.done)
+    }
+
+    async fn graph_pass(&self, queue: &Queue) -> Result<Pass, JobError> {
+        let (done, more) = drain_all::<GraphRecord>(
             queue.store.as_ref(),
             self.sink(),
             &queue.cfg.scheduler_exchange_prefix,
@@ -188,27 +262,37 @@ impl Publisher {
             &|_| false,
             &self.published,
         )
-        .await?)
+        .await?;
+        Ok(Pass { done, more })
     }
 
-    /// One pass over every shard of the outbox index, the tasks' and the task graphs',
-    /// leaving out the tasks for which `skip` is true (a faster path holds them, with their
-    /// events, and will deliver them; draining them here too would publish them twice).
+    /// Passes over every shard of the outbox index, the tasks' and the task graphs', while
+    /// events wait and the budget lasts, leaving out the tasks for which `skip` is true (a
+    /// faster path holds them, with their events, and will deliver them; draining them here
+    /// too would publish them twice).
     pub async fn sweep(
         &self,
         queue: &Queue,
         skip: &(dyn Fn(&str) -> bool + Sync),
+        budget: Budget,
     ) -> Result<usize, JobError> {
-        let tasks = drain_all::<TaskRecord>(
-            queue.store.as_ref(),
-            self.sink(),
-            &queue.cfg.exchange_prefix,
-            BATCH,
-            skip,
-            &self.published,
-        )
-        .await?;
-        Ok(tasks + self.graphs(queue).await?)
+        repeat(budget, || async {
+            let (tasks, more) = drain_all::<TaskRecord>(
+                queue.store.as_ref(),
+                self.sink(),
+                &queue.cfg.exchange_prefix,
+                BATCH,
+                skip,
+                &self.published,
+            )
+            .await?;
+            let graphs = self.graph_pass(queue).await?;
+            Ok(Pass {
+                done: tasks + graphs.done,
+                more: more || graphs.more,
+            })
+        })
+        .await
     }
 
     /// Delivers the outboxes in a batch of changed items (the tables' streams in AWS): task

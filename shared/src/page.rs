@@ -8,6 +8,37 @@ use serde_json::json;
 /// Page size limit of every list endpoint.
 pub const MAX_PAGE: usize = 1000;
 
+/// Bytes of items a page holds at most: a page stops before it, with a continuation token,
+/// so that every reply stays inside Lambda's 6 MB response limit (with 6 KB definitions a
+/// full page of 1000 would be about 6.6 MB). The same everywhere, so that clients see the
+/// same pages from the local server as from the deployed functions.
+pub const MAX_PAGE_BYTES: usize = 5_000_000;
+
+/// Collects a page's items up to [`MAX_PAGE_BYTES`].
+#[derive(Debug, Default)]
+pub struct Filler {
+    items: Vec<serde_json::Value>,
+    bytes: usize,
+}
+
+impl Filler {
+    /// Adds `item` if it fits; false if the page is full (the item is not added).
+    pub fn push(&mut self, item: serde_json::Value) -> bool {
+        let size = serde_json::to_vec(&item).map(|b| b.len() + 1).unwrap_or(0);
+        if !self.items.is_empty() && self.bytes + size > MAX_PAGE_BYTES {
+            return false;
+        }
+        self.bytes += size;
+        self.items.push(item);
+        true
+    }
+
+    /// The items.
+    pub fn into_items(self) -> Vec<serde_json::Value> {
+        self.items
+    }
+}
+
 /// A page request: `limit` (capped at [`MAX_PAGE`]) and an opaque token.
 #[derive(Debug, Clone, Default)]
 pub struct PageReq {

@@ -151,22 +151,7 @@ impl Broker {
             .await
             .expect("basic.get")?;
         let props = &m.delivery.properties;
-        let cc = props
-            .headers()
-            .as_ref()
-            .and_then(|h| h.inner().get("CC").cloned())
-            .map(|v| match v {
-                AMQPValue::FieldArray(a) => a
-                    .as_slice()
-                    .iter()
-                    .filter_map(|x| match x {
-                        AMQPValue::LongString(s) => Some(s.to_string()),
-                        _ => None,
-                    })
-                    .collect(),
-                _ => vec![],
-            })
-            .unwrap_or_default();
+        let cc = cc_of(props);
         Some(Msg {
             exchange: m.delivery.exchange.to_string(),
             routing_key: m.delivery.routing_key.to_string(),
@@ -270,5 +255,109 @@ impl Relay {
 
     pub fn set(&self, up: bool) {
         let _ = self.up.send(up);
+    }
+}
+
+/// The keys of a message's `CC` header.
+fn cc_of(props: &lapin::BasicProperties) -> Vec<String> {
+    props
+        .headers()
+        .as_ref()
+        .and_then(|h| h.inner().get("CC").cloned())
+        .map(|v| match v {
+            AMQPValue::FieldArray(a) => a
+                .as_slice()
+                .iter()
+                .filter_map(|x| match x {
+                    AMQPValue::LongString(s) => Some(s.to_string()),
+                    _ => None,
+                })
+                .collect(),
+            _ => vec![],
+        })
+        .unwrap_or_default()
+}
+
+/// Records every message published under each `(prefix, as)` pair of exchange prefixes into
+/// `sink`, as the local server's sink would have seen it: its exchange under `as` instead of
+/// `prefix`. The deployed shape's functions publish to RabbitMQ only, so its tests read their
+/// events back this way. Declares the exchanges first, so that the binding comes before any
+/// publish; runs until aborted.
+pub async fn record(
+    url: String,
+    prefixes: Vec<(String, String)>,
+    sink: shared::events::RecordingSink,
+) {
+    use futures_util::StreamExt;
+    use lapin::options::{BasicAckOptions, BasicConsumeOptions};
+    use shared::events::EventSink;
+    let conn = Connection::connect(&url, ConnectionProperties::default())
+        .await
+        .expect("RabbitMQ reachable");
+    let ch = conn.create_channel().await.expect("channel");
+    let q = ch
+        .queue_declare(
+            ShortString::from(""),
+            QueueDeclareOptions {
+                exclusive: true,
+                auto_delete: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .expect("declare queue");
+    for (i, (prefix, _)) in prefixes.iter().enumerate() {
+        let names: &[&str] = if i == 0 {
+            shared::events::amqp::declare_exchanges(&ch, prefix)
+                .await
+                .expect("declare exchanges");
+            &ALL
+        } else {
+            shared::events::amqp::declare_scheduler_exchanges(&ch, prefix)
+                .await
+                .expect("declare exchanges");
+            &shared::routing::SCHEDULER_EXCHANGES
+        };
+        for short in names {
+            ch.queue_bind(
+                q.name().clone(),
+                ShortString::from(format!("{prefix}{short}")),
+                ShortString::from("#"),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .expect("bind");
+        }
+    }
+    let mut consumer = ch
+        .basic_consume(
+            q.name().clone(),
+            ShortString::from("recorder"),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .expect("consume");
+    while let Some(Ok(d)) = consumer.next().await {
+        let exchange = d.exchange.to_string();
+        let exchange = prefixes
+            .iter()
+            .find_map(|(p, as_)| {
+                exchange
+                    .strip_prefix(p.as_str())
+                    .map(|s| format!("{as_}{s}"))
+            })
+            .unwrap_or(exchange);
+        let cc = cc_of(&d.properties);
+        let event = shared::events::Event {
+            exchange,
+            routing_key: d.routing_key.to_string(),
+            cc,
+            payload: serde_json::from_slice(&d.data).unwrap_or(Value::Null),
+        };
+        let _ = sink.publish(&[event]).await;
+        let _ = d.acker.ack(BasicAckOptions::default()).await;
     }
 }

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 pub mod amqp;
 pub mod runtime_api;
 pub mod scheduler;
+pub mod shape;
 
 pub use shared::ids::new_slugid as slugid;
 
@@ -25,13 +26,35 @@ pub fn root_credentials() -> taskcluster::Credentials {
     taskcluster::Credentials::new(ROOT_CLIENT_ID, ROOT_ACCESS_TOKEN)
 }
 
-/// A server under test.
+/// A server under test: the local server, or (`TCQ_TEST_BACKEND=shape`) the deployed shape.
 pub struct TestServer {
     running: Option<Running>,
+    shape: Option<ShapeRun>,
     /// Every event the server published, in order.
     pub events: RecordingSink,
     /// The data directory (deleted on drop).
     pub dir: tempfile::TempDir,
+}
+
+/// A deployed shape under test, and the consumer that records its events.
+struct ShapeRun {
+    shape: shape::Shape,
+    recorder: tokio::task::JoinHandle<()>,
+}
+
+/// True when the suite runs against the deployed shape (`TCQ_TEST_BACKEND=shape`): every
+/// function its own process over LocalStack, behind a local HTTP API.
+pub fn in_shape() -> bool {
+    std::env::var("TCQ_TEST_BACKEND").as_deref() == Ok("shape")
+}
+
+/// In the deployed shape, says why a test does not apply there (it reaches into the server
+/// process, which the deployed shape does not have) and returns true: the test returns.
+pub fn not_in_shape(why: &str) -> bool {
+    if in_shape() {
+        eprintln!("not run against the deployed shape: {why}");
+    }
+    in_shape()
 }
 
 /// A server with test timings: claimWork waits 2 s, reapers run every 100 ms.
@@ -60,6 +83,9 @@ pub async fn spawn_app_with(f: impl FnOnce(&mut ServerConfig)) -> TestServer {
         cfg.create_tables = true;
     }
     f(&mut cfg);
+    if in_shape() {
+        return spawn_shape(cfg, dir).await;
+    }
     let events = RecordingSink::default();
     let sink = Arc::new(FanoutSink(vec![
         Arc::new(events.clone()),
@@ -68,6 +94,101 @@ pub async fn spawn_app_with(f: impl FnOnce(&mut ServerConfig)) -> TestServer {
     let running = start(cfg, sink).await.expect("server starts");
     TestServer {
         running: Some(running),
+        shape: None,
+        events,
+        dir,
+    }
+}
+
+/// The deployed shape configured as `cfg` configures the local server: its own stack (tables,
+/// queues, secrets), exchanges under a prefix of its own (events are recorded under the
+/// default prefix, as the local server's sink records them), the test timings as the
+/// functions' variables, and the schedules sped up so that the reapers run as often as
+/// `reaper_interval_ms` says.
+async fn spawn_shape(cfg: ServerConfig, dir: tempfile::TempDir) -> TestServer {
+    use shared::routing::{DEFAULT_EXCHANGE_PREFIX, SCHEDULER_EXCHANGE_PREFIX};
+    // The harness's own log (the gateway's failures, given-up batches), with RUST_LOG.
+    if std::env::var("RUST_LOG").is_ok() {
+        functions::init_tracing(false);
+    }
+    let stack = format!(
+        "sh{}",
+        slugid()
+            .chars()
+            .filter(|c| c.is_ascii_alphabetic())
+            .take(10)
+            .collect::<String>()
+            .to_ascii_lowercase()
+    );
+    let mut sc = shape::ShapeConfig::defaults(&stack);
+    let own = |given: &str, default: &str, what: &str| {
+        if given == default {
+            format!("exchange/tcq-{stack}/{what}/v1/")
+        } else {
+            given.to_string()
+        }
+    };
+    let prefix = own(&cfg.queue.exchange_prefix, DEFAULT_EXCHANGE_PREFIX, "queue");
+    let sched_prefix = own(
+        &cfg.queue.scheduler_exchange_prefix,
+        SCHEDULER_EXCHANGE_PREFIX,
+        "scheduler",
+    );
+    sc.parameters = vec![
+        ("ExchangePrefix".into(), prefix.clone()),
+        ("SchedulerExchangePrefix".into(), sched_prefix.clone()),
+        ("SchedulerId".into(), cfg.queue.scheduler_id.clone()),
+    ];
+    let q = &cfg.queue;
+    for (k, v) in [
+        (
+            "TCQ_CLAIM_WORK_TIMEOUT_MS",
+            q.claim_work_timeout_ms.to_string(),
+        ),
+        ("TCQ_CLAIM_TIMEOUT", q.claim_timeout_secs.to_string()),
+        (
+            "TCQ_MAX_TASK_DEADLINE_DAYS",
+            q.max_task_deadline_days.to_string(),
+        ),
+        (
+            "TCQ_GROUP_EXPIRY_EXTENSION_MS",
+            q.group_expiry_extension_ms.to_string(),
+        ),
+        (
+            "TCQ_ARTIFACT_EXPIRY_GRACE_MS",
+            q.artifact_expiry_grace_ms.to_string(),
+        ),
+    ] {
+        sc.env.insert(k.into(), v);
+    }
+    if let Some(t) = &cfg.root_access_token {
+        sc.env.insert("TCQ_ROOT_ACCESS_TOKEN".into(), t.clone());
+    }
+    if let Some(a) = &q.anonymous_scopes {
+        sc.env.insert("TCQ_ANONYMOUS_SCOPES".into(), a.clone());
+    }
+    if let Some(url) = &cfg.amqp_url {
+        sc.amqp_url = url.clone();
+    }
+    // The reapers' minute becomes `reaper_interval_ms`, but no shorter than a second: every
+    // firing is an invocation of a process of its own, and faster schedules pile up instances
+    // (as they would on Lambda) until LocalStack chokes.
+    sc.speedup = (60_000.0 / cfg.reaper_interval_ms.max(1) as f64).min(60.0);
+    let events = RecordingSink::default();
+    let recorder = tokio::spawn(amqp::record(
+        sc.amqp_url.clone(),
+        vec![
+            (prefix, DEFAULT_EXCHANGE_PREFIX.to_string()),
+            (sched_prefix, SCHEDULER_EXCHANGE_PREFIX.to_string()),
+        ],
+        events.clone(),
+    ));
+    let shape = shape::Shape::start(sc)
+        .await
+        .expect("the deployed shape starts");
+    TestServer {
+        running: None,
+        shape: Some(ShapeRun { shape, recorder }),
         events,
         dir,
     }
@@ -76,10 +197,11 @@ pub async fn spawn_app_with(f: impl FnOnce(&mut ServerConfig)) -> TestServer {
 impl TestServer {
     /// The rootUrl.
     pub fn root_url(&self) -> String {
-        self.running
-            .as_ref()
-            .map(|r| r.root_url())
-            .unwrap_or_default()
+        match (&self.running, &self.shape) {
+            (Some(r), _) => r.root_url(),
+            (None, Some(s)) => s.shape.root_url(),
+            _ => String::new(),
+        }
     }
 
     /// An official client with the root credentials, without retries (so 5xx surface at
@@ -104,12 +226,47 @@ impl TestServer {
     }
 
     /// The API the server hosts (its queue and blob store), for tests that must reach past
-    /// HTTP, e.g. to sign an already-expired upload URL.
+    /// HTTP, e.g. to sign an already-expired upload URL (not in the deployed shape: see
+    /// [`not_in_shape`]).
     pub fn api(&self) -> Arc<shared::api::Api> {
         self.running
             .as_ref()
             .map(|r| r.api.clone())
-            .expect("server is running")
+            .expect("a local server is running")
+    }
+
+    /// The deployed shape under test, if that is what runs.
+    pub fn shape(&self) -> Option<&shape::Shape> {
+        self.shape.as_ref().map(|s| &s.shape)
+    }
+
+    /// The queue's operations over the server's own store (the local server's queue, or one
+    /// over the deployed shape's tables, configured as its functions are), for tests that
+    /// prepare state faster than through the API.
+    pub async fn domain_queue(&self) -> Arc<shared::queue::Queue> {
+        if let Some(r) = &self.running {
+            return r.api.queue.clone();
+        }
+        let stack = &self.shape.as_ref().expect("a server").shape.stack;
+        let sdk = shared::store::dynamodb::sdk_config()
+            .await
+            .expect("AWS environment");
+        let store = shared::store::dynamodb::DynamoStore::new(
+            shared::store::dynamodb::client(&sdk),
+            format!("{stack}-"),
+        );
+        Arc::new(shared::queue::Queue::new(
+            Arc::new(store),
+            Arc::new(shared::signal::LocalSignal::default()),
+            shared::creds::IssuerCredentials {
+                client_id: "static/taskcluster/queue".into(),
+                access_token: "seeding".into(),
+            },
+            shared::queue::QueueConfig {
+                events_from_stream: true,
+                ..Default::default()
+            },
+        ))
     }
 
     /// Full URL of an API path such as `/task/<id>`.
@@ -144,6 +301,10 @@ impl TestServer {
     pub async fn stop(&mut self) {
         if let Some(r) = self.running.take() {
             r.stop().await;
+        }
+        if let Some(s) = self.shape.take() {
+            s.recorder.abort();
+            s.shape.stop().await;
         }
     }
 }

@@ -14,11 +14,24 @@ use tokio::sync::Notify;
 
 #[derive(Default)]
 struct Shared {
+    /// How long each invocation may run (the deadline the function is told).
+    timeout: Mutex<Option<Duration>>,
     events: Mutex<VecDeque<(String, Value)>>,
     responses: Mutex<Vec<(String, Result<Value, Value>)>>,
     first_poll: Mutex<Option<Instant>>,
     queued: Notify,
     answered: Notify,
+}
+
+/// How an invocation ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Invoked {
+    /// The function's answer.
+    Ok(Value),
+    /// The function's error (`{errorType, errorMessage}`), or its init error.
+    Err(Value),
+    /// No answer within the timeout.
+    TimedOut,
 }
 
 /// A running emulator.
@@ -38,7 +51,13 @@ async fn next(State(s): State<Arc<Shared>>) -> (StatusCode, HeaderMap, String) {
         if let Some((id, ev)) = s.events.lock().ok().and_then(|mut q| q.pop_front()) {
             let mut h = HeaderMap::new();
             h.insert("lambda-runtime-aws-request-id", id.parse().expect("header"));
-            let deadline = (std::time::SystemTime::now() + Duration::from_secs(60))
+            let timeout = s
+                .timeout
+                .lock()
+                .ok()
+                .and_then(|t| *t)
+                .unwrap_or(Duration::from_secs(60));
+            let deadline = (std::time::SystemTime::now() + timeout)
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_millis())
                 .unwrap_or_default();
@@ -88,9 +107,17 @@ async fn init_error(State(s): State<Arc<Shared>>, body: String) -> StatusCode {
 }
 
 impl RuntimeApi {
-    /// Starts the emulator on 127.0.0.1.
+    /// Starts the emulator on 127.0.0.1 (invocations told a 60 s deadline).
     pub async fn start() -> RuntimeApi {
-        let shared = Arc::new(Shared::default());
+        Self::start_with(Duration::from_secs(60)).await
+    }
+
+    /// Starts the emulator on 127.0.0.1, telling each invocation it has `timeout`.
+    pub async fn start_with(timeout: Duration) -> RuntimeApi {
+        let shared = Arc::new(Shared {
+            timeout: Mutex::new(Some(timeout)),
+            ..Default::default()
+        });
         let app = Router::new()
             .route("/2018-06-01/runtime/invocation/next", get(next))
             .route(
@@ -117,6 +144,15 @@ impl RuntimeApi {
 
     /// Invokes the function with `event` and waits for its answer (Ok) or error (Err).
     pub async fn invoke(&self, event: Value, timeout: Duration) -> Result<Value, Value> {
+        match self.invoke_for(event, timeout).await {
+            Invoked::Ok(v) => Ok(v),
+            Invoked::Err(v) => Err(v),
+            Invoked::TimedOut => Err(Value::String("no answer in time".into())),
+        }
+    }
+
+    /// Invokes the function with `event`; how it ended.
+    pub async fn invoke_for(&self, event: Value, timeout: Duration) -> Invoked {
         let id = crate::slugid();
         self.shared
             .events
@@ -128,17 +164,21 @@ impl RuntimeApi {
         loop {
             let answered = self.shared.answered.notified();
             {
-                let responses = self.shared.responses.lock().expect("lock");
-                if let Some((_, r)) = responses
-                    .iter()
-                    .find(|(rid, _)| *rid == id || rid == "init")
-                {
-                    return r.clone();
+                let mut responses = self.shared.responses.lock().expect("lock");
+                if let Some(i) = responses.iter().position(|(rid, _)| *rid == id) {
+                    // Taken, so that a long-lived function's answers do not pile up.
+                    return match responses.remove(i).1 {
+                        Ok(v) => Invoked::Ok(v),
+                        Err(v) => Invoked::Err(v),
+                    };
+                }
+                if let Some((_, Err(v))) = responses.iter().find(|(rid, _)| rid == "init") {
+                    return Invoked::Err(v.clone());
                 }
             }
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(Value::String("no answer in time".into()));
+                return Invoked::TimedOut;
             }
             let _ = tokio::time::timeout(left.min(Duration::from_millis(100)), answered).await;
         }

@@ -246,8 +246,20 @@ fn stream_batch_reply(
     Ok(serde_json::json!({ "batchItemFailures": failures }))
 }
 
-/// Runs one scheduled job per EventBridge event; the reply says what the pass did. The
-/// dependency resolver also takes batches from the tasks table's stream.
+/// [`jobs::BUDGET_SHARE`] of what is left of an invocation (its deadline, from the runtime).
+fn budget_of(ctx: &lambda_runtime::Context) -> jobs::Budget {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or_default();
+    let left = std::time::Duration::from_millis(ctx.deadline.saturating_sub(now_ms));
+    jobs::Budget::share_of(std::time::Instant::now() + left)
+}
+
+/// Runs one scheduled job per EventBridge event, its passes repeated while work is due and
+/// [`jobs::BUDGET_SHARE`] of its time lasts (the next invocation continues where it stopped);
+/// the reply says what it did. The dependency resolver also takes batches from the tasks
+/// table's stream.
 pub async fn serve_job(cfg: LambdaConfig, job: Job) -> Result<(), Error> {
     let api = Arc::new(api(&cfg).await?);
     let publisher = match job {
@@ -264,6 +276,7 @@ pub async fn serve_job(cfg: LambdaConfig, job: Job) -> Result<(), Error> {
             async move {
                 let queue = &api.queue;
                 let now = Ts::now();
+                let budget = budget_of(&event.context);
                 if let (Job::DependencyResolver, Some(records)) =
                     (job, event.payload["Records"].as_array())
                 {
@@ -271,18 +284,18 @@ pub async fn serve_job(cfg: LambdaConfig, job: Job) -> Result<(), Error> {
                     return stream_batch_reply(records, result, false);
                 }
                 let result = match (job, publisher) {
-                    (Job::ClaimReaper, _) => jobs::claims(queue, now).await,
-                    (Job::DeadlineReaper, _) => jobs::deadlines(queue, now).await,
-                    (Job::DependencyResolver, _) => jobs::dependencies(queue, now).await,
-                    (Job::ExpiryReaper, _) => jobs::expiry(queue, now).await,
+                    (Job::ClaimReaper, _) => jobs::claims(queue, budget).await,
+                    (Job::DeadlineReaper, _) => jobs::deadlines(queue, budget).await,
+                    (Job::DependencyResolver, _) => jobs::dependencies(queue, budget).await,
+                    (Job::ExpiryReaper, _) => jobs::expiry(queue, budget).await,
                     (Job::ArtifactReaper, _) => {
-                        jobs::artifacts(queue, api.blobs.as_ref(), now, grace).await
+                        jobs::artifacts(queue, api.blobs.as_ref(), grace, budget).await
                     }
                     (Job::OutboxSweeper, Some((sink, publisher))) => {
                         // Connecting declares the scheduler's consumer queue, so it exists
                         // within a minute of a deployment even before any event is published.
                         sink.ensure_connected().await?;
-                        publisher.sweep(queue, &|_| false).await
+                        publisher.sweep(queue, &|_| false, budget).await
                     }
                     (Job::OutboxSweeper, None) => return Err("no sink".into()),
                 };

@@ -313,8 +313,9 @@ pub async fn drain_task<R: Outboxed>(
     }
 }
 
-/// One pass over every outbox shard of `R`'s table, leaving out the records for which `skip`
-/// is true (a faster path will deliver them); returns the number of events delivered.
+/// One pass over every shard of `R`'s outbox index (up to `batch` records per shard),
+/// leaving out the records for which `skip` is true (a faster path will deliver them);
+/// returns the number of events delivered, and whether a shard may hold more.
 pub async fn drain_all<R: Outboxed>(
     store: &dyn Store,
     sink: &dyn EventSink,
@@ -322,8 +323,9 @@ pub async fn drain_all<R: Outboxed>(
     batch: usize,
     skip: &(dyn Fn(&str) -> bool + Sync),
     published: &RecentIds,
-) -> Result<usize, DrainError> {
+) -> Result<(usize, bool), DrainError> {
     let mut delivered = 0;
+    let mut more = false;
     for shard in 0..SHARDS {
         let page = store
             .query_index(
@@ -335,6 +337,7 @@ pub async fn drain_all<R: Outboxed>(
                 batch,
             )
             .await?;
+        more |= page.items.len() >= batch;
         for item in page.items.into_iter().filter(|i| !skip(&i.pk)) {
             if let DrainOutcome::Delivered(n) =
                 drain_task::<R>(store, sink, prefix, &item.pk, published).await?
@@ -343,7 +346,7 @@ pub async fn drain_all<R: Outboxed>(
             }
         }
     }
-    Ok(delivered)
+    Ok((delivered, more))
 }
 
 #[cfg(test)]
@@ -484,6 +487,7 @@ mod tests {
             drain_all::<TaskRecord>(&store, &sink, "x/", 10, &|_| false, &RecentIds::default())
                 .await
                 .unwrap()
+                .0
         };
         assert_eq!(sweep().await, 0, "nothing for the sweeper");
 
@@ -515,7 +519,8 @@ mod tests {
         let swept =
             drain_all::<TaskRecord>(&store, &sink, "x/", 10, &|_| false, &RecentIds::default())
                 .await
-                .unwrap();
+                .unwrap()
+                .0;
         assert_eq!(swept, 3);
     }
 }

@@ -6,7 +6,7 @@
 //! item's outbox in the same transaction that writes the artifact item, so an event exists
 //! exactly when its artifact does.
 
-use super::core::{backoff, Queue, MAX_ATTEMPTS};
+use super::core::{backoff, Pass, Queue, MAX_ATTEMPTS, PARALLEL};
 use crate::blobs::{BlobStore, Bucket};
 use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::ids::TaskId;
@@ -19,6 +19,7 @@ use crate::records::task::TASKS;
 use crate::store::shard::{due_upto, shard_pk, SHARDS};
 use crate::store::{Cond, SkRange, WriteOp};
 use crate::time::{Ts, MINUTE, SECOND};
+use futures_util::future::try_join_all;
 use serde_json::{json, Map, Value};
 
 /// How long a `putUrl` is valid (the reply's `expires`).
@@ -365,7 +366,8 @@ impl Queue {
         blobs: &dyn BlobStore,
         cutoff: Ts,
         batch: usize,
-    ) -> ApiResult<usize> {
+    ) -> ApiResult<Pass> {
+        let mut more = false;
         let mut due: Vec<(Artifact, u64)> = Vec::new();
         for shard in 0..SHARDS {
             let range = SkRange {
@@ -377,6 +379,7 @@ impl Queue {
                 .store
                 .query_index(ARTIFACTS, ARTIFACT_EXPIRY, &pk, &range, None, batch)
                 .await?;
+            more |= page.items.len() >= batch;
             for item in page.items {
                 let v = item.version;
                 let a = decode(item)?;
@@ -399,40 +402,24 @@ impl Queue {
                     .map_err(ApiError::caused_by)?;
             }
         }
-        let mut n = 0;
-        for (a, v) in due {
-            let op = WriteOp::Delete {
-                table: ARTIFACTS,
-                pk: a.task_id.clone(),
-                sk: artifact_sk(a.run_id, &a.name),
-                cond: Cond::Version(v),
-            };
-            match self.store.write(op).await {
-                Ok(_) => n += 1,
-                Err(e) if e.is_condition_failed() => {}
-                Err(e) => return Err(e.into()),
-            }
+        let mut done = 0;
+        for chunk in due.chunks(PARALLEL) {
+            let deleted = try_join_all(chunk.iter().map(|(a, v)| async move {
+                let op = WriteOp::Delete {
+                    table: ARTIFACTS,
+                    pk: a.task_id.clone(),
+                    sk: artifact_sk(a.run_id, &a.name),
+                    cond: Cond::Version(*v),
+                };
+                match self.store.write(op).await {
+                    Ok(_) => Ok(true),
+                    Err(e) if e.is_condition_failed() => Ok(false),
+                    Err(e) => Err(ApiError::from(e)),
+                }
+            }))
+            .await?;
+            done += deleted.into_iter().filter(|d| *d).count();
         }
-        Ok(n)
-    }
-
-    /// The artifact expiry reaper: passes until nothing is due at `now - grace_ms`.
-    pub async fn expire_artifacts(
-        &self,
-        blobs: &dyn BlobStore,
-        now: Ts,
-        grace_ms: i64,
-    ) -> ApiResult<usize> {
-        const BATCH: usize = 100;
-        let mut total = 0;
-        loop {
-            let n = self
-                .expire_artifacts_once(blobs, now.plus(-grace_ms), BATCH)
-                .await?;
-            total += n;
-            if n < BATCH {
-                return Ok(total);
-            }
-        }
+        Ok(Pass { done, more })
     }
 }

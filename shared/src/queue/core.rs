@@ -303,16 +303,16 @@ impl Queue {
         Ok(Some(json!({ "task": def, "status": rec.status_json() })))
     }
 
-    /// Every entry of a sharded time-ordered index of `table` that is due at `now` (up to
-    /// `batch` per shard), as the index reports it.
+    /// Entries of a sharded time-ordered index of `table` that are due at `now`, up to
+    /// `batch` per shard, as the index reports them; `more` if a shard may hold further ones.
     pub(crate) async fn due_in(
         &self,
         table: &'static str,
         idx: &'static str,
         now: Ts,
         batch: usize,
-    ) -> ApiResult<Vec<Item>> {
-        let mut out = Vec::new();
+    ) -> ApiResult<Due> {
+        let mut due = Due::default();
         for shard in 0..SHARDS {
             let range = SkRange {
                 upto: Some(due_upto(now)),
@@ -323,10 +323,29 @@ impl Queue {
                 .store
                 .query_index(table, idx, &pk, &range, None, batch)
                 .await?;
-            out.extend(page.items);
+            due.more |= page.items.len() >= batch;
+            due.items.extend(page.items);
         }
-        Ok(out)
+        Ok(due)
     }
+}
+
+/// What a background pass found due: the index entries, and whether more may be due.
+#[derive(Debug, Default)]
+pub struct Due {
+    /// The entries.
+    pub items: Vec<Item>,
+    /// True if a shard returned a whole batch: a next pass may find more.
+    pub more: bool,
+}
+
+/// What one background pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pass {
+    /// Items it handled.
+    pub done: usize,
+    /// True if more may be due: another pass should follow at once, time permitting.
+    pub more: bool,
 }
 
 /// Short randomised backoff between optimistic-concurrency attempts.

@@ -20,9 +20,9 @@
 //! A task may list itself: that requirement is never satisfied by an edge, so the task waits
 //! for scheduleTask (or its deadline).
 
-use super::core::{backoff, Queue, PARALLEL};
+use super::core::{backoff, Pass, Queue, PARALLEL};
 use crate::error::{ApiError, ApiResult, ErrorCode};
-use crate::page::{encode_token, PageReq, MAX_PAGE};
+use crate::page::{encode_token, Filler, PageReq, MAX_PAGE};
 use crate::records::edge::{
     dependent_of, edge_item, is_satisfied, satisfied_edge, sk_dependent, Requires,
     SK_DEPENDENT_PREFIX,
@@ -335,18 +335,21 @@ impl Queue {
         }
     }
 
-    /// One pass of the dependency worker over every shard of the `resolved` index; returns
-    /// how many edges it satisfied.
-    pub async fn resolve_dependents_once(&self, now: Ts, batch: usize) -> ApiResult<usize> {
+    /// One pass of the dependency worker over every shard of the `resolved` index: `done`
+    /// counts the edges it satisfied.
+    pub async fn resolve_dependents_once(&self, now: Ts, batch: usize) -> ApiResult<Pass> {
         let due = self.due_in(TASKS, index::RESOLVED, now, batch).await?;
-        let mut n = 0;
+        let mut done = 0;
         // Resolutions are independent of each other: handle a few at once.
-        for chunk in due.chunks(PARALLEL) {
-            let done =
+        for chunk in due.items.chunks(PARALLEL) {
+            let satisfied =
                 try_join_all(chunk.iter().map(|i| self.resolve_dependents(&i.pk, now))).await?;
-            n += done.into_iter().sum::<usize>();
+            done += satisfied.into_iter().sum::<usize>();
         }
-        Ok(n)
+        Ok(Pass {
+            done,
+            more: due.more,
+        })
     }
 
     /// listDependentTasks: the tasks that list `task_id` among their dependencies.
@@ -369,12 +372,22 @@ impl Queue {
             .query(TASKS, task_id, &range, after.as_ref(), page.limit)
             .await?;
         let ids: Vec<&str> = res.items.iter().filter_map(dependent_of).collect();
-        let mut out = Vec::with_capacity(ids.len());
-        for chunk in ids.chunks(PARALLEL) {
+        let mut next = res.next.clone();
+        let mut out = Filler::default();
+        let mut last: Option<&str> = None;
+        'fill: for chunk in ids.chunks(PARALLEL) {
             let found = try_join_all(chunk.iter().map(|id| self.task_and_status(id, now))).await?;
-            // An edge whose dependent is gone (expired) is skipped.
-            out.extend(found.into_iter().flatten());
+            for (id, task) in chunk.iter().zip(found) {
+                // An edge whose dependent is gone (expired) is skipped.
+                let Some(task) = task else { continue };
+                if !out.push(task) {
+                    // Full: the next page starts just after the last edge taken.
+                    next = last.map(|l| (sk_dependent(l), task_id.to_string(), sk_dependent(l)));
+                    break 'fill;
+                }
+                last = Some(id);
+            }
         }
-        Ok((out, res.next.as_ref().map(encode_token)))
+        Ok((out.into_items(), next.as_ref().map(encode_token)))
     }
 }

@@ -6,7 +6,7 @@
 //! last, so a pass that dies half-way is finished by the next one. A task whose outbox still
 //! holds events is left until they are delivered, so expiry never drops an event.
 
-use super::core::{Queue, PARALLEL};
+use super::core::{Pass, Queue, PARALLEL};
 use crate::error::ApiResult;
 use crate::page::MAX_PAGE;
 use crate::records::group::{sk_member, GROUP_EXPIRY, SK_GROUP, TASK_GROUPS};
@@ -21,20 +21,30 @@ fn expires_of(item: &Item) -> Option<Ts> {
 
 impl Queue {
     /// One pass of the expiry job: deletes what expired at or before `now` (up to `batch` per
-    /// index shard). Returns how many tasks, edges and groups it deleted.
-    pub async fn expire_once(&self, now: Ts, batch: usize) -> ApiResult<usize> {
-        let mut n = 0;
-        for entry in self.due_in(TASKS, index::TASK_EXPIRY, now, batch).await? {
-            n += if entry.sk == SK_DEF {
-                self.expire_task(&entry.pk, now).await?
-            } else {
-                self.expire_edge(&entry.pk, &entry.sk, now).await?
-            } as usize;
+    /// index shard), a few at a time; `done` counts the tasks, edges and groups deleted.
+    pub async fn expire_once(&self, now: Ts, batch: usize) -> ApiResult<Pass> {
+        let tasks = self.due_in(TASKS, index::TASK_EXPIRY, now, batch).await?;
+        let mut done = 0;
+        for chunk in tasks.items.chunks(PARALLEL) {
+            let deleted = try_join_all(chunk.iter().map(|entry| async move {
+                if entry.sk == SK_DEF {
+                    self.expire_task(&entry.pk, now).await
+                } else {
+                    self.expire_edge(&entry.pk, &entry.sk, now).await
+                }
+            }))
+            .await?;
+            done += deleted.into_iter().filter(|d| *d).count();
         }
-        for entry in self.due_in(TASK_GROUPS, GROUP_EXPIRY, now, batch).await? {
-            n += self.expire_group(&entry.pk, now).await? as usize;
+        let groups = self.due_in(TASK_GROUPS, GROUP_EXPIRY, now, batch).await?;
+        for chunk in groups.items.chunks(PARALLEL) {
+            let deleted = try_join_all(chunk.iter().map(|e| self.expire_group(&e.pk, now))).await?;
+            done += deleted.into_iter().filter(|d| *d).count();
         }
-        Ok(n)
+        Ok(Pass {
+            done,
+            more: tasks.more || groups.more,
+        })
     }
 
     /// Deletes every item of a partition except the one with sort key `keep`, a few at once;

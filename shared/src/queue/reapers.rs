@@ -1,10 +1,11 @@
 //! The claim and deadline reapers: each pass walks a sharded, time-ordered index (never a
 //! scan) and applies the state machine's expiry to every entry that is due.
 
-use super::core::Queue;
+use super::core::{Pass, Queue, PARALLEL};
 use crate::error::ApiResult;
 use crate::records::task::{index, TaskRecord, TASKS};
 use crate::time::Ts;
+use futures_util::future::try_join_all;
 
 impl Queue {
     /// Claim reaper, one task: expires its claim if still due. True if resolved.
@@ -29,28 +30,45 @@ impl Queue {
             .1)
     }
 
-    /// One pass of the claim reaper over every shard; returns how many claims expired.
-    pub async fn reap_claims_once(&self, now: Ts, batch: usize) -> ApiResult<usize> {
-        let mut n = 0;
-        for item in self.due_in(TASKS, index::CLAIMS, now, batch).await? {
+    /// One pass of the claim reaper over every shard: expires the claims due at `now`, a few
+    /// at a time.
+    pub async fn reap_claims_once(&self, now: Ts, batch: usize) -> ApiResult<Pass> {
+        let due = self.due_in(TASKS, index::CLAIMS, now, batch).await?;
+        let mut claims = vec![];
+        for item in due.items {
             let rec: TaskRecord = serde_json::from_value(item.data)?;
-            let Some(run) = rec.runs.last() else { continue };
-            let Some(taken_until) = run.taken_until else {
-                continue;
-            };
-            n += self
-                .reap_claim(&rec.task_id, run.run_id, taken_until, now)
-                .await? as usize;
+            if let Some((run, Some(until))) = rec.runs.last().map(|r| (r.run_id, r.taken_until)) {
+                claims.push((rec.task_id, run, until));
+            }
         }
-        Ok(n)
+        let mut done = 0;
+        for chunk in claims.chunks(PARALLEL) {
+            let reaped = try_join_all(
+                chunk
+                    .iter()
+                    .map(|(id, run, until)| self.reap_claim(id, *run, *until, now)),
+            )
+            .await?;
+            done += reaped.into_iter().filter(|r| *r).count();
+        }
+        Ok(Pass {
+            done,
+            more: due.more,
+        })
     }
 
-    /// One pass of the deadline reaper over every shard; returns how many tasks it resolved.
-    pub async fn reap_deadlines_once(&self, now: Ts, batch: usize) -> ApiResult<usize> {
-        let mut n = 0;
-        for item in self.due_in(TASKS, index::DEADLINE, now, batch).await? {
-            n += self.reap_deadline(&item.pk, now).await? as usize;
+    /// One pass of the deadline reaper over every shard: resolves the tasks whose deadline
+    /// passed by `now`, a few at a time.
+    pub async fn reap_deadlines_once(&self, now: Ts, batch: usize) -> ApiResult<Pass> {
+        let due = self.due_in(TASKS, index::DEADLINE, now, batch).await?;
+        let mut done = 0;
+        for chunk in due.items.chunks(PARALLEL) {
+            let reaped = try_join_all(chunk.iter().map(|i| self.reap_deadline(&i.pk, now))).await?;
+            done += reaped.into_iter().filter(|r| *r).count();
         }
-        Ok(n)
+        Ok(Pass {
+            done,
+            more: due.more,
+        })
     }
 }

@@ -3,7 +3,7 @@
 use super::core::Queue;
 use crate::error::{ApiError, ApiResult};
 use crate::ids::TaskQueueId;
-use crate::page::{encode_token, PageReq};
+use crate::page::{encode_token, Filler, PageReq};
 use crate::records::task::{index, TaskRecord, TASKS};
 use crate::store::SkRange;
 use serde_json::{json, Map, Value};
@@ -49,7 +49,10 @@ impl Queue {
                 page.limit,
             )
             .await?;
-        let mut out = Vec::with_capacity(res.items.len());
+        let mut out = Filler::default();
+        let mut next = res.next;
+        // The cursor just after the last run taken: its index entry and its keys.
+        let mut last = after;
         for item in res.items {
             let rec: TaskRecord = serde_json::from_value(item.data)?;
             let Some(run) = rec.runs.last() else { continue };
@@ -65,8 +68,17 @@ impl Queue {
                 entry.insert("inserted".into(), json!(run.scheduled));
             }
             entry.insert("task".into(), task);
-            out.push(Value::Object(entry));
+            if !out.push(Value::Object(entry)) {
+                // Full: the next page starts at this run (just after the one before it).
+                next = last;
+                break;
+            }
+            last = rec
+                .index_entries()
+                .into_iter()
+                .find(|e| e.index == idx)
+                .map(|e| (e.sk, item.pk.clone(), item.sk.clone()));
         }
-        Ok((out, res.next.as_ref().map(encode_token)))
+        Ok((out.into_items(), next.as_ref().map(encode_token)))
     }
 }

@@ -5,7 +5,7 @@ use super::core::{backoff, Queue, MAX_ATTEMPTS};
 use super::deps::DependencyPlan;
 use crate::error::{ApiError, ApiResult};
 use crate::ids::{TaskId, TaskQueueId};
-use crate::page::{decode_token, encode_token, PageReq};
+use crate::page::{decode_token, encode_token, Filler, PageReq};
 use crate::records::group::{member_item, TASK_GROUPS};
 use crate::records::task::{task_expiry_entry, Priority, TaskRecord, SK_DEF, TASKS};
 use crate::store::{Cond, Item, StoreError, WriteOp};
@@ -53,21 +53,29 @@ impl Queue {
                 .map_err(|_| ApiError::bad_argument("continuationToken is not valid"))?,
             None => 0,
         };
-        let end = (start + page.limit).min(task_ids.len());
-        let mut out = Vec::new();
-        for id in task_ids.get(start..end).unwrap_or_default() {
+        let mut end = (start + page.limit).min(task_ids.len());
+        let mut out = Filler::default();
+        for (i, id) in task_ids.iter().enumerate().take(end).skip(start) {
             let Ok(tid) = TaskId::parse(id) else { continue };
-            if statuses {
-                if let Ok(rec) = self.status(&tid, now).await {
-                    out.push(json!({ "taskId": id, "status": rec.status_json() }));
+            let item = if statuses {
+                match self.status(&tid, now).await {
+                    Ok(rec) => json!({ "taskId": id, "status": rec.status_json() }),
+                    Err(_) => continue,
                 }
-            } else if let Ok(def) = self.task(&tid, now).await {
-                out.push(json!({ "taskId": id, "task": def }));
+            } else {
+                match self.task(&tid, now).await {
+                    Ok(def) => json!({ "taskId": id, "task": def }),
+                    Err(_) => continue,
+                }
+            };
+            if !out.push(item) {
+                end = i;
+                break;
             }
         }
         let next = (end < task_ids.len())
             .then(|| encode_token(&(end.to_string(), String::new(), String::new())));
-        Ok((out, next))
+        Ok((out.into_items(), next))
     }
 
     /// createTask / defineTask. `body` has been schema-validated with defaults filled.

@@ -667,30 +667,19 @@ async fn the_expiry_reaper_removes_rows_and_objects() {
 
     // With the default 30 minute grace nothing is due yet.
     let api = app.api();
-    let n = api
-        .queue
-        .expire_artifacts(
-            api.blobs.as_ref(),
-            Ts::now(),
-            shared::queue::artifacts::EXPIRY_GRACE_MS,
-        )
+    let reaper = |grace| {
+        let budget = shared::jobs::Budget::of(std::time::Duration::from_secs(30));
+        shared::jobs::artifacts(&api.queue, api.blobs.as_ref(), grace, budget)
+    };
+    let n = reaper(shared::queue::artifacts::EXPIRY_GRACE_MS)
         .await
         .expect("reaper");
     assert_eq!(n, 0);
     // Without grace: two reapers at once delete both rows exactly once between them.
-    let (a, b) = tokio::join!(
-        api.queue.expire_artifacts(api.blobs.as_ref(), Ts::now(), 0),
-        api.queue.expire_artifacts(api.blobs.as_ref(), Ts::now(), 0)
-    );
+    let (a, b) = tokio::join!(reaper(0), reaper(0));
     assert_eq!(a.expect("reaper a") + b.expect("reaper b"), 2);
     // And again: nothing left to do.
-    assert_eq!(
-        api.queue
-            .expire_artifacts(api.blobs.as_ref(), Ts::now(), 0)
-            .await
-            .expect("reaper"),
-        0
-    );
+    assert_eq!(reaper(0).await.expect("reaper"), 0);
     for url in &urls {
         let (s, _) = get_bytes(url).await;
         assert!(s == 404 || s == 403, "object still there: {s} at {url}");

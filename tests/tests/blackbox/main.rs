@@ -32,6 +32,7 @@ mod retries;
 mod scheduler;
 mod scheduler_lambda;
 mod scheduling;
+mod shape;
 mod smoke;
 mod task_groups;
 mod validation;

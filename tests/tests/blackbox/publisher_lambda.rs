@@ -265,7 +265,8 @@ async fn resolutions_reach_the_resolver(from_stream: bool) {
             queue
                 .resolve_dependents_once(now(), 100)
                 .await
-                .expect("pass"),
+                .expect("pass")
+                .done,
             0,
             "nothing for the scheduled pass"
         );
@@ -324,7 +325,8 @@ async fn resolutions_reach_the_resolver(from_stream: bool) {
             queue
                 .resolve_dependents_once(now(), 100)
                 .await
-                .expect("pass"),
+                .expect("pass")
+                .done,
             1
         );
         assert_eq!(
@@ -432,7 +434,11 @@ async fn the_stream_carries_each_writes_events_and_a_failed_batch_is_left_to_the
         &broker.prefix,
     );
     let publisher = shared::jobs::Publisher::new(std::sync::Arc::new(sink));
-    let delivered = publisher.sweep(&queue, &|_| false).await.expect("sweep");
+    let budget = shared::jobs::Budget::of(Duration::from_secs(30));
+    let delivered = publisher
+        .sweep(&queue, &|_| false, budget)
+        .await
+        .expect("sweep");
     assert_eq!(delivered, 4);
     let got = broker.take(&q, 4, Duration::from_secs(20)).await;
     for id in &ids {

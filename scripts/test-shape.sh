@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The whole black-box suite against the deployed shape (every function its own process over
+# LocalStack; see README's "Deployed shape"), with 5,000-task bursts for its own tests. The
+# test command runs a bounded subset of it; this runs everything.
+# Usage: bash scripts/test-shape.sh [test name filter ...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV="${TCQ_VENV:-target/py-venv}"
+if [ ! -x "$VENV/bin/python" ]; then
+  python3 -m venv "$VENV"
+fi
+"$VENV/bin/pip" install --quiet --disable-pip-version-check taskcluster
+export TCQ_PYTHON="$PWD/$VENV/bin/python"
+bash scripts/rabbitmq.sh
+if ! bash localstack/localstack.sh status >/dev/null 2>&1; then
+  bash localstack/localstack.sh start
+  trap 'bash localstack/localstack.sh stop' EXIT
+else
+  bash localstack/localstack.sh resources
+fi
+export AWS_ENDPOINT_URL=http://127.0.0.1:4566 AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1 \
+       AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test TCQ_LOCALSTACK=1 \
+       TCQ_TEST_BACKEND=shape TCQ_SHAPE_BURST="${TCQ_SHAPE_BURST:-5000}"
+cargo build --locked -p functions --bin lambda
+cargo test -p blackbox --test blackbox --locked -- --test-threads="${TEST_THREADS:-4}" "$@"

@@ -1,0 +1,233 @@
+//! The HTTP API, locally: routes selected as API Gateway selects them among the template's
+//! routes, requests handed over as payload format 2.0 events (with the path decoded, as the
+//! gateway decodes it), and API Gateway's and Lambda's limits applied: 10 MB bodies, 6 MB
+//! invocation payloads and responses, each route's integration timeout.
+
+use super::lambda::{Failure, Functions};
+use super::template::Route;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, Request, Response, StatusCode};
+use base64::Engine;
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+
+/// API Gateway's limit on a request body.
+pub const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
+
+/// What the gateway routes.
+pub struct Gateway {
+    routes: Vec<Route>,
+    functions: Arc<Functions>,
+}
+
+/// Route selection as API Gateway documents it: among the routes whose method (or `ANY`) and
+/// path match, the one with the most literal segments wins, then a non-greedy one. Returns
+/// the route and its path parameters.
+pub fn select<'a>(
+    routes: &'a [Route],
+    method: &str,
+    path: &str,
+) -> Option<(&'a Route, Map<String, Value>)> {
+    let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    routes
+        .iter()
+        .filter(|r| r.method == method || r.method == "ANY")
+        .filter_map(|r| {
+            let pat: Vec<&str> = r.path.trim_start_matches('/').split('/').collect();
+            let greedy = pat.last().is_some_and(|l| l.ends_with("+}"));
+            let fixed = if greedy { pat.len() - 1 } else { pat.len() };
+            let fits = if greedy {
+                segs.len() > fixed
+            } else {
+                segs.len() == fixed
+            };
+            let ok = fits
+                && pat[..fixed]
+                    .iter()
+                    .zip(&segs)
+                    .all(|(p, s)| p.starts_with('{') && !s.is_empty() || p == s);
+            if !ok {
+                return None;
+            }
+            let mut params = Map::new();
+            for (p, s) in pat[..fixed].iter().zip(&segs) {
+                if let Some(name) = p.strip_prefix('{').and_then(|p| p.strip_suffix('}')) {
+                    params.insert(name.to_string(), json!(s));
+                }
+            }
+            if greedy {
+                let name = pat[fixed].trim_start_matches('{').trim_end_matches("+}");
+                params.insert(name.to_string(), json!(segs[fixed..].join("/")));
+            }
+            let literals = pat.iter().filter(|p| !p.starts_with('{')).count();
+            Some(((literals, !greedy), (r, params)))
+        })
+        .max_by_key(|(rank, _)| *rank)
+        .map(|(_, found)| found)
+}
+
+fn gateway_error(status: StatusCode, message: &str) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(Body::from(json!({ "message": message }).to_string()))
+        .unwrap_or_default()
+}
+
+fn headers_json(h: &HeaderMap) -> Map<String, Value> {
+    let mut out: Map<String, Value> = Map::new();
+    for (k, v) in h {
+        let v = String::from_utf8_lossy(v.as_bytes()).into_owned();
+        match out.get_mut(k.as_str()) {
+            Some(Value::String(prev)) => {
+                prev.push(',');
+                prev.push_str(&v);
+            }
+            _ => {
+                out.insert(k.as_str().to_string(), json!(v));
+            }
+        }
+    }
+    out
+}
+
+fn decode_path(p: &str) -> String {
+    percent_encoding::percent_decode_str(p)
+        .decode_utf8_lossy()
+        .into_owned()
+}
+
+/// The payload format 2.0 event for a request on `route`.
+fn event(
+    route: &Route,
+    params: Map<String, Value>,
+    req: &axum::http::request::Parts,
+    body: &[u8],
+) -> Value {
+    let path = decode_path(req.uri.path());
+    let query = req.uri.query().unwrap_or_default();
+    let (body, b64) = match std::str::from_utf8(body) {
+        _ if body.is_empty() => (Value::Null, false),
+        Ok(s) => (json!(s), false),
+        Err(_) => (
+            json!(base64::engine::general_purpose::STANDARD.encode(body)),
+            true,
+        ),
+    };
+    let mut qs = Map::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        qs.insert(decode_path(k), json!(decode_path(v)));
+    }
+    let host = req
+        .headers
+        .get("host")
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("127.0.0.1")
+        .to_string();
+    let route_key = format!("{} {}", route.method, route.path);
+    let now = shared::time::Ts::now();
+    json!({
+        "version": "2.0",
+        "routeKey": route_key,
+        "rawPath": path,
+        "rawQueryString": query,
+        "headers": headers_json(&req.headers),
+        "queryStringParameters": if qs.is_empty() { Value::Null } else { Value::Object(qs) },
+        "pathParameters": if params.is_empty() { Value::Null } else { Value::Object(params) },
+        "requestContext": {
+            "accountId": super::template::ACCOUNT,
+            "apiId": "local",
+            "domainName": host,
+            "domainPrefix": "local",
+            "http": {
+                "method": req.method.as_str(),
+                "path": path,
+                "protocol": "HTTP/1.1",
+                "sourceIp": "127.0.0.1",
+                "userAgent": req.headers.get("user-agent").and_then(|h| h.to_str().ok()).unwrap_or_default()
+            },
+            "requestId": crate::slugid(),
+            "routeKey": route_key,
+            "stage": "$default",
+            "time": now.to_string(),
+            "timeEpoch": now.millis()
+        },
+        "body": body,
+        "isBase64Encoded": b64
+    })
+}
+
+/// The HTTP response for a function's payload format 2.0 answer.
+fn response(v: &Value) -> Response<Body> {
+    let status = v["statusCode"].as_u64().unwrap_or(200) as u16;
+    let mut b = Response::builder().status(StatusCode::from_u16(status).unwrap_or(StatusCode::OK));
+    for (k, v) in v["headers"].as_object().into_iter().flatten() {
+        if let Some(v) = v.as_str() {
+            b = b.header(k.as_str(), v);
+        }
+    }
+    for c in v["cookies"].as_array().into_iter().flatten() {
+        if let Some(c) = c.as_str() {
+            b = b.header("set-cookie", c);
+        }
+    }
+    let body = v["body"].as_str().unwrap_or_default();
+    let bytes = if v["isBase64Encoded"] == json!(true) {
+        base64::engine::general_purpose::STANDARD
+            .decode(body)
+            .unwrap_or_default()
+    } else {
+        body.as_bytes().to_vec()
+    };
+    b.body(Body::from(bytes)).unwrap_or_default()
+}
+
+impl Gateway {
+    /// A gateway over `routes`, invoking `functions`.
+    pub fn new(routes: Vec<Route>, functions: Arc<Functions>) -> Gateway {
+        Gateway { routes, functions }
+    }
+
+    /// The axum service.
+    pub fn router(self) -> axum::Router {
+        axum::Router::new()
+            .fallback(serve)
+            .with_state(Arc::new(self))
+    }
+}
+
+async fn serve(State(g): State<Arc<Gateway>>, req: Request<Body>) -> Response<Body> {
+    let (parts, body) = req.into_parts();
+    let Ok(body) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
+        return gateway_error(StatusCode::PAYLOAD_TOO_LARGE, "Request Entity Too Large");
+    };
+    // Routing sees the decoded path, as API Gateway does.
+    let path = decode_path(parts.uri.path());
+    let Some((route, params)) = select(&g.routes, parts.method.as_str(), &path) else {
+        return gateway_error(StatusCode::NOT_FOUND, "Not Found");
+    };
+    let Some(pool) = g.functions.get(&route.function) else {
+        return gateway_error(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error");
+    };
+    let event = event(route, params, &parts, &body);
+    // The invocation goes on when the gateway gives up, as it does on Lambda.
+    let invocation = tokio::spawn(async move { pool.invoke(&event).await });
+    match tokio::time::timeout(route.timeout, invocation).await {
+        Err(_) => gateway_error(StatusCode::SERVICE_UNAVAILABLE, "Service Unavailable"),
+        Ok(Err(_)) => gateway_error(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error"),
+        Ok(Ok(Ok(v))) => response(&v),
+        Ok(Ok(Err(Failure::Throttled))) => {
+            gateway_error(StatusCode::TOO_MANY_REQUESTS, "Too Many Requests")
+        }
+        // Lambda refuses an event over its 6 MB limit before the function runs.
+        Ok(Ok(Err(Failure::RequestTooLarge(_)))) => {
+            gateway_error(StatusCode::PAYLOAD_TOO_LARGE, "Request Entity Too Large")
+        }
+        Ok(Ok(Err(f))) => {
+            tracing::warn!(function = %route.function, failure = ?f, "integration failed");
+            gateway_error(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error")
+        }
+    }
+}

@@ -1,0 +1,340 @@
+//! The Lambda service, locally: each function of the template runs as the deployable
+//! `lambda` binary with the handler and environment the template gives it, one process per
+//! instance, each instance behind a Runtime API of its own and serving one invocation at a
+//! time. Instances are started on demand (a cold start) up to the function's concurrency and
+//! kept warm; an invocation past the function's timeout kills its instance, as Lambda does.
+
+use super::template::Function;
+use crate::runtime_api::{Invoked, RuntimeApi};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Lambda's limit on a synchronous invocation's payload (the event), in bytes.
+pub const MAX_REQUEST_BYTES: usize = 6 * 1024 * 1024;
+/// Lambda's limit on a synchronous invocation's response, in bytes.
+pub const MAX_RESPONSE_BYTES: usize = 6 * 1024 * 1024 + 100;
+
+/// Why an invocation failed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Failure {
+    /// The function and the account are at their concurrency (Lambda's 429).
+    Throttled,
+    /// The event is over [`MAX_REQUEST_BYTES`] (Lambda's 413; it never reached the function).
+    RequestTooLarge(usize),
+    /// The answer is over [`MAX_RESPONSE_BYTES`].
+    ResponseTooLarge(usize),
+    /// No answer within the function's timeout: the instance was killed.
+    TimedOut,
+    /// The function (or its init) reported an error.
+    Error(Value),
+}
+
+impl Failure {
+    /// The failure as Lambda reports it to an asynchronous caller's destination.
+    pub fn to_json(&self) -> Value {
+        match self {
+            Failure::Throttled => json!({ "errorType": "TooManyRequestsException" }),
+            Failure::RequestTooLarge(n) => {
+                json!({ "errorType": "RequestEntityTooLargeException", "size": n })
+            }
+            Failure::ResponseTooLarge(n) => {
+                json!({ "errorType": "Function.ResponseSizeTooLarge", "size": n })
+            }
+            Failure::TimedOut => {
+                json!({ "errorType": "Sandbox.Timedout", "errorMessage": "Task timed out" })
+            }
+            Failure::Error(v) => v.clone(),
+        }
+    }
+}
+
+/// A running instance: the process and its Runtime API.
+struct Instance {
+    api: RuntimeApi,
+    child: Child,
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The account's concurrency, shared by every function without a reservation of its own.
+#[derive(Debug)]
+pub struct Account {
+    limit: usize,
+    running: AtomicUsize,
+}
+
+impl Account {
+    /// An account that runs at most `limit` instances at once.
+    pub fn new(limit: usize) -> Arc<Account> {
+        Arc::new(Account {
+            limit,
+            running: AtomicUsize::new(0),
+        })
+    }
+}
+
+/// One function: its idle instances, and how many are busy.
+pub struct Pool {
+    /// The function as the template declares it.
+    pub def: Function,
+    env: BTreeMap<String, String>,
+    bin: PathBuf,
+    idle: Mutex<Vec<Instance>>,
+    busy: AtomicUsize,
+    account: Arc<Account>,
+    /// Instances started so far (cold starts).
+    pub cold_starts: AtomicUsize,
+    /// Invocations so far.
+    pub invocations: AtomicUsize,
+}
+
+/// Gives a concurrency slot back however an invocation ends.
+struct Slot<'a> {
+    pool: &'a Pool,
+    account: bool,
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.pool.busy.fetch_sub(1, Ordering::SeqCst);
+        if self.account {
+            self.pool.account.running.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Pool {
+    /// A pool for `def`, whose instances run `bin` with `def`'s environment and `extra`.
+    pub fn new(
+        def: Function,
+        bin: PathBuf,
+        extra: &BTreeMap<String, String>,
+        account: Arc<Account>,
+    ) -> Pool {
+        let mut env = def.env.clone();
+        env.extend(extra.clone());
+        Pool {
+            def,
+            env,
+            bin,
+            idle: Mutex::new(vec![]),
+            busy: AtomicUsize::new(0),
+            account,
+            cold_starts: AtomicUsize::new(0),
+            invocations: AtomicUsize::new(0),
+        }
+    }
+
+    /// Takes a concurrency slot: the function's reservation, else the account's.
+    fn slot(&self) -> Option<Slot<'_>> {
+        let busy = self.busy.fetch_add(1, Ordering::SeqCst);
+        match self.def.reserved {
+            Some(r) if busy >= r => {
+                self.busy.fetch_sub(1, Ordering::SeqCst);
+                None
+            }
+            Some(_) => Some(Slot {
+                pool: self,
+                account: false,
+            }),
+            None => {
+                let running = self.account.running.fetch_add(1, Ordering::SeqCst);
+                if running >= self.account.limit {
+                    self.account.running.fetch_sub(1, Ordering::SeqCst);
+                    self.busy.fetch_sub(1, Ordering::SeqCst);
+                    return None;
+                }
+                Some(Slot {
+                    pool: self,
+                    account: true,
+                })
+            }
+        }
+    }
+
+    async fn start_instance(&self) -> Instance {
+        let api = RuntimeApi::start_with(self.def.timeout).await;
+        let mut cmd = Command::new(&self.bin);
+        cmd.envs(&self.env)
+            .env("AWS_LAMBDA_RUNTIME_API", api.addr.to_string())
+            .env("_HANDLER", &self.def.handler)
+            .env("AWS_LAMBDA_FUNCTION_NAME", &self.def.id)
+            .env(
+                "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",
+                self.def.memory_mb.to_string(),
+            )
+            .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+            .env("AWS_LAMBDA_LOG_STREAM_NAME", "local")
+            .env("AWS_LAMBDA_LOG_GROUP_NAME", "local")
+            .stdout(Stdio::null());
+        let child = cmd.spawn().expect("spawn a function instance");
+        self.cold_starts.fetch_add(1, Ordering::SeqCst);
+        Instance { api, child }
+    }
+
+    /// Invokes the function synchronously with `event`.
+    pub async fn invoke(&self, event: &Value) -> Result<Value, Failure> {
+        let payload = event.to_string();
+        if payload.len() > MAX_REQUEST_BYTES {
+            return Err(Failure::RequestTooLarge(payload.len()));
+        }
+        let Some(_slot) = self.slot() else {
+            return Err(Failure::Throttled);
+        };
+        self.invocations.fetch_add(1, Ordering::SeqCst);
+        let warm = self.idle.lock().ok().and_then(|mut i| i.pop());
+        let instance = match warm {
+            Some(i) => i,
+            None => self.start_instance().await,
+        };
+        // The function's timeout runs from the invocation; a cold start's init counts too.
+        let started = Instant::now();
+        let outcome = instance
+            .api
+            .invoke_for(event.clone(), self.def.timeout)
+            .await;
+        let result = match outcome {
+            Invoked::TimedOut => {
+                tracing::warn!(function = %self.def.id, after = ?started.elapsed(), "timed out; instance killed");
+                return Err(Failure::TimedOut);
+            }
+            Invoked::Err(e) if e.as_str().is_some() || e.get("errorType").is_none() => {
+                // An init error: the instance is gone.
+                return Err(Failure::Error(e));
+            }
+            Invoked::Err(e) => Err(Failure::Error(e)),
+            Invoked::Ok(v) => {
+                let size = v.to_string().len();
+                if size > MAX_RESPONSE_BYTES {
+                    Err(Failure::ResponseTooLarge(size))
+                } else {
+                    Ok(v)
+                }
+            }
+        };
+        if let Ok(mut idle) = self.idle.lock() {
+            idle.push(instance);
+        }
+        result
+    }
+
+    /// Instances running now (idle or busy).
+    pub fn instances(&self) -> usize {
+        self.idle.lock().map(|i| i.len()).unwrap_or(0) + self.busy.load(Ordering::SeqCst)
+    }
+
+    /// Peak resident memory of this function's idle instances, in KiB (from /proc).
+    pub fn idle_rss_kib(&self) -> Vec<u64> {
+        self.idle
+            .lock()
+            .map(|idle| idle.iter().filter_map(|i| rss_kib(i.child.id())).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// `VmHWM` of a process, in KiB.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// Every function of the template, by logical id.
+pub struct Functions {
+    pools: BTreeMap<String, Arc<Pool>>,
+}
+
+impl Functions {
+    /// Pools for `defs`.
+    pub fn new(
+        defs: Vec<Function>,
+        bin: PathBuf,
+        extra: &BTreeMap<String, String>,
+        account: Arc<Account>,
+    ) -> Functions {
+        let pools = defs
+            .into_iter()
+            .map(|d| {
+                (
+                    d.id.clone(),
+                    Arc::new(Pool::new(d, bin.clone(), extra, account.clone())),
+                )
+            })
+            .collect();
+        Functions { pools }
+    }
+
+    /// The function with logical id `id`.
+    pub fn get(&self, id: &str) -> Option<Arc<Pool>> {
+        self.pools.get(id).cloned()
+    }
+
+    /// Every function.
+    pub fn all(&self) -> impl Iterator<Item = &Arc<Pool>> {
+        self.pools.values()
+    }
+
+    /// Stops every instance.
+    pub fn stop(&self) {
+        for p in self.pools.values() {
+            if let Ok(mut idle) = p.idle.lock() {
+                idle.clear();
+            }
+        }
+    }
+}
+
+/// Invokes asynchronously, as Lambda does for EventBridge: throttles are retried with
+/// backoff; a failure is retried `def.async_retries` times (1 min, then 2 min apart, shortened
+/// by `speedup`), then recorded in the function's on-failure destination.
+pub async fn invoke_async(pool: Arc<Pool>, event: Value, speedup: f64) {
+    let mut attempts = 0;
+    let mut throttled = 0u32;
+    loop {
+        match pool.invoke(&event).await {
+            Ok(_) => return,
+            Err(Failure::Throttled) => {
+                throttled += 1;
+                let wait = Duration::from_millis((100u64 << throttled.min(8)).min(60_000));
+                tokio::time::sleep(wait).await;
+            }
+            Err(f) if attempts < pool.def.async_retries => {
+                attempts += 1;
+                tracing::warn!(function = %pool.def.id, failure = ?f, "async invocation failed; retrying");
+                let wait = Duration::from_secs(60 * attempts as u64).div_f64(speedup.max(1.0));
+                tokio::time::sleep(wait).await;
+            }
+            Err(f) => {
+                tracing::warn!(function = %pool.def.id, failure = ?f, "async invocation failed");
+                if let Some(q) = &pool.def.async_on_failure {
+                    let record = json!({
+                        "version": "1.0",
+                        "timestamp": shared::time::Ts::now(),
+                        "requestContext": {
+                            "functionArn": format!("arn:aws:lambda:{}:{}:function:{}", super::template::REGION, super::template::ACCOUNT, pool.def.id),
+                            "condition": "RetriesExhausted",
+                            "approximateInvokeCount": attempts + 1
+                        },
+                        "requestPayload": event,
+                        "responseContext": { "functionError": "Unhandled" },
+                        "responsePayload": f.to_json(),
+                    });
+                    super::resources::send_failure(q, &record).await;
+                }
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,212 @@
+//! The deployed shape, run locally: the generated SAM template (`infra/template.yaml`) brought
+//! to life over LocalStack and the local RabbitMQ. Every function of the template runs as its
+//! own process (the deployable `lambda` binary, with the handler and environment the template
+//! gives it), behind:
+//! - [`gateway`]: the HTTP API, with API Gateway's route selection, payloads and limits;
+//! - [`streams`]: the DynamoDB stream event source mappings;
+//! - [`schedules`]: the EventBridge schedules (sped up by a factor, for tests);
+//! - [`mq`]: the Amazon MQ event source mapping, fed from RabbitMQ.
+//!
+//! Every piece is read from the template ([`template`]); its tables, queues, buckets and
+//! secrets are created on LocalStack ([`resources`]). What is not emulated: IAM (every process
+//! uses LocalStack's credentials), Amazon MQ itself (the local RabbitMQ stands in: the broker
+//! URL is given, not read from the broker's secret), CloudWatch (alarms, logs), the gateway's
+//! CORS answers, and cron schedules.
+
+pub mod gateway;
+pub mod lambda;
+pub mod mq;
+pub mod resources;
+pub mod schedules;
+pub mod streams;
+pub mod template;
+
+use lambda::{Account, Functions};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use template::{Error, Source, Template};
+use tokio::sync::watch;
+
+/// How to run the deployed shape.
+#[derive(Debug, Clone)]
+pub struct ShapeConfig {
+    /// The template (default `infra/template.yaml`).
+    pub template: PathBuf,
+    /// The stack's name: tables are `<stack>-tasks`, ...
+    pub stack: String,
+    /// Address and port of the HTTP API.
+    pub bind: SocketAddr,
+    /// The `lambda` binary every function runs.
+    pub lambda_bin: PathBuf,
+    /// Schedules fire this many times faster than the template says.
+    pub speedup: f64,
+    /// The RabbitMQ URL that stands in for the Amazon MQ broker's.
+    pub amqp_url: String,
+    /// Template parameters to override.
+    pub parameters: Vec<(String, String)>,
+    /// Variables set in every function besides the template's (AWS endpoint and credentials
+    /// for LocalStack; test timings).
+    pub env: BTreeMap<String, String>,
+    /// The account's concurrency (Lambda's default is 1000).
+    pub concurrency: usize,
+}
+
+impl ShapeConfig {
+    /// The defaults, in the workspace: `infra/template.yaml`, `target/debug/lambda`, the local
+    /// RabbitMQ, LocalStack from the `AWS_*` variables.
+    pub fn defaults(stack: &str) -> ShapeConfig {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut env = BTreeMap::new();
+        for k in [
+            "AWS_ENDPOINT_URL",
+            "AWS_REGION",
+            "AWS_DEFAULT_REGION",
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+        ] {
+            if let Ok(v) = std::env::var(k) {
+                env.insert(k.to_string(), v);
+            }
+        }
+        env.insert(
+            "RUST_LOG".into(),
+            std::env::var("TCQ_SHAPE_LOG").unwrap_or_else(|_| "warn".into()),
+        );
+        ShapeConfig {
+            template: root.join("infra/template.yaml"),
+            stack: stack.to_string(),
+            bind: "127.0.0.1:0".parse().expect("address"),
+            lambda_bin: crate::runtime_api::built_binary("lambda"),
+            speedup: 1.0,
+            amqp_url: crate::amqp::amqp_url(&crate::amqp::broker_addr()),
+            parameters: vec![],
+            env,
+            concurrency: 1000,
+        }
+    }
+}
+
+/// A running deployed shape.
+pub struct Shape {
+    /// Where the HTTP API listens.
+    pub addr: SocketAddr,
+    /// The stack's name.
+    pub stack: String,
+    /// The root client's access token (from the stack's secret).
+    pub root_access_token: String,
+    /// The functions.
+    pub functions: Arc<Functions>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Shape {
+    /// Creates the stack's resources (keeping those that exist) and starts everything.
+    pub async fn start(cfg: ShapeConfig) -> Result<Shape, Error> {
+        if !cfg.lambda_bin.exists() {
+            return Err(format!(
+                "{} is missing: cargo build -p functions --bin lambda",
+                cfg.lambda_bin.display()
+            )
+            .into());
+        }
+        let mut t = Template::load(&cfg.template, &cfg.stack, &cfg.parameters)?;
+        resources::create_all(&mut t).await?;
+        let defs = t.functions()?;
+        let routes = t.routes()?;
+        let mut extra = cfg.env.clone();
+        extra.insert("TCQ_AMQP_URL".into(), cfg.amqp_url.clone());
+        let account = Account::new(cfg.concurrency);
+        let functions = Arc::new(Functions::new(
+            defs.clone(),
+            cfg.lambda_bin.clone(),
+            &extra,
+            account,
+        ));
+        let root_secret = t
+            .resources("AWS::SecretsManager::Secret")
+            .into_iter()
+            .find(|(id, _)| id == "RootAccessTokenSecret")
+            .ok_or("the template has no RootAccessTokenSecret")?;
+        let root_arn = t.resolve(&serde_json::json!({ "Ref": root_secret.0 }))?;
+        let secret = resources::secret_value(root_arn.as_str().unwrap_or_default()).await?;
+        let root_access_token = serde_json::from_str::<serde_json::Value>(&secret)
+            .ok()
+            .and_then(|v| v["accessToken"].as_str().map(String::from))
+            .unwrap_or(secret);
+        let broker_arn = t
+            .resolve(&serde_json::json!({ "Fn::GetAtt": ["Broker", "Arn"] }))
+            .ok()
+            .and_then(|v| v.as_str().map(String::from))
+            .unwrap_or_default();
+
+        let (stop, stopped) = watch::channel(false);
+        let mut tasks = vec![];
+        let listener = tokio::net::TcpListener::bind(cfg.bind).await?;
+        let addr = listener.local_addr()?;
+        let app = gateway::Gateway::new(routes, functions.clone()).router();
+        let mut stop_rx = stopped.clone();
+        tasks.push(tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = stop_rx.wait_for(|s| *s).await;
+            };
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await;
+        }));
+        for def in &defs {
+            let pool = functions.get(&def.id).ok_or("a function without a pool")?;
+            for source in &def.sources {
+                let stop = stopped.clone();
+                let pool = pool.clone();
+                tasks.push(match source.clone() {
+                    Source::Schedule(period) => {
+                        tokio::spawn(schedules::run(pool, period, cfg.speedup, stop))
+                    }
+                    Source::Stream(m) => tokio::spawn(streams::run(pool, m, stop)),
+                    Source::Broker(m) => tokio::spawn(mq::run(
+                        pool,
+                        m,
+                        cfg.amqp_url.clone(),
+                        broker_arn.clone(),
+                        stop,
+                    )),
+                });
+            }
+        }
+        Ok(Shape {
+            addr,
+            stack: cfg.stack.clone(),
+            root_access_token,
+            functions,
+            stop,
+            tasks,
+        })
+    }
+
+    /// `http://<addr>`, the rootUrl for clients.
+    pub fn root_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Invocations of the function with `handler` so far.
+    pub fn invocations(&self, handler: &str) -> usize {
+        self.functions
+            .all()
+            .filter(|p| p.def.handler == handler)
+            .map(|p| p.invocations.load(std::sync::atomic::Ordering::SeqCst))
+            .sum()
+    }
+
+    /// Stops the gateway, the pollers and every function's processes.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            t.abort();
+            let _ = t.await;
+        }
+        self.functions.stop();
+    }
+}

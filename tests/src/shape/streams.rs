@@ -1,0 +1,312 @@
+//! DynamoDB stream event source mappings, locally: each mapping polls its table's stream on
+//! LocalStack shard by shard, in order, and invokes its function with the template's batch
+//! size, batching window and filters; a batch that fails (or reports partial failures) is
+//! retried from the first failed record, split in two first with bisect-on-error, and after
+//! the mapping's retries it is recorded in the on-failure destination and skipped, as
+//! Lambda's event source mappings do.
+
+use super::lambda::{Failure, Pool};
+use super::template::StreamMapping;
+use crate::runtime_api::localstack_json;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+async fn streams(op: &str, body: Value) -> Result<Value, String> {
+    localstack_json(
+        "dynamodb",
+        "1.0",
+        &format!("DynamoDBStreams_20120810.{op}"),
+        body,
+    )
+    .await
+}
+
+/// True if `value` matches an EventBridge-style filter `pattern` (the subset Lambda's
+/// filters use: nested objects; arrays of allowed values, `exists`, `prefix` and
+/// `anything-but`).
+pub fn matches(pattern: &Value, value: Option<&Value>) -> bool {
+    match pattern {
+        Value::Object(p) => p
+            .iter()
+            .all(|(k, sub)| matches(sub, value.and_then(|v| v.get(k)))),
+        Value::Array(options) => options.iter().any(|o| match o {
+            Value::Object(m) if m.contains_key("exists") => {
+                m["exists"].as_bool() == Some(value.is_some())
+            }
+            Value::Object(m) if m.contains_key("prefix") => value
+                .and_then(Value::as_str)
+                .zip(m["prefix"].as_str())
+                .is_some_and(|(v, p)| v.starts_with(p)),
+            Value::Object(m) if m.contains_key("anything-but") => {
+                let but = &m["anything-but"];
+                value.is_some_and(|v| match but {
+                    Value::Array(a) => !a.contains(v),
+                    x => x != v,
+                })
+            }
+            literal => value == Some(literal),
+        }),
+        _ => value == Some(pattern),
+    }
+}
+
+/// Orders sequence numbers (decimal strings of any length).
+fn seq_key(s: &str) -> (usize, &str) {
+    (s.len(), s)
+}
+
+fn seq_of(r: &Value) -> &str {
+    r["dynamodb"]["SequenceNumber"].as_str().unwrap_or_default()
+}
+
+struct Shard {
+    id: String,
+    iterator: Option<String>,
+    /// Records read and not yet handled, in order.
+    buffer: VecDeque<Value>,
+    /// When the oldest buffered record was read (the batching window runs from it).
+    since: Option<Instant>,
+    /// Failed attempts of the batch at the head of the buffer.
+    attempts: u32,
+    done: bool,
+}
+
+/// Runs one mapping until `stop`.
+pub async fn run(pool: Arc<Pool>, m: StreamMapping, mut stop: watch::Receiver<bool>) {
+    let mut shards: BTreeMap<String, Shard> = BTreeMap::new();
+    let mut last_describe = Instant::now() - Duration::from_secs(60);
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        // Shards are looked for every few seconds (at once while there are none: a new
+        // table's stream takes a moment to become active).
+        if shards.is_empty() || last_describe.elapsed() > Duration::from_secs(5) {
+            last_describe = Instant::now();
+            if let Err(e) = describe(&m, &mut shards).await {
+                tracing::debug!(stream = %m.stream_arn, error = %e, "DescribeStream failed");
+            }
+        }
+        let mut busy = false;
+        for shard in shards.values_mut().filter(|s| !s.done) {
+            match step(&pool, &m, shard).await {
+                Ok(b) => busy |= b,
+                Err(e) => tracing::warn!(shard = %shard.id, error = %e, "stream poll failed"),
+            }
+        }
+        if !busy {
+            // Lambda polls each shard about four times a second.
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+                _ = stop.changed() => return,
+            }
+        }
+    }
+}
+
+async fn describe(m: &StreamMapping, shards: &mut BTreeMap<String, Shard>) -> Result<(), String> {
+    let d = streams("DescribeStream", json!({ "StreamArn": m.stream_arn })).await?;
+    for s in d["StreamDescription"]["Shards"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let id = s["ShardId"].as_str().unwrap_or_default().to_string();
+        if shards.contains_key(&id) {
+            continue;
+        }
+        // A shard found later than the first look is read from its start.
+        let kind = if shards.is_empty() {
+            m.starting.as_str()
+        } else {
+            "TRIM_HORIZON"
+        };
+        let it = streams(
+            "GetShardIterator",
+            json!({ "StreamArn": m.stream_arn, "ShardId": id, "ShardIteratorType": kind }),
+        )
+        .await?;
+        shards.insert(
+            id.clone(),
+            Shard {
+                id,
+                iterator: it["ShardIterator"].as_str().map(String::from),
+                buffer: VecDeque::new(),
+                since: None,
+                attempts: 0,
+                done: false,
+            },
+        );
+    }
+    Ok(())
+}
+
+/// Reads what is new on a shard and hands over a batch when one is due. True if it did
+/// anything (so the loop does not sleep).
+async fn step(pool: &Arc<Pool>, m: &StreamMapping, shard: &mut Shard) -> Result<bool, String> {
+    let mut read = false;
+    if shard.buffer.len() < m.batch_size {
+        if let Some(it) = shard.iterator.clone() {
+            let out = streams("GetRecords", json!({ "ShardIterator": it, "Limit": 1000 })).await?;
+            shard.iterator = out["NextShardIterator"].as_str().map(String::from);
+            for mut r in out["Records"].as_array().cloned().unwrap_or_default() {
+                r["eventSourceARN"] = json!(m.stream_arn);
+                // Records no filter matches are dropped (and count as handled).
+                if m.filters.is_empty() || m.filters.iter().any(|f| matches(f, Some(&r))) {
+                    read = true;
+                    shard.buffer.push_back(r);
+                    shard.since.get_or_insert_with(Instant::now);
+                }
+            }
+        } else if shard.buffer.is_empty() {
+            shard.done = true;
+            return Ok(false);
+        }
+    }
+    let due = shard.buffer.len() >= m.batch_size
+        || shard.since.is_some_and(|t| t.elapsed() >= m.window)
+        || (shard.iterator.is_none() && !shard.buffer.is_empty());
+    if !due || shard.buffer.is_empty() {
+        return Ok(read);
+    }
+    let n = shard.buffer.len().min(m.batch_size);
+    deliver(pool, m, shard, n).await;
+    Ok(true)
+}
+
+/// Invokes with the first `n` buffered records and handles the answer.
+async fn deliver(pool: &Arc<Pool>, m: &StreamMapping, shard: &mut Shard, n: usize) {
+    let batch: Vec<Value> = shard.buffer.iter().take(n).cloned().collect();
+    let result = pool.invoke(&json!({ "Records": batch })).await;
+    // How many records of the batch are done; `None`: retry from a failed record.
+    let handled = match &result {
+        Ok(reply) if m.partial => {
+            let failed: Vec<&str> = reply["batchItemFailures"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|f| f["itemIdentifier"].as_str())
+                .collect();
+            match failed.iter().min_by_key(|s| seq_key(s)) {
+                None => Some(n),
+                // The records before the first failed one are done; an identifier not in the
+                // batch fails the whole batch, as on Lambda.
+                Some(first) => batch
+                    .iter()
+                    .position(|r| seq_of(r) == *first)
+                    .filter(|&i| i > 0),
+            }
+        }
+        Ok(_) => Some(n),
+        Err(_) => None,
+    };
+    match handled {
+        Some(k) => {
+            shard.buffer.drain(..k);
+            if k == n {
+                shard.attempts = 0;
+            } else {
+                shard.attempts += 1;
+            }
+        }
+        None if matches!(result, Err(Failure::Throttled)) => {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            return;
+        }
+        None => shard.attempts += 1,
+    }
+    if shard.buffer.is_empty() {
+        shard.since = None;
+    }
+    if handled == Some(n) {
+        return;
+    }
+    if m.retries.is_some_and(|r| shard.attempts > r) {
+        give_up(pool, m, shard, n - handled.unwrap_or(0), &result).await;
+        return;
+    }
+    if m.bisect && n > 1 && handled.is_none() {
+        // Split the failing batch and try its first half on its own.
+        deliver_half(pool, m, shard, n.div_ceil(2)).await;
+        return;
+    }
+    let backoff = Duration::from_millis((100u64 << shard.attempts.min(6)).min(5_000));
+    tokio::time::sleep(backoff).await;
+}
+
+async fn deliver_half(pool: &Arc<Pool>, m: &StreamMapping, shard: &mut Shard, half: usize) {
+    Box::pin(deliver(pool, m, shard, half)).await
+}
+
+/// Records the failing batch in the destination and moves past it.
+async fn give_up(
+    pool: &Arc<Pool>,
+    m: &StreamMapping,
+    shard: &mut Shard,
+    n: usize,
+    result: &Result<Value, Failure>,
+) {
+    let batch: Vec<Value> = shard.buffer.drain(..n.min(shard.buffer.len())).collect();
+    shard.attempts = 0;
+    if shard.buffer.is_empty() {
+        shard.since = None;
+    }
+    tracing::warn!(function = %pool.def.id, records = batch.len(), "stream batch given up on");
+    let Some(q) = &m.on_failure else { return };
+    let record = json!({
+        "requestContext": {
+            "functionArn": format!("arn:aws:lambda:{}:{}:function:{}", super::template::REGION, super::template::ACCOUNT, pool.def.id),
+            "condition": "RetryAttemptsExhausted",
+            "approximateInvokeCount": m.retries.unwrap_or(0) + 1
+        },
+        "responseContext": {
+            "functionError": match result { Ok(_) => "PartialBatchFailure", Err(_) => "Unhandled" }
+        },
+        "version": "1.0",
+        "timestamp": shared::time::Ts::now(),
+        "DDBStreamBatchInfo": {
+            "shardId": shard.id,
+            "startSequenceNumber": batch.first().map(seq_of),
+            "endSequenceNumber": batch.last().map(seq_of),
+            "batchSize": batch.len(),
+            "streamArn": m.stream_arn
+        }
+    });
+    super::resources::send_failure(q, &record).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_match_as_lambda_matches_them() {
+        let resolving = json!({ "eventName": ["MODIFY"], "dynamodb": {
+            "OldImage": { "deadline_pk": { "S": [{ "exists": true }] } },
+            "NewImage": { "deadline_pk": { "S": [{ "exists": false }] } }
+        } });
+        let r = json!({ "eventName": "MODIFY", "dynamodb": {
+            "OldImage": { "deadline_pk": { "S": "deadline#1" } },
+            "NewImage": { "pk": { "S": "t" } }
+        } });
+        assert!(matches(&resolving, Some(&r)));
+        let still = json!({ "eventName": "MODIFY", "dynamodb": {
+            "OldImage": { "deadline_pk": { "S": "deadline#1" } },
+            "NewImage": { "deadline_pk": { "S": "deadline#1" } }
+        } });
+        assert!(!matches(&resolving, Some(&still)));
+        let insert = json!({ "eventName": "INSERT", "dynamodb": { "NewImage": {} } });
+        assert!(!matches(&resolving, Some(&insert)));
+        assert!(matches(
+            &json!({ "a": [{ "prefix": "x" }] }),
+            Some(&json!({ "a": "xy" }))
+        ));
+        assert!(matches(
+            &json!({ "a": [{ "anything-but": ["b"] }] }),
+            Some(&json!({ "a": "c" }))
+        ));
+    }
+}

@@ -1,0 +1,323 @@
+//! What only the deployed shape shows (run with `TCQ_TEST_BACKEND=shape`): every function its
+//! own process, background work keeping up with bursts, and Lambda's limits. The byte-bounded
+//! pages are checked against whichever server runs, so that both answer the same.
+
+use crate::common::*;
+use blackbox::*;
+use serde_json::{json, Value};
+use shared::ids::TaskId;
+use shared::records::task::{index, TASKS};
+use shared::store::shard::{due_upto, shard_pk, SHARDS};
+use shared::store::SkRange;
+use shared::time::Ts;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn shape_only() -> bool {
+    if !in_shape() {
+        eprintln!("TCQ_TEST_BACKEND is not shape: this test is for the deployed shape");
+    }
+    in_shape()
+}
+
+/// Tasks in a burst: `TCQ_SHAPE_BURST` (the full run: 5,000), else 600.
+fn burst() -> usize {
+    std::env::var("TCQ_SHAPE_BURST")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(600)
+}
+
+/// Creates `n` tasks through the queue's own operations over the server's tables (32 at a
+/// time), each from `def(i)`.
+async fn seed(
+    queue: &Arc<shared::queue::Queue>,
+    n: usize,
+    def: impl Fn(usize) -> Value,
+) -> Vec<TaskId> {
+    let ids: Vec<TaskId> = (0..n)
+        .map(|_| TaskId::parse(&slugid()).expect("id"))
+        .collect();
+    for chunk in ids.chunks(32).enumerate().collect::<Vec<_>>() {
+        let (c, chunk) = chunk;
+        futures_util::future::try_join_all(chunk.iter().enumerate().map(|(i, id)| {
+            let mut body = def(c * 32 + i);
+            shared::schema::validate_input("create-task-request", &mut body).expect("valid");
+            queue.create_task(id, body, false, Ts::now())
+        }))
+        .await
+        .expect("seeded");
+    }
+    ids
+}
+
+/// Entries of a sharded index due at `now`, counted over every shard.
+async fn due(queue: &shared::queue::Queue, idx: &'static str, now: Ts) -> usize {
+    let mut n = 0;
+    for shard in 0..SHARDS {
+        let range = SkRange {
+            upto: Some(due_upto(now)),
+            ..Default::default()
+        };
+        n += queue
+            .store
+            .count_index(TASKS, idx, &shard_pk(idx, shard), &range)
+            .await
+            .expect("count") as usize;
+    }
+    n
+}
+
+#[tokio::test]
+async fn every_function_is_its_own_process() {
+    if !shape_only() {
+        return;
+    }
+    let app = spawn_app().await;
+    let tq = task_queue_id();
+    let id = create(&app, &task_def(&tq)).await;
+    claim_one(&app, &tq, "grp", "wkr").await;
+    app.queue()
+        .reportCompleted(&id, "0")
+        .await
+        .expect("complete");
+    let shape = app.shape().expect("shape");
+    for h in ["createTask", "claimWork", "reportCompleted"] {
+        assert!(shape.invocations(h) >= 1, "{h} was invoked");
+    }
+    let pids: Vec<usize> = ["createTask", "claimWork", "reportCompleted"]
+        .iter()
+        .map(|h| {
+            shape
+                .functions
+                .all()
+                .filter(|p| p.def.handler == *h)
+                .map(|p| p.instances())
+                .sum()
+        })
+        .collect();
+    assert!(
+        pids.iter().all(|n| *n >= 1),
+        "each has an instance: {pids:?}"
+    );
+    // The events came through the tables' stream and the publisher function.
+    wait_for_events(
+        &app,
+        &id,
+        &[
+            "task-defined",
+            "task-pending",
+            "task-running",
+            "task-completed",
+        ],
+    )
+    .await;
+    assert!(shape.invocations("publisher") >= 1);
+}
+
+/// Waits until the task's events include every one of `names`.
+async fn wait_for_events(app: &TestServer, id: &str, names: &[&str]) {
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let seen: Vec<String> = app
+            .events()
+            .iter()
+            .filter(|e| e.payload["status"]["taskId"] == id)
+            .map(|e| short_name(e).to_string())
+            .collect();
+        if names.iter().all(|n| seen.iter().any(|s| s == n)) {
+            return;
+        }
+        assert!(Instant::now() < until, "events of {id}: {seen:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Counts a scheduled function's invocations from now until `done` holds; returns them.
+async fn invocations_until<F, Fut>(
+    app: &TestServer,
+    handler: &str,
+    timeout: Duration,
+    done: F,
+) -> usize
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let shape = app.shape().expect("shape");
+    let before = shape.invocations(handler);
+    let until = Instant::now() + timeout;
+    while !done().await {
+        assert!(
+            Instant::now() < until,
+            "{handler} did not finish in {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    shape.invocations(handler) - before
+}
+
+#[tokio::test]
+async fn a_deadline_burst_resolves_within_two_scheduled_invocations() {
+    if !shape_only() {
+        return;
+    }
+    // The deadline reaper's minute becomes 6 s.
+    let app = spawn_app_with(|c| c.reaper_interval_ms = 6_000).await;
+    let queue = app.domain_queue().await;
+    let tq = task_queue_id();
+    let n = burst();
+    let deadline = Ts::now().plus(20_000);
+    let started = Instant::now();
+    seed(&queue, n, |_| {
+        def_with(&tq, json!({ "deadline": deadline.to_string() }))
+    })
+    .await;
+    eprintln!("seeded {n} tasks in {:?}", started.elapsed());
+    // Nothing is due until the deadline.
+    while Ts::now() <= deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let q = queue.clone();
+    let passes = invocations_until(&app, "deadlineReaper", Duration::from_secs(300), || {
+        let q = q.clone();
+        async move { due(&q, index::DEADLINE, Ts::now()).await == 0 }
+    })
+    .await;
+    eprintln!("{n} past-deadline tasks resolved in {passes} scheduled invocations");
+    assert!(passes <= 2, "{passes} invocations");
+}
+
+#[tokio::test]
+async fn expired_tasks_are_deleted_within_two_scheduled_invocations() {
+    if !shape_only() {
+        return;
+    }
+    // The expiry reaper's hour becomes 12 s (and the other schedules a tenth of a second).
+    let app = spawn_app_with(|c| c.reaper_interval_ms = 200).await;
+    let queue = app.domain_queue().await;
+    let tq = task_queue_id();
+    let n = burst();
+    let deadline = Ts::now().plus(10_000);
+    seed(&queue, n, |_| {
+        def_with(
+            &tq,
+            json!({ "deadline": deadline.to_string(), "expires": deadline.plus(1).to_string() }),
+        )
+    })
+    .await;
+    while Ts::now() <= deadline.plus(1) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let q = queue.clone();
+    let passes = invocations_until(&app, "expiryReaper", Duration::from_secs(600), || {
+        let q = q.clone();
+        async move { due(&q, index::TASK_EXPIRY, Ts::now()).await == 0 }
+    })
+    .await;
+    eprintln!("{n} expired tasks deleted in {passes} scheduled invocations");
+    assert!(passes <= 2, "{passes} invocations");
+}
+
+/// A definition of about 6 KB (ordinary for Firefox's tasks).
+fn big_def(tq: &str, group: &str) -> Value {
+    def_with(
+        tq,
+        json!({ "taskGroupId": group, "payload": { "env": { "BLOB": "x".repeat(6_000) } } }),
+    )
+}
+
+#[tokio::test]
+async fn listings_page_by_bytes_with_6_kb_definitions() {
+    let app = spawn_app().await;
+    let queue = app.domain_queue().await;
+    let (tq, group) = (task_queue_id(), slugid());
+    let n = 1000;
+    seed(&queue, n, |_| big_def(&tq, &group)).await;
+    let client = reqwest::Client::new();
+    // Every page is under 5 MB and carries a token until the last; together they hold each
+    // task once.
+    for path in [
+        format!("/task-group/{group}/list"),
+        format!("/task-queues/{}/pending", tq.replace('/', "%2F")),
+    ] {
+        let mut seen = std::collections::HashSet::new();
+        let mut token: Option<String> = None;
+        let mut pages = 0;
+        loop {
+            let mut url = app.url(&path);
+            if let Some(t) = &token {
+                url = format!("{url}?continuationToken={t}");
+            }
+            let res = client
+                .get(&url)
+                .header("authorization", root_authorization("GET", &url))
+                .send()
+                .await
+                .expect("GET");
+            assert_eq!(res.status(), 200, "{url}");
+            let body = res.bytes().await.expect("body");
+            assert!(body.len() < 5_200_000, "a page of {} bytes", body.len());
+            let v: Value = serde_json::from_slice(&body).expect("JSON");
+            for t in v["tasks"].as_array().expect("tasks") {
+                let id = t["status"]["taskId"]
+                    .as_str()
+                    .or(t["taskId"].as_str())
+                    .expect("taskId")
+                    .to_string();
+                assert!(seen.insert(id), "a task twice");
+            }
+            pages += 1;
+            match v["continuationToken"].as_str() {
+                Some(t) => token = Some(t.to_string()),
+                None => break,
+            }
+        }
+        assert_eq!(seen.len(), n, "{path}");
+        assert!(
+            pages >= 2,
+            "{path}: 1000 definitions of 6 KB do not fit one page"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_request_over_lambdas_limit_is_refused_and_leaves_nothing() {
+    if !shape_only() {
+        return;
+    }
+    let app = spawn_app().await;
+    let tq = task_queue_id();
+    let id = slugid();
+    let mut def = task_def(&tq);
+    def["payload"] = json!({ "blob": "x".repeat(7 * 1024 * 1024) });
+    let url = app.url(&format!("/task/{id}"));
+    let body = serde_json::to_vec(&def).expect("JSON");
+    let res = reqwest::Client::new()
+        .put(&url)
+        .header("content-type", "application/json")
+        .header(
+            "authorization",
+            hawk_authorization(
+                ROOT_CLIENT_ID,
+                ROOT_ACCESS_TOKEN,
+                "PUT",
+                &url,
+                Some(("application/json", &body)),
+            ),
+        )
+        .body(body)
+        .send()
+        .await
+        .expect("PUT");
+    let status = res.status().as_u16();
+    let text = res.text().await.unwrap_or_default();
+    eprintln!("7 MB createTask: {status} {text}");
+    // API Gateway refuses it before the function: its own body, not the queue's error shape.
+    assert_eq!(status, 413, "{text}");
+    assert_eq!(
+        status_of(&app.queue().task(&id).await.unwrap_err()),
+        Some(404),
+        "nothing was created"
+    );
+}
