@@ -446,6 +446,7 @@ async fn serve(State(api): State<Arc<Api>>, req: Request<Body>) -> Response<Body
         query: parts.uri.query().map(String::from),
         headers: parts.headers,
         body,
+        also_signed: vec![],
     };
     to_http(api.handle(Serves::All, req).await)
 }

@@ -22,9 +22,13 @@ pub struct Filler {
 }
 
 impl Filler {
-    /// Adds `item` if it fits; false if the page is full (the item is not added).
+    /// Adds `item` if it fits; false if the page is full (the item is not added). An item
+    /// counts as its JSON plus what escaping it as a string costs: behind API Gateway, the
+    /// reply's body travels as a JSON string inside Lambda's response.
     pub fn push(&mut self, item: serde_json::Value) -> bool {
-        let size = serde_json::to_vec(&item).map(|b| b.len() + 1).unwrap_or(0);
+        let size = serde_json::to_vec(&item)
+            .map(|b| b.len() + 1 + b.iter().filter(|c| matches!(c, b'"' | b'\\')).count())
+            .unwrap_or(0);
         if !self.items.is_empty() && self.bytes + size > MAX_PAGE_BYTES {
             return false;
         }

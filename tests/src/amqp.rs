@@ -287,6 +287,7 @@ pub async fn record(
     url: String,
     prefixes: Vec<(String, String)>,
     sink: shared::events::RecordingSink,
+    ready: tokio::sync::oneshot::Sender<()>,
 ) {
     use futures_util::StreamExt;
     use lapin::options::{BasicAckOptions, BasicConsumeOptions};
@@ -340,6 +341,7 @@ pub async fn record(
         )
         .await
         .expect("consume");
+    let _ = ready.send(());
     while let Some(Ok(d)) = consumer.next().await {
         let exchange = d.exchange.to_string();
         let exchange = prefixes

@@ -42,6 +42,12 @@ struct ShapeRun {
     recorder: tokio::task::JoinHandle<()>,
 }
 
+impl Drop for ShapeRun {
+    fn drop(&mut self) {
+        self.recorder.abort();
+    }
+}
+
 /// True when the suite runs against the deployed shape (`TCQ_TEST_BACKEND=shape`): every
 /// function its own process over LocalStack, behind a local HTTP API.
 pub fn in_shape() -> bool {
@@ -121,6 +127,7 @@ async fn spawn_shape(cfg: ServerConfig, dir: tempfile::TempDir) -> TestServer {
             .to_ascii_lowercase()
     );
     let mut sc = shape::ShapeConfig::defaults(&stack);
+    sc.delete_on_stop = true;
     let own = |given: &str, default: &str, what: &str| {
         if given == default {
             format!("exchange/tcq-{stack}/{what}/v1/")
@@ -174,7 +181,15 @@ async fn spawn_shape(cfg: ServerConfig, dir: tempfile::TempDir) -> TestServer {
     // firing is an invocation of a process of its own, and faster schedules pile up instances
     // (as they would on Lambda) until LocalStack chokes.
     sc.speedup = (60_000.0 / cfg.reaper_interval_ms.max(1) as f64).min(60.0);
+    // The local server's loops: expiry every `artifact_reaper_interval_ms`, the outbox sweep
+    // every second (as deployed: an hour and five minutes, sped up like the reapers).
+    let at_least_a_second = |ms: u64| Duration::from_millis(ms.max(1_000));
+    for job in ["artifactReaper", "expiryReaper"] {
+        let every = at_least_a_second(cfg.artifact_reaper_interval_ms);
+        sc.periods.insert(job.into(), every);
+    }
     let events = RecordingSink::default();
+    let (ready, bound) = tokio::sync::oneshot::channel();
     let recorder = tokio::spawn(amqp::record(
         sc.amqp_url.clone(),
         vec![
@@ -182,7 +197,10 @@ async fn spawn_shape(cfg: ServerConfig, dir: tempfile::TempDir) -> TestServer {
             (sched_prefix, SCHEDULER_EXCHANGE_PREFIX.to_string()),
         ],
         events.clone(),
+        ready,
     ));
+    // Bound before anything is published.
+    bound.await.expect("the event recorder binds its queue");
     let shape = shape::Shape::start(sc)
         .await
         .expect("the deployed shape starts");
@@ -269,6 +287,30 @@ impl TestServer {
         ))
     }
 
+    /// The server's artifact buckets (the local server's blob store, or the deployed shape's
+    /// buckets as its functions see them), for tests that sign URLs or reap artifacts
+    /// themselves.
+    pub async fn domain_blobs(&self) -> Arc<dyn shared::blobs::BlobStore> {
+        if let Some(r) = &self.running {
+            return r.api.blobs.clone();
+        }
+        let shape = &self.shape.as_ref().expect("a server").shape;
+        let bucket = |var: &str| {
+            shape
+                .function_env(var)
+                .unwrap_or_else(|| panic!("no function has {var}"))
+        };
+        let sdk = shared::store::dynamodb::sdk_config()
+            .await
+            .expect("AWS environment");
+        Arc::new(shared::blobs::S3Blobs::new(
+            &sdk,
+            bucket("TCQ_PUBLIC_ARTIFACT_BUCKET"),
+            bucket("TCQ_PRIVATE_ARTIFACT_BUCKET"),
+            None,
+        ))
+    }
+
     /// Full URL of an API path such as `/task/<id>`.
     pub fn url(&self, path: &str) -> String {
         format!("{}/api/queue/v1{path}", self.root_url())
@@ -302,7 +344,7 @@ impl TestServer {
         if let Some(r) = self.running.take() {
             r.stop().await;
         }
-        if let Some(s) = self.shape.take() {
+        if let Some(mut s) = self.shape.take() {
             s.recorder.abort();
             s.shape.stop().await;
         }

@@ -4,7 +4,7 @@
 use super::Error;
 use crate::config::LambdaConfig;
 use lambda_http::{Body, Request, RequestExt, Response};
-use shared::api::router::canonical_path;
+use shared::api::router::signed_paths;
 use shared::api::{Api, ApiRequest, Serves};
 use std::sync::Arc;
 
@@ -21,7 +21,8 @@ pub async fn serve(cfg: LambdaConfig, serves: Serves) -> Result<(), Error> {
 
 /// Converts a gateway request into the API's and the answer back. The path is taken raw and
 /// made canonical (parameters encoded as the clients encode and sign them), so that `%2F`
-/// inside a taskQueueId survives a gateway that decodes it.
+/// inside a taskQueueId survives a gateway that decodes it; a signature over an artifact name
+/// whose `/` were sent raw is checked too.
 pub async fn handle(api: &Api, serves: Serves, req: Request) -> Response<Body> {
     let raw = req.raw_http_path().to_string();
     let (parts, body) = req.into_parts();
@@ -30,7 +31,8 @@ pub async fn handle(api: &Api, serves: Serves, req: Request) -> Response<Body> {
     } else {
         raw
     };
-    let path = canonical_path(&parts.method, &given).unwrap_or(given);
+    let mut signed = signed_paths(&parts.method, &given).into_iter();
+    let path = signed.next().unwrap_or(given);
     let body = match body {
         Body::Empty => bytes::Bytes::new(),
         Body::Text(t) => bytes::Bytes::from(t),
@@ -43,6 +45,7 @@ pub async fn handle(api: &Api, serves: Serves, req: Request) -> Response<Body> {
         query: parts.uri.query().map(String::from),
         headers: parts.headers,
         body,
+        also_signed: signed.collect(),
     };
     let out = api.handle(serves, req).await;
     let mut resp = Response::builder().status(out.status);

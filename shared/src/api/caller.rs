@@ -69,9 +69,13 @@ pub fn host_and_port(req: &ApiRequest) -> (String, u16) {
 
 /// The request's path and query, exactly as the client signed them.
 pub fn resource(req: &ApiRequest) -> String {
+    resource_at(req, &req.path)
+}
+
+fn resource_at(req: &ApiRequest, path: &str) -> String {
     match &req.query {
-        Some(q) => format!("{}?{q}", req.path),
-        None => req.path.clone(),
+        Some(q) => format!("{path}?{q}"),
+        None => path.to_string(),
     }
 }
 
@@ -83,22 +87,29 @@ pub async fn authenticate(
     realm: &Realm,
 ) -> Result<Caller, ApiError> {
     let (host, port) = host_and_port(req);
-    let resource = resource(req);
-    let facts = RequestFacts {
-        method: req.method.as_str(),
-        resource: &resource,
-        host: &host,
-        port,
-        authorization: header(req, "authorization"),
-        payload: Some((header(req, "content-type").unwrap_or_default(), &req.body)),
-    };
-    if req.headers.get("authorization").is_some() && facts.authorization.is_none() {
+    let authorization = header(req, "authorization");
+    if req.headers.get("authorization").is_some() && authorization.is_none() {
         return Err(auth_failed("Authorization header is not valid ASCII"));
     }
-    match svc.authenticate(&facts, now, realm).await? {
-        Outcome::Success(a) => Ok(a.into()),
-        Outcome::Failed(m) => Err(auth_failed(m)),
+    let mut first_failure = None;
+    for path in std::iter::once(&req.path).chain(&req.also_signed) {
+        let resource = resource_at(req, path);
+        let facts = RequestFacts {
+            method: req.method.as_str(),
+            resource: &resource,
+            host: &host,
+            port,
+            authorization,
+            payload: Some((header(req, "content-type").unwrap_or_default(), &req.body)),
+        };
+        match svc.authenticate(&facts, now, realm).await? {
+            Outcome::Success(a) => return Ok(a.into()),
+            Outcome::Failed(m) => {
+                first_failure.get_or_insert(m);
+            }
+        }
     }
+    Err(auth_failed(first_failure.unwrap_or_default()))
 }
 
 #[cfg(test)]
@@ -117,6 +128,7 @@ mod tests {
             query: Some("a=1".into()),
             headers: h,
             body: Default::default(),
+            also_signed: vec![],
         }
     }
 

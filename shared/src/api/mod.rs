@@ -50,6 +50,10 @@ pub struct ApiRequest {
     pub path: String,
     /// The raw query string.
     pub query: Option<String>,
+    /// Other spellings of `path` that the client may have signed, tried when `path` does not
+    /// verify: behind a gateway that decodes the path, its exact bytes are gone (see
+    /// [`router::signed_paths`]). Empty for a server that sees the path as sent.
+    pub also_signed: Vec<String>,
     /// Request headers.
     pub headers: HeaderMap,
     /// The body.

@@ -117,16 +117,41 @@ pub fn find(method: &Method, path: &str) -> Option<Matched> {
 /// The path as the official clients send and sign it: the route with every parameter
 /// encoded their way (an already encoded path comes back unchanged). `None`: no route.
 pub fn canonical_path(method: &Method, path: &str) -> Option<String> {
-    let m = find(method, path)?;
-    let mut out = m.service.prefix.to_string();
-    for p in m.endpoint.route.trim_start_matches('/').split('/') {
-        out.push('/');
-        match param_of(p).and_then(|(name, _)| m.raw.iter().find(|(n, _)| *n == name)) {
-            Some((_, v)) => out.push_str(&encode_param(&decode(v))),
-            None => out.push_str(p),
+    signed_paths(method, path).into_iter().next()
+}
+
+/// The spellings of `path` a client may have signed, once a gateway has decoded it: the
+/// canonical one (every parameter encoded as the official clients encode it), then, if a
+/// parameter that spans segments holds a `/`, the same with that `/` left as it is (as a
+/// client that builds the URL by hand sends it). Empty: no route.
+pub fn signed_paths(method: &Method, path: &str) -> Vec<String> {
+    let Some(m) = find(method, path) else {
+        return vec![];
+    };
+    let build = |raw_slashes: bool| {
+        let mut out = m.service.prefix.to_string();
+        for p in m.endpoint.route.trim_start_matches('/').split('/') {
+            out.push('/');
+            match param_of(p).and_then(|(name, spans)| {
+                let v = m.raw.iter().find(|(n, _)| *n == name)?;
+                Some((spans, decode(&v.1)))
+            }) {
+                Some((true, v)) if raw_slashes => {
+                    let segs: Vec<String> = v.split('/').map(encode_param).collect();
+                    out.push_str(&segs.join("/"));
+                }
+                Some((_, v)) => out.push_str(&encode_param(&v)),
+                None => out.push_str(p),
+            }
         }
+        out
+    };
+    let mut out = vec![build(false)];
+    let other = build(true);
+    if other != out[0] {
+        out.push(other);
     }
-    Some(out)
+    out
 }
 
 /// Decodes every URL parameter and checks its pattern: `400 InvalidRequestArguments`
@@ -296,5 +321,23 @@ mod tests {
         }
         assert_eq!(canonical_path(&Method::GET, "/api/queue/v1/nope"), None);
         assert_eq!(canonical_path(&Method::GET, "/elsewhere/task/abc"), None);
+    }
+
+    #[test]
+    fn a_name_signed_with_raw_slashes_is_also_offered() {
+        let artifact = "/api/queue/v1/task/abc/runs/0/artifacts/public/build/a b.tgz";
+        assert_eq!(
+            signed_paths(&Method::GET, artifact),
+            [
+                "/api/queue/v1/task/abc/runs/0/artifacts/public%2Fbuild%2Fa%20b.tgz",
+                "/api/queue/v1/task/abc/runs/0/artifacts/public/build/a%20b.tgz",
+            ]
+        );
+        // No `/` in any spanning parameter: one spelling only.
+        assert_eq!(
+            signed_paths(&Method::GET, "/api/queue/v1/task/abc"),
+            ["/api/queue/v1/task/abc"]
+        );
+        assert!(signed_paths(&Method::GET, "/api/queue/v1/nope").is_empty());
     }
 }

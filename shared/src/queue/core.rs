@@ -128,6 +128,22 @@ impl Queue {
         }
     }
 
+    /// Several tasks' status records at once (strongly consistent), in the order of `ids`.
+    pub(crate) async fn load_many(&self, ids: &[&str]) -> ApiResult<Vec<Option<TaskRecord>>> {
+        let keys: Vec<(String, String)> = ids
+            .iter()
+            .map(|id| (id.to_string(), SK_STATUS.to_string()))
+            .collect();
+        let items = self.store.get_many(TASKS, &keys, true).await?;
+        items
+            .into_iter()
+            .map(|i| match i {
+                Some(item) => Ok(Some(serde_json::from_value(item.data)?)),
+                None => Ok(None),
+            })
+            .collect()
+    }
+
     /// A task's definition (cached: definitions never change).
     pub(crate) async fn load_def(&self, task_id: &str) -> ApiResult<Option<Value>> {
         if let Some(def) = self.defs.lock().ok().and_then(|c| c.get(task_id).cloned()) {

@@ -83,11 +83,27 @@ impl Queue {
                 "Dependency {dup} is listed more than once"
             )));
         }
+        // One batched read for all of them (the task itself, if listed, is not read).
+        let others: Vec<&str> = deps
+            .iter()
+            .map(String::as_str)
+            .filter(|d| *d != task_id)
+            .collect();
+        let mut loaded = self.load_many(&others).await?.into_iter();
         let mut found: Vec<(String, Option<TaskRecord>)> = Vec::with_capacity(deps.len());
-        for chunk in deps.chunks(PARALLEL) {
-            found.extend(
-                try_join_all(chunk.iter().map(|d| self.load_dependency(task_id, d, now))).await?,
-            );
+        for dep in &deps {
+            if dep == task_id {
+                found.push((dep.clone(), None));
+                continue;
+            }
+            match loaded.next().flatten() {
+                Some(rec) if rec.expires > now => found.push((dep.clone(), Some(rec))),
+                _ => {
+                    return Err(ApiError::input(format!(
+                        "Task {task_id} depends on task {dep}, which does not exist"
+                    )))
+                }
+            }
         }
         let mut plan = DependencyPlan {
             requires,
@@ -113,40 +129,6 @@ impl Queue {
             });
         }
         Ok(plan)
-    }
-
-    /// A listed dependency (`None` for the task itself); 400 if it does not exist or expired.
-    async fn load_dependency(
-        &self,
-        task_id: &str,
-        dep: &str,
-        now: Ts,
-    ) -> ApiResult<(String, Option<TaskRecord>)> {
-        if dep == task_id {
-            return Ok((dep.to_string(), None));
-        }
-        match self.load(dep).await? {
-            Some((rec, _)) if rec.expires > now => Ok((dep.to_string(), Some(rec))),
-            _ => Err(ApiError::input(format!(
-                "Task {task_id} depends on task {dep}, which does not exist"
-            ))),
-        }
-    }
-
-    /// Looks at a dependency again after its edge was written; satisfies the edge if met.
-    async fn recheck_edge(
-        &self,
-        dependency: &str,
-        dependent: &str,
-        requires: Requires,
-        now: Ts,
-    ) -> ApiResult<bool> {
-        match self.load(dependency).await? {
-            Some((dep, _)) if requires.met_by(&dep) => {
-                self.satisfy_edge(dependency, dependent, now).await
-            }
-            _ => Ok(false),
-        }
     }
 
     /// After the dependent's status exists: writes its edges, then looks once more at every
@@ -199,11 +181,17 @@ impl Queue {
             .filter(|e| !e.satisfied && e.dependency != dependent_id)
             .map(|e| e.dependency.as_str())
             .collect();
-        for chunk in todo.chunks(PARALLEL) {
+        let now_met: Vec<&str> = todo
+            .iter()
+            .zip(self.load_many(&todo).await?)
+            .filter(|(_, rec)| rec.as_ref().is_some_and(|r| plan.requires.met_by(r)))
+            .map(|(d, _)| *d)
+            .collect();
+        for chunk in now_met.chunks(PARALLEL) {
             try_join_all(
                 chunk
                     .iter()
-                    .map(|d| self.recheck_edge(d, dependent_id, plan.requires, now)),
+                    .map(|d| self.satisfy_edge(d, dependent_id, now)),
             )
             .await?;
         }

@@ -51,6 +51,7 @@ pub async fn run_all(store: Arc<dyn Store>) {
     partition_queries_page_in_order(store.as_ref()).await;
     indexes_follow_items(store.as_ref()).await;
     eventual_reads_catch_up(store.as_ref()).await;
+    batched_reads_keep_the_order_of_the_keys(store.as_ref()).await;
     oversized_items_are_refused(store.as_ref()).await;
     concurrent_updates_lose_nothing(store.clone()).await;
     racing_creates_have_one_winner(store).await;
@@ -94,6 +95,40 @@ pub async fn eventual_reads_catch_up(s: &dyn Store) {
     })
     .await;
     assert!(s.get_eventual(T, "ev", "none").await.unwrap().is_none());
+}
+
+/// `get_many` answers every key, in order, beyond one batch, with `None` for missing items
+/// and repeated keys answered each time.
+pub async fn batched_reads_keep_the_order_of_the_keys(s: &dyn Store) {
+    let n = super::MAX_BATCH_GET as i64 + 30;
+    for i in 0..n {
+        s.write(put(item("bg", &format!("{i:04}"), i, None), Cond::None))
+            .await
+            .unwrap();
+    }
+    let mut keys: Vec<(String, String)> = (0..n)
+        .rev()
+        .map(|i| ("bg".to_string(), format!("{i:04}")))
+        .collect();
+    keys.insert(7, ("bg".into(), "missing".into()));
+    keys.push(("nope".into(), "0001".into()));
+    keys.push(("bg".into(), "0003".into()));
+    for consistent in [true, false] {
+        let got = s.get_many(T, &keys, consistent).await.unwrap();
+        assert_eq!(got.len(), keys.len(), "one answer per key");
+        for ((pk, sk), g) in keys.iter().zip(&got) {
+            match (sk.parse::<i64>(), g) {
+                (Ok(i), Some(item)) if pk == "bg" => {
+                    assert_eq!((&item.pk, &item.sk), (pk, sk));
+                    assert_eq!(item.data["n"], i);
+                }
+                (Ok(_), None) if pk == "bg" && !consistent => {} // eventual: may lag
+                (_, None) if pk != "bg" || sk == "missing" => {}
+                other => panic!("get_many answered {other:?} for {pk}/{sk}"),
+            }
+        }
+    }
+    assert!(s.get_many(T, &[], true).await.unwrap().is_empty());
 }
 
 /// Versions start at 1 and bump on every write; conditions are enforced.

@@ -569,6 +569,67 @@ impl Store for DynamoStore {
         self.get_item(table, pk, sk, false).await
     }
 
+    async fn get_many(
+        &self,
+        table: &'static str,
+        keys: &[(String, String)],
+        consistent: bool,
+    ) -> Result<Vec<Option<Item>>, StoreError> {
+        use aws_sdk_dynamodb::types::KeysAndAttributes;
+        let name = self.table(table);
+        let mut found: HashMap<(String, String), Item> = HashMap::with_capacity(keys.len());
+        // BatchGetItem refuses a request that names one key twice.
+        let mut seen = std::collections::HashSet::with_capacity(keys.len());
+        let unique: Vec<&(String, String)> = keys.iter().filter(|k| seen.insert(*k)).collect();
+        for chunk in unique.chunks(MAX_BATCH_GET) {
+            let mut todo: Vec<Attrs> = chunk
+                .iter()
+                .map(|(pk, sk)| Attrs::from([("pk".into(), s(pk)), ("sk".into(), s(sk))]))
+                .collect();
+            let mut attempt = 0u32;
+            while !todo.is_empty() {
+                let ask = KeysAndAttributes::builder()
+                    .set_keys(Some(std::mem::take(&mut todo)))
+                    .consistent_read(consistent)
+                    .build()
+                    .map_err(|e| StoreError::Other(e.to_string()))?;
+                let out = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&name, ask)
+                    .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
+                    .send()
+                    .await
+                    .map_err(sdk_err)?;
+                self.usage.requests.fetch_add(1, Ordering::Relaxed);
+                for cc in out.consumed_capacity() {
+                    self.count_units(Some(cc), false);
+                }
+                for m in out
+                    .responses()
+                    .and_then(|r| r.get(&name))
+                    .into_iter()
+                    .flatten()
+                {
+                    let item = Self::decode(m)?;
+                    found.insert((item.pk.clone(), item.sk.clone()), item);
+                }
+                // Keys DynamoDB left for later (throughput, 16 MB): ask again, backing off.
+                todo = out
+                    .unprocessed_keys()
+                    .and_then(|u| u.get(&name))
+                    .map(|k| k.keys().to_vec())
+                    .unwrap_or_default();
+                if !todo.is_empty() {
+                    attempt += 1;
+                    let ms = (25u64 << attempt.min(6)).min(1_000);
+                    tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                }
+            }
+        }
+        Ok(keys.iter().map(|k| found.get(k).cloned()).collect())
+    }
+
     async fn query_eventual(
         &self,
         table: &'static str,

@@ -7,7 +7,8 @@
 //!   older version of an item or miss one written moments ago;
 //! - sparse secondary indexes that are **eventually consistent**: what an index query returns
 //!   is a hint that the caller must confirm with a conditional write on the base item;
-//! - items of at most [`MAX_ITEM_BYTES`].
+//! - items of at most [`MAX_ITEM_BYTES`];
+//! - batched reads of up to [`MAX_BATCH_GET`] items of one table (BatchGetItem).
 //!
 //! Every item carries a version that the store bumps on each write; optimistic concurrency is
 //! "read, compute, write with `Cond::Version(read_version)`".
@@ -23,6 +24,8 @@ use serde_json::Value;
 
 /// DynamoDB's transaction limit.
 pub const MAX_TRANSACTION_ITEMS: usize = 100;
+/// DynamoDB's BatchGetItem limit: keys per request.
+pub const MAX_BATCH_GET: usize = 100;
 /// DynamoDB's item size limit (400 KB).
 pub const MAX_ITEM_BYTES: usize = 400 * 1024;
 
@@ -277,6 +280,23 @@ pub trait Store: Send + Sync + 'static {
         } else {
             self.query_eventual(table, pk, range, None, limit).await
         }
+    }
+
+    /// Several items of one table by key, in the order of `keys` (`None` where there is no
+    /// item), strongly consistent when `consistent`. Any number of keys: adapters read them
+    /// [`MAX_BATCH_GET`] at a time where the backend batches (DynamoDB's BatchGetItem, whose
+    /// unprocessed keys are asked for again), else one by one.
+    async fn get_many(
+        &self,
+        table: &'static str,
+        keys: &[(String, String)],
+        consistent: bool,
+    ) -> Result<Vec<Option<Item>>, StoreError> {
+        let mut out = Vec::with_capacity(keys.len());
+        for (pk, sk) in keys {
+            out.push(self.get_as(table, pk, sk, consistent).await?);
+        }
+        Ok(out)
     }
 
     /// Items under one partition of a sparse index, ascending by index sort key.

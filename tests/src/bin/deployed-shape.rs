@@ -44,6 +44,10 @@ struct Cli {
     /// The account's concurrency.
     #[arg(long, default_value_t = 1000)]
     concurrency: usize,
+    /// Delete the stack's tables, queues and secrets on exit (by default they stay, and the
+    /// next start finds the data).
+    #[arg(long)]
+    delete_on_exit: bool,
 }
 
 fn pair(s: &str) -> Result<(String, String), String> {
@@ -66,6 +70,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     cfg.speedup = cli.speedup;
     cfg.amqp_url = cli.amqp_url;
     cfg.concurrency = cli.concurrency;
+    cfg.delete_on_stop = cli.delete_on_exit;
     if let Some(l) = cli.lambda {
         cfg.lambda_bin = l;
     }
@@ -76,7 +81,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         let (k, v) = pair(e)?;
         cfg.env.insert(k, v);
     }
-    let shape = Shape::start(cfg).await?;
+    let mut shape = Shape::start(cfg).await?;
     std::fs::create_dir_all(&cli.data_dir)?;
     let creds = serde_json::json!({
         "clientId": shared::auth::ROOT_CLIENT_ID,

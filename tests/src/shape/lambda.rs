@@ -89,6 +89,9 @@ pub struct Pool {
     pub def: Function,
     env: BTreeMap<String, String>,
     bin: PathBuf,
+    /// Where its instances' output goes (`<dir>/<function id>.log`, as CloudWatch keeps a
+    /// function's log group); none: discarded.
+    log_dir: Option<PathBuf>,
     idle: Mutex<Vec<Instance>>,
     busy: AtomicUsize,
     account: Arc<Account>,
@@ -120,6 +123,7 @@ impl Pool {
         bin: PathBuf,
         extra: &BTreeMap<String, String>,
         account: Arc<Account>,
+        log_dir: Option<PathBuf>,
     ) -> Pool {
         let mut env = def.env.clone();
         env.extend(extra.clone());
@@ -127,6 +131,7 @@ impl Pool {
             def,
             env,
             bin,
+            log_dir,
             idle: Mutex::new(vec![]),
             busy: AtomicUsize::new(0),
             account,
@@ -175,8 +180,26 @@ impl Pool {
             )
             .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
             .env("AWS_LAMBDA_LOG_STREAM_NAME", "local")
-            .env("AWS_LAMBDA_LOG_GROUP_NAME", "local")
-            .stdout(Stdio::null());
+            .env("AWS_LAMBDA_LOG_GROUP_NAME", "local");
+        let log = self.log_dir.as_ref().and_then(|d| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(d.join(format!("{}.log", self.def.id)))
+                .ok()
+        });
+        match log {
+            Some(f) => {
+                let err = f
+                    .try_clone()
+                    .map(Stdio::from)
+                    .unwrap_or_else(|_| Stdio::null());
+                cmd.stdout(Stdio::from(f)).stderr(err);
+            }
+            None => {
+                cmd.stdout(Stdio::null()).stderr(Stdio::null());
+            }
+        }
         let child = cmd.spawn().expect("spawn a function instance");
         self.cold_starts.fetch_add(1, Ordering::SeqCst);
         Instance { api, child }
@@ -263,14 +286,13 @@ impl Functions {
         bin: PathBuf,
         extra: &BTreeMap<String, String>,
         account: Arc<Account>,
+        log_dir: Option<PathBuf>,
     ) -> Functions {
         let pools = defs
             .into_iter()
             .map(|d| {
-                (
-                    d.id.clone(),
-                    Arc::new(Pool::new(d, bin.clone(), extra, account.clone())),
-                )
+                let pool = Pool::new(d, bin.clone(), extra, account.clone(), log_dir.clone());
+                (pool.def.id.clone(), Arc::new(pool))
             })
             .collect();
         Functions { pools }

@@ -51,6 +51,14 @@ pub struct ShapeConfig {
     pub env: BTreeMap<String, String>,
     /// The account's concurrency (Lambda's default is 1000).
     pub concurrency: usize,
+    /// Where each function's output goes (`<dir>/<function id>.log`); none: discarded.
+    pub log_dir: Option<PathBuf>,
+    /// Schedules to run at another period than the template's rate divided by `speedup`
+    /// (by handler), for tests that need one job much sooner than the others.
+    pub periods: BTreeMap<String, std::time::Duration>,
+    /// Delete the stack's tables, queues and secrets when the shape stops (tests); otherwise
+    /// they stay, and a restarted shape finds its data.
+    pub delete_on_stop: bool,
 }
 
 impl ShapeConfig {
@@ -84,6 +92,9 @@ impl ShapeConfig {
             parameters: vec![],
             env,
             concurrency: 1000,
+            log_dir: std::env::var("TCQ_SHAPE_LOG_DIR").ok().map(PathBuf::from),
+            periods: BTreeMap::new(),
+            delete_on_stop: false,
         }
     }
 }
@@ -100,6 +111,8 @@ pub struct Shape {
     pub functions: Arc<Functions>,
     stop: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// The stack to delete when the shape stops (taken once deleted).
+    delete: Option<Template>,
 }
 
 impl Shape {
@@ -119,11 +132,15 @@ impl Shape {
         let mut extra = cfg.env.clone();
         extra.insert("TCQ_AMQP_URL".into(), cfg.amqp_url.clone());
         let account = Account::new(cfg.concurrency);
+        if let Some(d) = &cfg.log_dir {
+            std::fs::create_dir_all(d)?;
+        }
         let functions = Arc::new(Functions::new(
             defs.clone(),
             cfg.lambda_bin.clone(),
             &extra,
             account,
+            cfg.log_dir.clone(),
         ));
         let root_secret = t
             .resources("AWS::SecretsManager::Secret")
@@ -163,7 +180,11 @@ impl Shape {
                 let pool = pool.clone();
                 tasks.push(match source.clone() {
                     Source::Schedule(period) => {
-                        tokio::spawn(schedules::run(pool, period, cfg.speedup, stop))
+                        let every = match cfg.periods.get(&def.handler) {
+                            Some(p) => *p,
+                            None => period.div_f64(cfg.speedup.max(1.0)),
+                        };
+                        tokio::spawn(schedules::run(pool, every, cfg.speedup, stop))
                     }
                     Source::Stream(m) => tokio::spawn(streams::run(pool, m, stop)),
                     Source::Broker(m) => tokio::spawn(mq::run(
@@ -183,6 +204,7 @@ impl Shape {
             functions,
             stop,
             tasks,
+            delete: cfg.delete_on_stop.then_some(t),
         })
     }
 
@@ -200,13 +222,46 @@ impl Shape {
             .sum()
     }
 
+    /// A variable as the template sets it in the functions (the first that has it).
+    pub fn function_env(&self, var: &str) -> Option<String> {
+        self.functions
+            .all()
+            .find_map(|p| p.def.env.get(var).cloned())
+    }
+
     /// Stops the gateway, the pollers and every function's processes.
-    pub async fn stop(self) {
+    pub async fn stop(&mut self) {
         let _ = self.stop.send(true);
-        for t in self.tasks {
+        for t in std::mem::take(&mut self.tasks) {
             t.abort();
             let _ = t.await;
         }
         self.functions.stop();
+        if let Some(t) = self.delete.take() {
+            resources::delete_all(&t).await;
+        }
+    }
+}
+
+impl Drop for Shape {
+    /// Whatever is still running stops with the shape (a test that ends without `stop`), and
+    /// the stack goes if it is to: on a thread of its own, since drop cannot await.
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+        for t in &self.tasks {
+            t.abort();
+        }
+        self.functions.stop();
+        if let Some(t) = self.delete.take() {
+            let deleted = std::thread::spawn(move || {
+                if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    rt.block_on(resources::delete_all(&t));
+                }
+            });
+            let _ = deleted.join();
+        }
     }
 }

@@ -218,6 +218,55 @@ pub async fn create_all(t: &mut Template) -> Result<(), Error> {
     Ok(())
 }
 
+/// Deletes the stack's tables (and so their streams), queues and secrets, as deleting the
+/// stack would; buckets stay (LocalStack keeps them at no cost). Errors are logged: what is
+/// gone already is fine.
+pub async fn delete_all(t: &Template) {
+    let physical = |id: &str| {
+        t.resolve(&json!({ "Ref": id }))
+            .ok()
+            .and_then(|v| v.as_str().map(String::from))
+    };
+    let mut calls = vec![];
+    for (id, _) in t.resources("AWS::DynamoDB::Table") {
+        if let Some(name) = physical(&id) {
+            calls.push((
+                "dynamodb",
+                "1.0",
+                "DynamoDB_20120810.DeleteTable".to_string(),
+                json!({ "TableName": name }),
+            ));
+        }
+    }
+    for (id, _) in t.resources("AWS::SQS::Queue") {
+        if let Some(url) = physical(&id) {
+            calls.push((
+                "sqs",
+                "1.0",
+                "AmazonSQS.DeleteQueue".to_string(),
+                json!({ "QueueUrl": url }),
+            ));
+        }
+    }
+    for (id, _) in t.resources("AWS::SecretsManager::Secret") {
+        if let Some(arn) = physical(&id) {
+            calls.push((
+                "secretsmanager",
+                "1.1",
+                "secretsmanager.DeleteSecret".to_string(),
+                json!({ "SecretId": arn, "ForceDeleteWithoutRecovery": true }),
+            ));
+        }
+    }
+    for (service, version, target, body) in calls {
+        if let Err(e) = localstack_json(service, version, &target, body).await {
+            if !e.contains("NotFound") && !e.contains("NonExistent") {
+                tracing::warn!(target, error = %e, "could not delete a resource of the stack");
+            }
+        }
+    }
+}
+
 /// Records a failed batch or invocation in an SQS queue (an on-failure destination).
 pub async fn send_failure(queue: &str, record: &Value) {
     let url = format!("http://127.0.0.1:4566/queue/{REGION}/{ACCOUNT}/{queue}");

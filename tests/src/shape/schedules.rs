@@ -1,5 +1,6 @@
 //! EventBridge schedules, locally: each `rate(...)` fires its function asynchronously, every
-//! period divided by the speed-up factor, whether or not the last invocation has finished.
+//! period (the template's, divided by the speed-up factor), whether or not the last
+//! invocation has finished.
 
 use super::lambda::{invoke_async, Pool};
 use serde_json::json;
@@ -7,11 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
-/// Fires `pool` every `period / speedup` until `stop`.
-pub async fn run(pool: Arc<Pool>, period: Duration, speedup: f64, mut stop: watch::Receiver<bool>) {
-    let every = period
-        .div_f64(speedup.max(1.0))
-        .max(Duration::from_millis(10));
+/// Fires `pool` every `every` until `stop`; failed invocations are retried `speedup` times
+/// sooner than Lambda would.
+pub async fn run(pool: Arc<Pool>, every: Duration, speedup: f64, mut stop: watch::Receiver<bool>) {
+    let every = every.max(Duration::from_millis(10));
     let rule = format!(
         "arn:aws:events:{}:{}:rule/{}-schedule",
         super::template::REGION,

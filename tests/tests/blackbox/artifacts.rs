@@ -212,7 +212,7 @@ async fn tampered_and_expired_urls_are_refused() {
     assert_eq!(put(&tampered, "application/octet-stream", b"x").await, 403);
 
     // URLs signed two hours ago with their normal lifetimes have expired.
-    let blobs = app.api().blobs.clone();
+    let blobs = app.domain_blobs().await;
     let key = format!("{id}/0/private/x.bin");
     let old = Ts::now().plus(-2 * HOUR);
     let expired_put = blobs
@@ -639,8 +639,8 @@ async fn the_expiry_reaper_removes_rows_and_objects() {
         );
         let key = format!("{id}/0/{name}");
         let url = app
-            .api()
-            .blobs
+            .domain_blobs()
+            .await
             .get_url(Bucket::for_name(name), &key, Ts::now(), 30 * MINUTE)
             .await
             .expect("get url");
@@ -666,10 +666,10 @@ async fn the_expiry_reaper_removes_rows_and_objects() {
     );
 
     // With the default 30 minute grace nothing is due yet.
-    let api = app.api();
+    let (queue, blobs) = (app.domain_queue().await, app.domain_blobs().await);
     let reaper = |grace| {
         let budget = shared::jobs::Budget::of(std::time::Duration::from_secs(30));
-        shared::jobs::artifacts(&api.queue, api.blobs.as_ref(), grace, budget)
+        shared::jobs::artifacts(&queue, blobs.as_ref(), grace, budget)
     };
     let n = reaper(shared::queue::artifacts::EXPIRY_GRACE_MS)
         .await

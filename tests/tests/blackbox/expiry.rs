@@ -35,8 +35,8 @@ fn answer(r: anyhow::Result<Value>) -> u16 {
 /// Every item in one partition of the server's store.
 async fn partition(app: &TestServer, table: &'static str, pk: &str) -> Vec<String> {
     let page = app
-        .api()
-        .queue
+        .domain_queue()
+        .await
         .store
         .query(table, pk, &SkRange::default(), None, 1000)
         .await

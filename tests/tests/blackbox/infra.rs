@@ -1440,6 +1440,9 @@ fn decoded_gateway_event(method: &str, encoded: &str, route_key: &str) -> Value 
 
 #[tokio::test]
 async fn a_decoded_gateway_path_is_served_as_the_client_signed_it() {
+    if blackbox::not_in_shape("drives the HTTP function's handler in this process") {
+        return;
+    }
     let app = blackbox::spawn_app().await;
     let tq = blackbox::task_queue_id();
     assert!(tq.contains('/'));

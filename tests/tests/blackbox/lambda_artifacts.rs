@@ -10,6 +10,9 @@ use std::time::Duration;
 
 #[tokio::test]
 async fn artifact_functions_serve_downloads_and_reap() {
+    if not_in_shape("drives Lambda binaries of its own; the LocalStack pass runs it") {
+        return;
+    }
     if std::env::var("TCQ_LOCALSTACK").as_deref() != Ok("1") {
         eprintln!("TCQ_LOCALSTACK is not 1: run through scripts/test.sh, which starts LocalStack");
         return;

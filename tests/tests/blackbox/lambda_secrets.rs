@@ -22,6 +22,9 @@ async fn secretsmanager(op: &str, body: Value) -> Value {
 
 #[tokio::test]
 async fn functions_read_their_tokens_from_secrets_manager() {
+    if not_in_shape("drives Lambda binaries of its own; the LocalStack pass runs it") {
+        return;
+    }
     if std::env::var("TCQ_LOCALSTACK").as_deref() != Ok("1") {
         eprintln!("TCQ_LOCALSTACK is not 1: run through scripts/test.sh, which starts LocalStack");
         return;

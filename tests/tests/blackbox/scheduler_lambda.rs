@@ -160,6 +160,9 @@ fn node<'a>(inspected: &'a Value, label: &str) -> &'a Value {
 
 #[tokio::test]
 async fn the_consumer_function_advances_graphs_from_rabbitmq_events() {
+    if not_in_shape("drives its own consumer function; the LocalStack pass runs it") {
+        return;
+    }
     let localstack = on_localstack();
     if localstack && std::env::var("TCQ_LOCALSTACK").as_deref() != Ok("1") {
         eprintln!("TCQ_LOCALSTACK is not 1: run through scripts/test.sh, which starts LocalStack");

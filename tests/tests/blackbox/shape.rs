@@ -20,12 +20,18 @@ fn shape_only() -> bool {
     in_shape()
 }
 
-/// Tasks in a burst: `TCQ_SHAPE_BURST` (the full run: 5,000), else 600.
+/// Tasks in a burst: `TCQ_SHAPE_BURST` (the full run: 5,000), else 300.
 fn burst() -> usize {
     std::env::var("TCQ_SHAPE_BURST")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(600)
+        .unwrap_or(300)
+}
+
+/// A deadline far enough ahead that `n` tasks can be created before it (about 30 a second
+/// on LocalStack), all with `created` at `start`.
+fn burst_deadline(start: Ts, n: usize) -> Ts {
+    start.plus(20_000 + 40 * n as i64)
 }
 
 /// Creates `n` tasks through the queue's own operations over the server's tables (32 at a
@@ -193,16 +199,21 @@ async fn expired_tasks_are_deleted_within_two_scheduled_invocations() {
     if !shape_only() {
         return;
     }
-    // The expiry reaper's hour becomes 12 s (and the other schedules a tenth of a second).
-    let app = spawn_app_with(|c| c.reaper_interval_ms = 200).await;
+    // The expiry reaper's hour becomes 10 s.
+    let app = spawn_app_with(|c| c.artifact_reaper_interval_ms = 10_000).await;
     let queue = app.domain_queue().await;
     let tq = task_queue_id();
     let n = burst();
-    let deadline = Ts::now().plus(10_000);
+    let start = Ts::now();
+    let deadline = burst_deadline(start, n);
     seed(&queue, n, |_| {
         def_with(
             &tq,
-            json!({ "deadline": deadline.to_string(), "expires": deadline.plus(1).to_string() }),
+            json!({
+                "created": start.to_string(),
+                "deadline": deadline.to_string(),
+                "expires": deadline.plus(1).to_string()
+            }),
         )
     })
     .await;
