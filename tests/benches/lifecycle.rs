@@ -24,9 +24,20 @@
 //! `bash localstack/localstack.sh start`), with `BENCH_LOCALSTACK_LIFECYCLES` (default 500),
 //! `BENCH_LOCALSTACK_WARMUP` (default 50) and `BENCH_LOCALSTACK_MAX_SECS` (default 600); both
 //! backends are then printed in one table. LocalStack's own CPU counts as "other processes".
+//!
+//! With `BENCH_SHAPE=1`, phases 1 and 2 run once more against the deployed shape (every
+//! function its own process over LocalStack; `cargo build --release -p functions --bin
+//! lambda` first, else the debug binary runs), with `BENCH_SHAPE_LIFECYCLES` (default 500),
+//! `BENCH_SHAPE_PICKUP_SAMPLES` (default 50) and `BENCH_SHAPE_MAX_SECS` (default 600); then a
+//! deadline burst of `BENCH_BURST` tasks (default 5,000) is timed both on the local server
+//! (its reaper loop) and on the shape (the deadline reaper on its one-minute schedule): from
+//! the shared deadline until no task is left due.
 
+use blackbox::burst::{burst_deadline, due, seed};
 use serde_json::{json, Value};
 use shared::events::{Event, EventSink};
+use shared::records::task::index;
+use shared::time::Ts;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -592,6 +603,140 @@ fn localstack_phase(
     Some(Row::new("LocalStack (DynamoDB)", total, &lc, cpu, others))
 }
 
+/// A deadline burst: `n` tasks sharing a deadline far enough ahead to seed them all, then the
+/// time from that deadline until none is left due.
+struct Burst {
+    n: usize,
+    seeding: Duration,
+    resolved: Option<Duration>,
+}
+
+async fn deadline_burst(queue: Arc<shared::queue::Queue>, n: usize, max: Duration) -> Burst {
+    let tq = blackbox::task_queue_id();
+    let deadline = burst_deadline(&queue, n, blackbox::task_def(&tq)).await;
+    let t0 = Instant::now();
+    seed(&queue, n, |_| {
+        let mut d = blackbox::task_def(&tq);
+        d["deadline"] = json!(deadline.to_string());
+        d
+    })
+    .await;
+    let seeding = t0.elapsed();
+    while Ts::now() <= deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let at_deadline = Instant::now();
+    let resolved = loop {
+        if due(&queue, index::DEADLINE, Ts::now()).await == 0 {
+            break Some(at_deadline.elapsed());
+        }
+        if at_deadline.elapsed() > max {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    Burst {
+        n,
+        seeding,
+        resolved,
+    }
+}
+
+fn print_burst(label: &str, b: &Burst) {
+    println!(
+        "  {label}: {} tasks seeded in {:.1} s; all resolved {} after their deadline",
+        b.n,
+        b.seeding.as_secs_f64(),
+        b.resolved
+            .map_or("NOT (time bound reached)".to_string(), |d| format!(
+                "{:.1} s",
+                d.as_secs_f64()
+            ))
+    );
+}
+
+/// Phases 1 and 2, and the deadline burst, against the deployed shape on LocalStack.
+fn shape_phase(
+    srv_rt: &tokio::runtime::Runtime,
+    load_rt: &tokio::runtime::Runtime,
+    clients: usize,
+    burst: usize,
+) -> Option<(Row, Pickup, Burst)> {
+    let total: usize = env_num("BENCH_SHAPE_LIFECYCLES", 500usize);
+    let samples: usize = env_num("BENCH_SHAPE_PICKUP_SAMPLES", 50usize);
+    let max = Duration::from_secs(env_num("BENCH_SHAPE_MAX_SECS", 600u64));
+    let stack = format!(
+        "bench{}",
+        blackbox::slugid()
+            .chars()
+            .filter(char::is_ascii_alphabetic)
+            .take(8)
+            .collect::<String>()
+            .to_ascii_lowercase()
+    );
+    let mut sc = blackbox::shape::ShapeConfig::defaults(&stack);
+    let target = sc.lambda_bin.parent().and_then(std::path::Path::parent);
+    if let Some(release) = target.map(|t| t.join("release/lambda")) {
+        if release.exists() {
+            sc.lambda_bin = release;
+        }
+    }
+    sc.delete_on_stop = true;
+    sc.env.insert(
+        "TCQ_ROOT_ACCESS_TOKEN".into(),
+        blackbox::ROOT_ACCESS_TOKEN.into(),
+    );
+    sc.env
+        .insert("TCQ_CLAIM_WORK_TIMEOUT_MS".into(), "5000".into());
+    sc.parameters = vec![(
+        "ExchangePrefix".into(),
+        format!("exchange/tcq-{stack}/queue/v1/"),
+    )];
+    let lambda = sc.lambda_bin.display().to_string();
+    let mut shape = match srv_rt.block_on(blackbox::shape::Shape::start(sc)) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!(
+                "BENCH_SHAPE=1: the deployed shape did not start ({e}); is LocalStack running?"
+            );
+            return None;
+        }
+    };
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(clients + 8)
+        .tcp_nodelay(true)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("http client");
+    let client = Client {
+        http,
+        api: format!("{}/api/queue/v1", shape.root_url()),
+    };
+    println!();
+    println!("== phases 1 and 2 on the deployed shape (stack {stack}, {lambda}) ==");
+    println!("clients={clients} lifecycles={total} pickup samples={samples}");
+    let (lc, cpu0, cpu1) = load_rt.block_on(measured_lifecycles(
+        &client,
+        clients,
+        total / 10,
+        total,
+        max,
+        "shape warm-up",
+    ));
+    let (cpu, others) = cpu_between(cpu0, cpu1);
+    let pickup = load_rt.block_on(run_pickup(&client, samples, Duration::from_millis(20), max));
+    let row = Row::new("deployed shape (LocalStack)", total, &lc, cpu, others);
+    let queue = load_rt.block_on(blackbox::shape_queue(&stack));
+    let invocations = shape.invocations("deadlineReaper");
+    let b = load_rt.block_on(deadline_burst(queue, burst, max));
+    println!(
+        "  deadline reaper invocations during the burst: {}",
+        shape.invocations("deadlineReaper") - invocations
+    );
+    srv_rt.block_on(shape.stop());
+    Some((row, pickup, b))
+}
+
 fn runtime(name: &'static str, threads: usize) -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads.max(1))
@@ -755,10 +900,51 @@ fn main() {
         if p50_pickup <= 20.0 { "met" } else { "MISSED" }
     );
 
+    let shape = std::env::var("BENCH_SHAPE").as_deref() == Ok("1");
+    let burst: usize = env_num("BENCH_BURST", 5000usize);
+    let local_burst = shape.then(|| {
+        let queue = running.api.queue.clone();
+        load_rt.block_on(deadline_burst(queue, burst, max))
+    });
+
     drop(client);
     srv_rt.block_on(async {
         let _ = tokio::time::timeout(Duration::from_secs(5), running.stop()).await;
     });
+    if let Some(lb) = local_burst {
+        let shaped = shape_phase(&srv_rt, &load_rt, clients, burst);
+        println!();
+        println!("Local server beside the deployed shape (same run, {clients} clients)");
+        println!(
+            "  | shape | life cycles/s | server CPU per life cycle | pickup p50 / p99 ms \
+             (from createTask start) | {burst}-task deadline burst resolved after |"
+        );
+        println!("  |---|---|---|---|---|");
+        let secs = |b: &Burst| {
+            b.resolved.map_or("not within the bound".into(), |d| {
+                format!("{:.1} s", d.as_secs_f64())
+            })
+        };
+        println!(
+            "  | local server (embedded) | {rate:.0} | {:.2} ms | {:.2} / {:.2} | {} |",
+            1e3 * cpu.srv / done.max(1) as f64,
+            pickup.from_create_start.pct(50.0),
+            pickup.from_create_start.pct(99.0),
+            secs(&lb)
+        );
+        if let Some((row, p, b)) = &shaped {
+            println!(
+                "  | deployed shape (LocalStack) | {:.0} | {:.2} ms (harness only) | {:.2} / {:.2} | {} |",
+                row.rate,
+                row.srv_us / 1000.0,
+                p.from_create_start.pct(50.0),
+                p.from_create_start.pct(99.0),
+                secs(b)
+            );
+            print_burst("deployed shape", b);
+        }
+        print_burst("local server", &lb);
+    }
     if std::env::var("BENCH_LOCALSTACK").as_deref() == Ok("1") {
         let embedded = Row::new(
             "embedded (SQLite)",

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub mod amqp;
+pub mod burst;
 pub mod runtime_api;
 pub mod scheduler;
 pub mod shape;
@@ -107,8 +108,8 @@ pub async fn spawn_app_with(f: impl FnOnce(&mut ServerConfig)) -> TestServer {
 }
 
 /// The deployed shape configured as `cfg` configures the local server: its own stack (tables,
-/// queues, secrets), exchanges under a prefix of its own (events are recorded under the
-/// default prefix, as the local server's sink records them), the test timings as the
+/// queues, secrets), exchanges under a prefix of its own unless the test names its broker
+/// (events are recorded under the default prefix, as the local server's sink records them), the test timings as the
 /// functions' variables, and the schedules sped up so that the reapers run as often as
 /// `reaper_interval_ms` says.
 async fn spawn_shape(cfg: ServerConfig, dir: tempfile::TempDir) -> TestServer {
@@ -128,8 +129,10 @@ async fn spawn_shape(cfg: ServerConfig, dir: tempfile::TempDir) -> TestServer {
     );
     let mut sc = shape::ShapeConfig::defaults(&stack);
     sc.delete_on_stop = true;
+    // A test that names its broker binds the exchanges its configuration names, as with the
+    // local server; the others get exchanges of their own, so recordings never mix.
     let own = |given: &str, default: &str, what: &str| {
-        if given == default {
+        if given == default && cfg.amqp_url.is_none() {
             format!("exchange/tcq-{stack}/{what}/v1/")
         } else {
             given.to_string()
@@ -181,8 +184,8 @@ async fn spawn_shape(cfg: ServerConfig, dir: tempfile::TempDir) -> TestServer {
     // firing is an invocation of a process of its own, and faster schedules pile up instances
     // (as they would on Lambda) until LocalStack chokes.
     sc.speedup = (60_000.0 / cfg.reaper_interval_ms.max(1) as f64).min(60.0);
-    // The local server's loops: expiry every `artifact_reaper_interval_ms`, the outbox sweep
-    // every second (as deployed: an hour and five minutes, sped up like the reapers).
+    // Expiry every `artifact_reaper_interval_ms`, as the local server's loop (deployed: an
+    // hour). The outbox sweep keeps the template's five minutes, sped up like the reapers.
     let at_least_a_second = |ms: u64| Duration::from_millis(ms.max(1_000));
     for job in ["artifactReaper", "expiryReaper"] {
         let every = at_least_a_second(cfg.artifact_reaper_interval_ms);
@@ -210,6 +213,30 @@ async fn spawn_shape(cfg: ServerConfig, dir: tempfile::TempDir) -> TestServer {
         events,
         dir,
     }
+}
+
+/// The queue's own operations over a deployed shape's tables (stack `stack` on LocalStack),
+/// for seeding and looking at what the functions wrote.
+pub async fn shape_queue(stack: &str) -> Arc<shared::queue::Queue> {
+    let sdk = shared::store::dynamodb::sdk_config()
+        .await
+        .expect("AWS environment");
+    let store = shared::store::dynamodb::DynamoStore::new(
+        shared::store::dynamodb::client(&sdk),
+        format!("{stack}-"),
+    );
+    Arc::new(shared::queue::Queue::new(
+        Arc::new(store),
+        Arc::new(shared::signal::LocalSignal::default()),
+        shared::creds::IssuerCredentials {
+            client_id: "static/taskcluster/queue".into(),
+            access_token: "seeding".into(),
+        },
+        shared::queue::QueueConfig {
+            events_from_stream: true,
+            ..Default::default()
+        },
+    ))
 }
 
 impl TestServer {
@@ -265,26 +292,7 @@ impl TestServer {
         if let Some(r) = &self.running {
             return r.api.queue.clone();
         }
-        let stack = &self.shape.as_ref().expect("a server").shape.stack;
-        let sdk = shared::store::dynamodb::sdk_config()
-            .await
-            .expect("AWS environment");
-        let store = shared::store::dynamodb::DynamoStore::new(
-            shared::store::dynamodb::client(&sdk),
-            format!("{stack}-"),
-        );
-        Arc::new(shared::queue::Queue::new(
-            Arc::new(store),
-            Arc::new(shared::signal::LocalSignal::default()),
-            shared::creds::IssuerCredentials {
-                client_id: "static/taskcluster/queue".into(),
-                access_token: "seeding".into(),
-            },
-            shared::queue::QueueConfig {
-                events_from_stream: true,
-                ..Default::default()
-            },
-        ))
+        shape_queue(&self.shape.as_ref().expect("a server").shape.stack).await
     }
 
     /// The server's artifact buckets (the local server's blob store, or the deployed shape's

@@ -33,6 +33,9 @@ use crate::time::Ts;
 use futures_util::future::try_join_all;
 use serde_json::Value;
 
+/// Edge transactions in flight at once for one dependent.
+const EDGE_TRANSACTIONS: usize = 4;
+
 /// Most dependencies a task may have.
 pub const MAX_DEPENDENCIES: usize = 10_000;
 /// Attempts at satisfying one edge under contention on the dependent's status.
@@ -145,34 +148,10 @@ impl Queue {
             .iter()
             .map(|e| edge_item(&e.dependency, dependent, plan.requires, e.satisfied))
             .collect();
-        for chunk in items.chunks(MAX_TRANSACTION_ITEMS) {
-            let ops = chunk
-                .iter()
-                .map(|item| WriteOp::Put {
-                    table: TASKS,
-                    item: item.clone(),
-                    cond: Cond::NotExists,
-                })
-                .collect();
-            match self.store.transact(ops).await {
-                Ok(()) => {}
-                // Some already exist (a repeated createTask): write the others one by one.
-                Err(e) if e.is_condition_failed() => {
-                    for item in chunk {
-                        let op = WriteOp::Put {
-                            table: TASKS,
-                            item: item.clone(),
-                            cond: Cond::NotExists,
-                        };
-                        match self.store.write(op).await {
-                            Ok(_) => {}
-                            Err(e) if e.is_condition_failed() => {}
-                            Err(e) => return Err(e.into()),
-                        }
-                    }
-                }
-                Err(e) => return Err(e.into()),
-            }
+        // Transactions on distinct items: a few at once, as a thousand edges are ten of them.
+        let chunks: Vec<&[Item]> = items.chunks(MAX_TRANSACTION_ITEMS).collect();
+        for group in chunks.chunks(EDGE_TRANSACTIONS) {
+            try_join_all(group.iter().map(|c| self.put_edges(c))).await?;
         }
         let dependent_id = dependent.task_id.as_str();
         let todo: Vec<&str> = plan
@@ -196,6 +175,30 @@ impl Queue {
             .await?;
         }
         Ok(())
+    }
+
+    /// Puts `chunk`'s edges in one transaction; if some already exist (a repeated
+    /// createTask), puts the others one by one.
+    async fn put_edges(&self, chunk: &[Item]) -> ApiResult<()> {
+        let put = |item: &Item| WriteOp::Put {
+            table: TASKS,
+            item: item.clone(),
+            cond: Cond::NotExists,
+        };
+        match self.store.transact(chunk.iter().map(put).collect()).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.is_condition_failed() => {
+                for item in chunk {
+                    match self.store.write(put(item)).await {
+                        Ok(_) => {}
+                        Err(e) if e.is_condition_failed() => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Marks the edge `dependency → dependent` satisfied and counts it on the dependent, in

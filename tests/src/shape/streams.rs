@@ -78,6 +78,7 @@ struct Shard {
 pub async fn run(pool: Arc<Pool>, m: StreamMapping, mut stop: watch::Receiver<bool>) {
     let mut shards: BTreeMap<String, Shard> = BTreeMap::new();
     let mut last_describe = Instant::now() - Duration::from_secs(60);
+    let mut idle = 0u32;
     loop {
         if *stop.borrow() {
             return;
@@ -97,10 +98,16 @@ pub async fn run(pool: Arc<Pool>, m: StreamMapping, mut stop: watch::Receiver<bo
                 Err(e) => tracing::warn!(shard = %shard.id, error = %e, "stream poll failed"),
             }
         }
-        if !busy {
-            // Lambda polls each shard about four times a second.
+        if busy {
+            idle = 0;
+        } else {
+            // Lambda polls each shard about four times a second; an idle stream is polled
+            // less often here (up to once a second), as every poll costs LocalStack's one
+            // DynamoDB process CPU that the functions need.
+            idle = idle.saturating_add(1);
+            let pause = Duration::from_millis(250 * u64::from(idle.min(4)));
             tokio::select! {
-                _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+                _ = tokio::time::sleep(pause) => {}
                 _ = stop.changed() => return,
             }
         }

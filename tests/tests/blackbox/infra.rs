@@ -1478,6 +1478,7 @@ async fn a_decoded_gateway_path_is_served_as_the_client_signed_it() {
         query: None,
         headers: request().headers().clone(),
         body: Default::default(),
+        also_signed: vec![],
     };
     assert_eq!(api.handle(only, raw.clone()).await.status, 401);
     raw.path = encoded;

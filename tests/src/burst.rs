@@ -1,0 +1,61 @@
+//! Bursts of tasks written straight through the queue's own operations (faster than over
+//! HTTP, so that a burst can share one deadline), and the count of what a background pass
+//! still has due. Shared by the deployed shape's tests and the benchmark.
+
+use serde_json::Value;
+use shared::ids::TaskId;
+use shared::queue::Queue;
+use shared::records::task::TASKS;
+use shared::store::shard::{due_upto, shard_pk, SHARDS};
+use shared::store::SkRange;
+use shared::time::Ts;
+use std::sync::Arc;
+
+/// Tasks written at once while seeding.
+const AT_ONCE: usize = 32;
+
+/// Creates `n` tasks (`AT_ONCE` at a time), each from `def(i)`; returns their ids.
+pub async fn seed(queue: &Arc<Queue>, n: usize, def: impl Fn(usize) -> Value) -> Vec<TaskId> {
+    let ids: Vec<TaskId> = (0..n)
+        .map(|_| TaskId::parse(&crate::slugid()).expect("a fresh slugid is a task id"))
+        .collect();
+    for (c, chunk) in ids.chunks(AT_ONCE).enumerate() {
+        futures_util::future::try_join_all(chunk.iter().enumerate().map(|(i, id)| {
+            let mut body = def(c * AT_ONCE + i);
+            shared::schema::validate_input("create-task-request", &mut body)
+                .expect("a valid definition");
+            queue.create_task(id, body, false, Ts::now())
+        }))
+        .await
+        .expect("seeded");
+    }
+    ids
+}
+
+/// Entries of the sharded index `idx` of the tasks table due at `now`, over every shard.
+pub async fn due(queue: &Queue, idx: &'static str, now: Ts) -> usize {
+    let mut n = 0;
+    for shard in 0..SHARDS {
+        let range = SkRange {
+            upto: Some(due_upto(now)),
+            ..Default::default()
+        };
+        n += queue
+            .store
+            .count_index(TASKS, idx, &shard_pk(idx, shard), &range)
+            .await
+            .expect("count") as usize;
+    }
+    n
+}
+
+/// A deadline far enough ahead that `n` more tasks can be seeded before it, at twice the time
+/// a first batch of `def` tasks (default deadlines) took here, plus 20 s: LocalStack's one
+/// DynamoDB process writes from a few to a few dozen tasks a second, with the load.
+pub async fn burst_deadline(queue: &Arc<Queue>, n: usize, def: Value) -> Ts {
+    let t0 = std::time::Instant::now();
+    seed(queue, AT_ONCE, |_| def.clone()).await;
+    let per_task = t0.elapsed() / AT_ONCE as u32;
+    let ahead = std::time::Duration::from_secs(20) + per_task * (2 * n as u32);
+    Ts::now().plus(ahead.as_millis() as i64)
+}
