@@ -7,7 +7,7 @@ use crate::hints::{NoHints, WriteObserver};
 use crate::records::task::{RunState, TaskRecord, SK_DEF, SK_STATUS, TASKS};
 use crate::signal::WorkSignal;
 use crate::store::shard::{due_upto, shard_pk, SHARDS};
-use crate::store::{Cond, Item, SkRange, Store, StoreError, WriteOp};
+use crate::store::{Cond, Item, SkRange, Store, StoreError, WriteOp, MAX_BATCH_GET};
 use crate::time::{Ts, MINUTE};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -61,6 +61,15 @@ pub const GROUP_EXPIRY_EXTENSION_MS: i64 = 60 * MINUTE;
 pub(crate) const MAX_ATTEMPTS: usize = 25;
 /// Store reads or writes a many-item operation keeps in flight at once.
 pub(crate) const PARALLEL: usize = 16;
+
+/// One page of a task listing (see [`Queue::fill_task_page`]).
+pub(crate) struct TaskPage<'a> {
+    /// `{task, status}` of the tasks taken.
+    pub tasks: Vec<Value>,
+    /// Set when the page filled by bytes before the ids ran out: the last id taken (the next
+    /// page starts after it), `None` if not even the first fitted.
+    pub full_after: Option<Option<&'a str>>,
+}
 
 /// Definitions kept in memory before the cache starts over.
 const DEF_CACHE_MAX: usize = 10_000;
@@ -305,18 +314,52 @@ impl Queue {
         )))
     }
 
-    /// `{task, status}` of a task that has not expired, as the list endpoints show it.
-    pub(crate) async fn task_and_status(&self, task_id: &str, now: Ts) -> ApiResult<Option<Value>> {
-        let (Some((rec, _)), Some(mut def)) =
-            (self.load(task_id).await?, self.load_def(task_id).await?)
-        else {
-            return Ok(None);
-        };
-        if rec.expires <= now {
-            return Ok(None);
+    /// A page of `{task, status}` for the listed tasks, in order, skipping expired ones and
+    /// stopping once the page is full by bytes. Read in batches (status and definition of
+    /// half a batch of tasks per request), not one task at a time.
+    pub(crate) async fn fill_task_page<'a, S: AsRef<str>>(
+        &self,
+        ids: &'a [S],
+        now: Ts,
+    ) -> ApiResult<TaskPage<'a>> {
+        let mut out = crate::page::Filler::default();
+        let mut last: Option<&str> = None;
+        for chunk in ids.chunks(MAX_BATCH_GET / 2) {
+            let keys: Vec<(String, String)> = chunk
+                .iter()
+                .flat_map(|id| {
+                    let id = id.as_ref();
+                    [
+                        (id.to_string(), SK_STATUS.to_string()),
+                        (id.to_string(), SK_DEF.to_string()),
+                    ]
+                })
+                .collect();
+            let items = self.store.get_many(TASKS, &keys, true).await?;
+            for (id, pair) in chunk.iter().zip(items.chunks(2)) {
+                let (Some(status), Some(def)) = (&pair[0], &pair[1]) else {
+                    continue;
+                };
+                let rec: TaskRecord = serde_json::from_value(status.data.clone())?;
+                // Expired tasks (deleted or not yet) are skipped.
+                if rec.expires <= now {
+                    continue;
+                }
+                let mut def = def.data.clone();
+                def["priority"] = json!(rec.priority.as_str());
+                if !out.push(json!({ "task": def, "status": rec.status_json() })) {
+                    return Ok(TaskPage {
+                        tasks: out.into_items(),
+                        full_after: Some(last),
+                    });
+                }
+                last = Some(id.as_ref());
+            }
         }
-        def["priority"] = json!(rec.priority.as_str());
-        Ok(Some(json!({ "task": def, "status": rec.status_json() })))
+        Ok(TaskPage {
+            tasks: out.into_items(),
+            full_after: None,
+        })
     }
 
     /// Entries of a sharded time-ordered index of `table` that are due at `now`, up to

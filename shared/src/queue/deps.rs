@@ -22,7 +22,7 @@
 
 use super::core::{backoff, Pass, Queue, PARALLEL};
 use crate::error::{ApiError, ApiResult, ErrorCode};
-use crate::page::{encode_token, Filler, PageReq, MAX_PAGE};
+use crate::page::{encode_token, PageReq, MAX_PAGE};
 use crate::records::edge::{
     dependent_of, edge_item, is_satisfied, satisfied_edge, sk_dependent, Requires,
     SK_DEPENDENT_PREFIX,
@@ -364,21 +364,11 @@ impl Queue {
             .await?;
         let ids: Vec<&str> = res.items.iter().filter_map(dependent_of).collect();
         let mut next = res.next.clone();
-        let mut out = Filler::default();
-        let mut last: Option<&str> = None;
-        'fill: for chunk in ids.chunks(PARALLEL) {
-            let found = try_join_all(chunk.iter().map(|id| self.task_and_status(id, now))).await?;
-            for (id, task) in chunk.iter().zip(found) {
-                // An edge whose dependent is gone (expired) is skipped.
-                let Some(task) = task else { continue };
-                if !out.push(task) {
-                    // Full: the next page starts just after the last edge taken.
-                    next = last.map(|l| (sk_dependent(l), task_id.to_string(), sk_dependent(l)));
-                    break 'fill;
-                }
-                last = Some(id);
-            }
+        let page = self.fill_task_page(&ids, now).await?;
+        if let Some(last) = page.full_after {
+            // Full: the next page starts just after the last edge taken.
+            next = last.map(|l| (sk_dependent(l), task_id.to_string(), sk_dependent(l)));
         }
-        Ok((out.into_items(), next.as_ref().map(encode_token)))
+        Ok((page.tasks, next.as_ref().map(encode_token)))
     }
 }

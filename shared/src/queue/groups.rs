@@ -20,7 +20,7 @@
 use super::core::{backoff, Queue, MAX_ATTEMPTS, PARALLEL};
 use super::counter;
 use crate::error::{ApiError, ApiResult};
-use crate::page::{encode_token, Filler, PageReq, MAX_PAGE};
+use crate::page::{encode_token, PageReq, MAX_PAGE};
 use crate::records::group::{
     member_task_id, sk_member, GroupRecord, SK_GROUP, SK_MEMBER_PREFIX, TASK_GROUPS,
 };
@@ -68,22 +68,12 @@ impl Queue {
         let (ids, mut next) = self
             .members_page(group_id, page.cursor()?.as_ref(), page.limit)
             .await?;
-        let mut tasks = Filler::default();
-        let mut last: Option<&str> = None;
-        'fill: for chunk in ids.chunks(PARALLEL) {
-            let found = try_join_all(chunk.iter().map(|id| self.task_and_status(id, now))).await?;
-            for (id, task) in chunk.iter().zip(found) {
-                // Expired members (deleted or not yet) are skipped.
-                let Some(task) = task else { continue };
-                if !tasks.push(task) {
-                    // Full: the next page starts just after the last member taken.
-                    next = last.map(|l| (sk_member(l), group_id.to_string(), sk_member(l)));
-                    break 'fill;
-                }
-                last = Some(id);
-            }
+        let page = self.fill_task_page(&ids, now).await?;
+        if let Some(last) = page.full_after {
+            // Full: the next page starts just after the last member taken.
+            next = last.map(|l| (sk_member(l), group_id.to_string(), sk_member(l)));
         }
-        Ok((group, tasks.into_items(), next.as_ref().map(encode_token)))
+        Ok((group, page.tasks, next.as_ref().map(encode_token)))
     }
 
     /// One page of a group's member taskIds, in taskId order.
