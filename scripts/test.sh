@@ -50,8 +50,10 @@ TCQ_TEST_BACKEND=localstack cargo test -p blackbox --locked --tests -- --test-th
 TCQ_TEST_BACKEND=localstack cargo test "${ALONE[@]}"
 
 # The deployed shape (README "Deployed shape"): every function of the template its own process
-# over LocalStack, streams and schedules included. A bounded subset here (bursts of 300, the
-# thousand-task fan-in and fan-out left out); bash scripts/test-shape.sh runs the whole suite.
+# over LocalStack, streams and schedules included. A bounded subset here (bursts of 300; the
+# thousand-task fan-in and fan-out and the thousand 6 KB tasks listed by bytes, which the
+# embedded and DynamoDB passes above run, left out); bash scripts/test-shape.sh runs it all.
 TCQ_TEST_BACKEND=shape TCQ_SHAPE_BURST=300 cargo test -p blackbox --test blackbox --locked -- \
   --test-threads=2 lifecycle:: dependencies:: task_groups:: artifacts:: events:: scheduler:: shape:: \
-  --skip fan_in_a_thousand --skip fan_out_one_task_releases_a_thousand
+  --skip fan_in_a_thousand --skip fan_out_one_task_releases_a_thousand \
+  --skip listings_page_by_bytes_with_6_kb_definitions

@@ -316,7 +316,7 @@ impl Queue {
 
     /// A page of `{task, status}` for the listed tasks, in order, skipping expired ones and
     /// stopping once the page is full by bytes. Read in batches (status and definition of
-    /// half a batch of tasks per request), not one task at a time.
+    /// 200 tasks at a time), not one task at a time.
     pub(crate) async fn fill_task_page<'a, S: AsRef<str>>(
         &self,
         ids: &'a [S],
@@ -324,7 +324,8 @@ impl Queue {
     ) -> ApiResult<TaskPage<'a>> {
         let mut out = crate::page::Filler::default();
         let mut last: Option<&str> = None;
-        for chunk in ids.chunks(MAX_BATCH_GET / 2) {
+        // Two keys a task; the store reads a few batches at once.
+        for chunk in ids.chunks(MAX_BATCH_GET * 2) {
             let keys: Vec<(String, String)> = chunk
                 .iter()
                 .flat_map(|id| {

@@ -20,6 +20,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+/// BatchGetItem requests in flight at once for one `get_many`.
+const BATCH_GETS_AT_ONCE: usize = 4;
+
 type Attrs = HashMap<String, AttributeValue>;
 
 /// Capacity units consumed so far, in thousandths of a unit.
@@ -125,6 +128,64 @@ fn condition(cond: Cond) -> Option<(String, Option<(String, AttributeValue)>)> {
 }
 
 impl DynamoStore {
+    /// One BatchGetItem of at most [`MAX_BATCH_GET`] distinct keys of table `name`, asking
+    /// again (backing off) for the keys DynamoDB leaves for later (throughput, 16 MB).
+    async fn batch_get(
+        &self,
+        name: &str,
+        chunk: &[&(String, String)],
+        consistent: bool,
+    ) -> Result<Vec<Item>, StoreError> {
+        use aws_sdk_dynamodb::types::KeysAndAttributes;
+        let mut todo: Vec<Attrs> = chunk
+            .iter()
+            .map(|(pk, sk)| Attrs::from([("pk".into(), s(pk)), ("sk".into(), s(sk))]))
+            .collect();
+        let mut out_items = Vec::with_capacity(chunk.len());
+        let mut attempt = 0u32;
+        while !todo.is_empty() {
+            let ask = KeysAndAttributes::builder()
+                .set_keys(Some(std::mem::take(&mut todo)))
+                .consistent_read(consistent)
+                .build()
+                .map_err(|e| StoreError::Other(e.to_string()))?;
+            let out = self
+                .client
+                .batch_get_item()
+                .request_items(name, ask)
+                .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
+                .send()
+                .await
+                .map_err(sdk_err)?;
+            self.usage.requests.fetch_add(1, Ordering::Relaxed);
+            for cc in out.consumed_capacity() {
+                self.count_units(Some(cc), false);
+            }
+            for m in out
+                .responses()
+                .and_then(|r| r.get(name))
+                .into_iter()
+                .flatten()
+            {
+                out_items.push(Self::decode(m)?);
+            }
+            todo = out
+                .unprocessed_keys()
+                .and_then(|u| u.get(name))
+                .map(|k| k.keys().to_vec())
+                .unwrap_or_default();
+            if !todo.is_empty() {
+                attempt += 1;
+                if attempt > 8 {
+                    return Err(StoreError::Throttled);
+                }
+                let ms = (25u64 << attempt.min(6)).min(1_000);
+                tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+            }
+        }
+        Ok(out_items)
+    }
+
     /// A store over `client`; physical table names are `<prefix><table>`.
     pub fn new(client: Client, prefix: impl Into<String>) -> Self {
         DynamoStore {
@@ -340,68 +401,10 @@ impl DynamoStore {
         }
     }
 
-    /// Strongly consistent reads of many items of one table (BatchGetItem, 100 keys per
-    /// request; keys DynamoDB leaves unprocessed are asked for again with backoff).
-    async fn batch_get(
-        &self,
-        table: &str,
-        keys: &[(String, String)],
-    ) -> Result<HashMap<(String, String), Item>, StoreError> {
-        use aws_sdk_dynamodb::types::KeysAndAttributes;
-        let name = self.table(table);
-        let mut out = HashMap::new();
-        for chunk in keys.chunks(100) {
-            let mut wanted: Vec<Attrs> = chunk
-                .iter()
-                .map(|(pk, sk)| Attrs::from([("pk".into(), s(pk)), ("sk".into(), s(sk))]))
-                .collect();
-            let mut attempt = 0u32;
-            while !wanted.is_empty() {
-                let req = KeysAndAttributes::builder()
-                    .set_keys(Some(std::mem::take(&mut wanted)))
-                    .consistent_read(true)
-                    .build()
-                    .map_err(other)?;
-                let resp = self
-                    .client
-                    .batch_get_item()
-                    .request_items(&name, req)
-                    .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
-                    .send()
-                    .await
-                    .map_err(sdk_err)?;
-                self.count(resp.consumed_capacity().first(), false);
-                for m in resp
-                    .responses()
-                    .and_then(|r| r.get(&name))
-                    .into_iter()
-                    .flatten()
-                {
-                    let it = Self::decode(m)?;
-                    out.insert((it.pk.clone(), it.sk.clone()), it);
-                }
-                wanted = resp
-                    .unprocessed_keys()
-                    .and_then(|u| u.get(&name))
-                    .map(|k| k.keys().to_vec())
-                    .unwrap_or_default();
-                if !wanted.is_empty() {
-                    attempt += 1;
-                    if attempt > 8 {
-                        return Err(StoreError::Throttled);
-                    }
-                    tokio::time::sleep(std::time::Duration::from_millis(25 << attempt.min(6)))
-                        .await;
-                }
-            }
-        }
-        Ok(out)
-    }
-
     #[allow(clippy::too_many_arguments)]
     async fn query_inner(
         &self,
-        table: &str,
+        table: &'static str,
         index: Option<&str>,
         pk: &str,
         range: &SkRange,
@@ -490,8 +493,12 @@ impl DynamoStore {
                 .iter()
                 .map(|(_, pk, sk)| (pk.clone(), sk.clone()))
                 .collect();
-            let mut found = self.batch_get(table, &keys).await?;
-            items = keys.iter().filter_map(|k| found.remove(k)).collect();
+            items = self
+                .get_many(table, &keys, true)
+                .await?
+                .into_iter()
+                .flatten()
+                .collect();
         }
         Ok((Page { items, next }, total))
     }
@@ -575,56 +582,21 @@ impl Store for DynamoStore {
         keys: &[(String, String)],
         consistent: bool,
     ) -> Result<Vec<Option<Item>>, StoreError> {
-        use aws_sdk_dynamodb::types::KeysAndAttributes;
         let name = self.table(table);
-        let mut found: HashMap<(String, String), Item> = HashMap::with_capacity(keys.len());
         // BatchGetItem refuses a request that names one key twice.
         let mut seen = std::collections::HashSet::with_capacity(keys.len());
         let unique: Vec<&(String, String)> = keys.iter().filter(|k| seen.insert(*k)).collect();
-        for chunk in unique.chunks(MAX_BATCH_GET) {
-            let mut todo: Vec<Attrs> = chunk
-                .iter()
-                .map(|(pk, sk)| Attrs::from([("pk".into(), s(pk)), ("sk".into(), s(sk))]))
-                .collect();
-            let mut attempt = 0u32;
-            while !todo.is_empty() {
-                let ask = KeysAndAttributes::builder()
-                    .set_keys(Some(std::mem::take(&mut todo)))
-                    .consistent_read(consistent)
-                    .build()
-                    .map_err(|e| StoreError::Other(e.to_string()))?;
-                let out = self
-                    .client
-                    .batch_get_item()
-                    .request_items(&name, ask)
-                    .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
-                    .send()
-                    .await
-                    .map_err(sdk_err)?;
-                self.usage.requests.fetch_add(1, Ordering::Relaxed);
-                for cc in out.consumed_capacity() {
-                    self.count_units(Some(cc), false);
-                }
-                for m in out
-                    .responses()
-                    .and_then(|r| r.get(&name))
-                    .into_iter()
-                    .flatten()
-                {
-                    let item = Self::decode(m)?;
-                    found.insert((item.pk.clone(), item.sk.clone()), item);
-                }
-                // Keys DynamoDB left for later (throughput, 16 MB): ask again, backing off.
-                todo = out
-                    .unprocessed_keys()
-                    .and_then(|u| u.get(&name))
-                    .map(|k| k.keys().to_vec())
-                    .unwrap_or_default();
-                if !todo.is_empty() {
-                    attempt += 1;
-                    let ms = (25u64 << attempt.min(6)).min(1_000);
-                    tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
-                }
+        let mut found: HashMap<(String, String), Item> = HashMap::with_capacity(keys.len());
+        // A few requests in flight at once.
+        for group in unique.chunks(MAX_BATCH_GET * BATCH_GETS_AT_ONCE) {
+            let read = futures_util::future::try_join_all(
+                group
+                    .chunks(MAX_BATCH_GET)
+                    .map(|chunk| self.batch_get(&name, chunk, consistent)),
+            )
+            .await?;
+            for item in read.into_iter().flatten() {
+                found.insert((item.pk.clone(), item.sk.clone()), item);
             }
         }
         Ok(keys.iter().map(|k| found.get(k).cloned()).collect())

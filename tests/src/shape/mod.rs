@@ -184,7 +184,7 @@ impl Shape {
                             Some(p) => *p,
                             None => period.div_f64(cfg.speedup.max(1.0)),
                         };
-                        tokio::spawn(schedules::run(pool, every, cfg.speedup, stop))
+                        tokio::spawn(schedules::run(pool, every, period, cfg.speedup, stop))
                     }
                     Source::Stream(m) => tokio::spawn(streams::run(pool, m, stop)),
                     Source::Broker(m) => tokio::spawn(mq::run(
