@@ -189,6 +189,20 @@ struct Client {
 }
 
 impl Client {
+    /// A client of the queue under `root_url`, pooling a connection per load client.
+    fn new(root_url: &str, clients: usize) -> Client {
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(clients + 8)
+            .tcp_nodelay(true)
+            .timeout(Duration::from_secs(30))
+            .build()
+            .expect("http client");
+        Client {
+            http,
+            api: format!("{root_url}/api/queue/v1"),
+        }
+    }
+
     async fn call(
         &self,
         method: reqwest::Method,
@@ -554,16 +568,7 @@ fn localstack_phase(
             return None;
         }
     };
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(clients + 8)
-        .tcp_nodelay(true)
-        .timeout(Duration::from_secs(30))
-        .build()
-        .expect("http client");
-    let client = Client {
-        http,
-        api: format!("{}/api/queue/v1", running.root_url()),
-    };
+    let client = Client::new(&running.root_url(), clients);
     println!();
     println!("== the same phase 1 on the LocalStack backend (DynamoDB tables {prefix}*) ==");
     println!("clients={clients} lifecycles={total} warmup={warmup}");
@@ -702,16 +707,7 @@ fn shape_phase(
             return None;
         }
     };
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(clients + 8)
-        .tcp_nodelay(true)
-        .timeout(Duration::from_secs(30))
-        .build()
-        .expect("http client");
-    let client = Client {
-        http,
-        api: format!("{}/api/queue/v1", shape.root_url()),
-    };
+    let client = Client::new(&shape.root_url(), clients);
     println!();
     println!("== phases 1 and 2 on the deployed shape (stack {stack}, {lambda}) ==");
     println!("clients={clients} lifecycles={total} pickup samples={samples}");
@@ -776,17 +772,10 @@ fn main() {
     let running = srv_rt
         .block_on(functions::start(cfg, Arc::new(NullSink)))
         .expect("server starts");
-    let api = format!("{}/api/queue/v1", running.root_url());
 
     // Load generator: one shared connection pool.
     let load_rt = runtime("load", load_threads);
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(clients + 8)
-        .tcp_nodelay(true)
-        .timeout(Duration::from_secs(30))
-        .build()
-        .expect("http client");
-    let client = Client { http, api };
+    let client = Client::new(&running.root_url(), clients);
 
     println!("== tc-queue core benchmark: local server, embedded SQLite backend ==");
     println!(

@@ -218,14 +218,18 @@ async fn spawn_shape(cfg: ServerConfig, dir: tempfile::TempDir) -> TestServer {
 /// The queue's own operations over a deployed shape's tables (stack `stack` on LocalStack),
 /// for seeding and looking at what the functions wrote.
 pub async fn shape_queue(stack: &str) -> Arc<shared::queue::Queue> {
+    Arc::new(queue_over(&format!("{stack}-"), true).await)
+}
+
+/// The queue's own operations over DynamoDB tables named `<prefix><table>` (LocalStack from
+/// the `AWS_*` variables), its events taken from the tables' streams if `from_stream`.
+pub async fn queue_over(prefix: &str, from_stream: bool) -> shared::queue::Queue {
     let sdk = shared::store::dynamodb::sdk_config()
         .await
         .expect("AWS environment");
-    let store = shared::store::dynamodb::DynamoStore::new(
-        shared::store::dynamodb::client(&sdk),
-        format!("{stack}-"),
-    );
-    Arc::new(shared::queue::Queue::new(
+    let store =
+        shared::store::dynamodb::DynamoStore::new(shared::store::dynamodb::client(&sdk), prefix);
+    shared::queue::Queue::new(
         Arc::new(store),
         Arc::new(shared::signal::LocalSignal::default()),
         shared::creds::IssuerCredentials {
@@ -233,10 +237,10 @@ pub async fn shape_queue(stack: &str) -> Arc<shared::queue::Queue> {
             access_token: "seeding".into(),
         },
         shared::queue::QueueConfig {
-            events_from_stream: true,
+            events_from_stream: from_stream,
             ..Default::default()
         },
-    ))
+    )
 }
 
 impl TestServer {

@@ -227,35 +227,36 @@ pub async fn delete_all(t: &Template) {
             .ok()
             .and_then(|v| v.as_str().map(String::from))
     };
+    type Body = fn(String) -> Value;
+    let kinds: [(&str, &str, &str, &str, Body); 3] = [
+        (
+            "AWS::DynamoDB::Table",
+            "dynamodb",
+            "1.0",
+            "DynamoDB_20120810.DeleteTable",
+            |n| json!({ "TableName": n }),
+        ),
+        (
+            "AWS::SQS::Queue",
+            "sqs",
+            "1.0",
+            "AmazonSQS.DeleteQueue",
+            |u| json!({ "QueueUrl": u }),
+        ),
+        (
+            "AWS::SecretsManager::Secret",
+            "secretsmanager",
+            "1.1",
+            "secretsmanager.DeleteSecret",
+            |a| json!({ "SecretId": a, "ForceDeleteWithoutRecovery": true }),
+        ),
+    ];
     let mut calls = vec![];
-    for (id, _) in t.resources("AWS::DynamoDB::Table") {
-        if let Some(name) = physical(&id) {
-            calls.push((
-                "dynamodb",
-                "1.0",
-                "DynamoDB_20120810.DeleteTable".to_string(),
-                json!({ "TableName": name }),
-            ));
-        }
-    }
-    for (id, _) in t.resources("AWS::SQS::Queue") {
-        if let Some(url) = physical(&id) {
-            calls.push((
-                "sqs",
-                "1.0",
-                "AmazonSQS.DeleteQueue".to_string(),
-                json!({ "QueueUrl": url }),
-            ));
-        }
-    }
-    for (id, _) in t.resources("AWS::SecretsManager::Secret") {
-        if let Some(arn) = physical(&id) {
-            calls.push((
-                "secretsmanager",
-                "1.1",
-                "secretsmanager.DeleteSecret".to_string(),
-                json!({ "SecretId": arn, "ForceDeleteWithoutRecovery": true }),
-            ));
+    for (kind, service, version, target, body) in kinds {
+        for (id, _) in t.resources(kind) {
+            if let Some(name) = physical(&id) {
+                calls.push((service, version, target.to_string(), body(name)));
+            }
         }
     }
     for (service, version, target, body) in calls {

@@ -195,19 +195,7 @@ async fn resolutions_reach_the_resolver(from_stream: bool) {
     use shared::ids::{TaskId, TaskQueueId};
     let prefix = localstack_tables("dr", true).await;
     let start = stream_start(&prefix).await;
-    let sdk = dynamodb::sdk_config().await.expect("AWS environment");
-    let queue = shared::queue::Queue::new(
-        std::sync::Arc::new(dynamodb::DynamoStore::new(dynamodb::client(&sdk), &prefix)),
-        std::sync::Arc::new(shared::signal::LocalSignal::default()),
-        shared::creds::IssuerCredentials {
-            client_id: "static/q".into(),
-            access_token: "t".into(),
-        },
-        shared::queue::QueueConfig {
-            events_from_stream: from_stream,
-            ..Default::default()
-        },
-    );
+    let queue = blackbox::queue_over(&prefix, from_stream).await;
     let tq = TaskQueueId::parse(&task_queue_id()).expect("queue id");
     let body = |deps: Value| {
         let mut b = task_def(tq.as_str());
