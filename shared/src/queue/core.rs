@@ -168,13 +168,47 @@ impl Queue {
                 .await?
                 .map(|i| i.data),
         };
-        if let (Some(d), Ok(mut cache)) = (&def, self.defs.lock()) {
+        if let Some(d) = &def {
+            self.remember_def(task_id, d);
+        }
+        Ok(def)
+    }
+
+    fn remember_def(&self, task_id: &str, def: &Value) {
+        if let Ok(mut cache) = self.defs.lock() {
             if cache.len() >= DEF_CACHE_MAX {
                 cache.clear();
             }
-            cache.insert(task_id.to_string(), d.clone());
+            cache.insert(task_id.to_string(), def.clone());
         }
-        Ok(def)
+    }
+
+    /// Several tasks' definitions, in the order of `ids`, as [`Queue::load_def`] reads one:
+    /// from the cache, else one batched eventually consistent read, else (a task created
+    /// moments ago) a batched strong one.
+    async fn load_defs(&self, ids: &[&str]) -> ApiResult<Vec<Option<Value>>> {
+        let mut out: Vec<Option<Value>> = match self.defs.lock() {
+            Ok(cache) => ids.iter().map(|id| cache.get(*id).cloned()).collect(),
+            Err(_) => vec![None; ids.len()],
+        };
+        for consistent in [false, true] {
+            let missing: Vec<usize> = (0..ids.len()).filter(|i| out[*i].is_none()).collect();
+            if missing.is_empty() {
+                break;
+            }
+            let keys: Vec<(String, String)> = missing
+                .iter()
+                .map(|i| (ids[*i].to_string(), SK_DEF.to_string()))
+                .collect();
+            let found = self.store.get_many(TASKS, &keys, consistent).await?;
+            for (i, item) in missing.into_iter().zip(found) {
+                if let Some(item) = item {
+                    self.remember_def(ids[i], &item.data);
+                    out[i] = Some(item.data);
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Drops a definition from the cache (its task expired).
@@ -315,8 +349,8 @@ impl Queue {
     }
 
     /// A page of `{task, status}` for the listed tasks, in order, skipping expired ones and
-    /// stopping once the page is full by bytes. Read in batches (status and definition of
-    /// 200 tasks at a time), not one task at a time.
+    /// stopping once the page is full by bytes. Read in batches of 200 tasks (statuses
+    /// strongly, definitions as [`Queue::load_defs`] reads them), not one task at a time.
     pub(crate) async fn fill_task_page<'a, S: AsRef<str>>(
         &self,
         ids: &'a [S],
@@ -324,29 +358,19 @@ impl Queue {
     ) -> ApiResult<TaskPage<'a>> {
         let mut out = crate::page::Filler::default();
         let mut last: Option<&str> = None;
-        // Two keys a task; the store reads a few batches at once.
+        // The store reads a few batches at once.
         for chunk in ids.chunks(MAX_BATCH_GET * 2) {
-            let keys: Vec<(String, String)> = chunk
-                .iter()
-                .flat_map(|id| {
-                    let id = id.as_ref();
-                    [
-                        (id.to_string(), SK_STATUS.to_string()),
-                        (id.to_string(), SK_DEF.to_string()),
-                    ]
-                })
-                .collect();
-            let items = self.store.get_many(TASKS, &keys, true).await?;
-            for (id, pair) in chunk.iter().zip(items.chunks(2)) {
-                let (Some(status), Some(def)) = (&pair[0], &pair[1]) else {
+            let chunk_ids: Vec<&str> = chunk.iter().map(AsRef::as_ref).collect();
+            let (statuses, defs) =
+                tokio::try_join!(self.load_many(&chunk_ids), self.load_defs(&chunk_ids))?;
+            for ((id, rec), def) in chunk.iter().zip(statuses).zip(defs) {
+                let (Some(rec), Some(mut def)) = (rec, def) else {
                     continue;
                 };
-                let rec: TaskRecord = serde_json::from_value(status.data.clone())?;
                 // Expired tasks (deleted or not yet) are skipped.
                 if rec.expires <= now {
                     continue;
                 }
-                let mut def = def.data.clone();
                 def["priority"] = json!(rec.priority.as_str());
                 if !out.push(json!({ "task": def, "status": rec.status_json() })) {
                     return Ok(TaskPage {
