@@ -7,12 +7,23 @@ use shared::auth::{AuthService, ClientRecord};
 use shared::blobs::{BlobStore, S3Blobs};
 use shared::creds::IssuerCredentials;
 use shared::queue::Queue;
+use shared::signal::{amqp::AmqpSignal, LocalSignal, WorkSignal};
 use shared::store::dynamodb::{self, DynamoStore};
 use shared::store::Store;
 use std::sync::Arc;
 
 /// A start-up failure, with what failed in its message.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The work signal of a process: wake-ups through the broker at `amqp_url` when there is
+/// one (they then reach claimWork calls waiting in other processes), else this process's
+/// own. Starts a background task: call within a tokio runtime.
+pub fn work_signal(amqp_url: Option<&str>, settings: &QueueSettings) -> Arc<dyn WorkSignal> {
+    match amqp_url {
+        Some(url) => Arc::new(AmqpSignal::start(url, &settings.exchange_prefix)),
+        None => Arc::new(LocalSignal::default()),
+    }
+}
 
 /// The auth service with the static clients: root (when configured) and the queue's own
 /// (both `*`: the queue issues credentials for any task's scopes).

@@ -17,6 +17,19 @@ pub struct QueueSettings {
     /// How long claimWork waits for work, in milliseconds.
     #[arg(long, env = "TCQ_CLAIM_WORK_TIMEOUT_MS", default_value_t = 20_000)]
     pub claim_work_timeout_ms: u64,
+    /// A waiting claimWork re-reads the pending index this long after its first empty read,
+    /// in milliseconds (then less and less often, up to the maximum below).
+    #[arg(long, env = "TCQ_CLAIM_WORK_POLL_MS", default_value_t = shared::queue::PollSchedule::default().first_ms)]
+    pub claim_work_poll_ms: u64,
+    /// Longest interval between a waiting claimWork's reads of the pending index, in
+    /// milliseconds.
+    #[arg(long, env = "TCQ_CLAIM_WORK_POLL_MAX_MS", default_value_t = shared::queue::PollSchedule::default().max_ms)]
+    pub claim_work_poll_max_ms: u64,
+    /// The concurrency reserved for claimWork (the claim-work function's, as deployed): at
+    /// most four fifths of it may wait at once, so that calls that find work always get an
+    /// instance; past that, a call that finds no work answers at once. Unset: unlimited.
+    #[arg(long, env = "TCQ_CLAIM_WORK_CONCURRENCY")]
+    pub claim_work_concurrency: Option<u32>,
     /// Longest allowed task deadline, in days.
     #[arg(long, env = "TCQ_MAX_TASK_DEADLINE_DAYS", default_value_t = 5)]
     pub max_task_deadline_days: i64,
@@ -80,6 +93,13 @@ impl QueueSettings {
         QueueConfig {
             claim_timeout_ms: (self.claim_timeout_secs * 1000) as i64,
             claim_work_timeout_ms: self.claim_work_timeout_ms as i64,
+            claim_work_slots: self
+                .claim_work_concurrency
+                .map(|r| r.saturating_sub((r / 5).max(1)).max(1)),
+            claim_work_poll: shared::queue::PollSchedule {
+                first_ms: self.claim_work_poll_ms,
+                max_ms: self.claim_work_poll_max_ms,
+            },
             max_task_deadline_days: self.max_task_deadline_days,
             group_expiry_extension_ms: self.group_expiry_extension_ms,
             exchange_prefix: self.exchange_prefix.clone(),

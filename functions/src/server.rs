@@ -19,7 +19,6 @@ use shared::hints::LocalHints;
 use shared::jobs::{self, Publisher};
 use shared::queue::Queue;
 use shared::scheduler::SchedulerSink;
-use shared::signal::LocalSignal;
 use shared::store::sqlite::SqliteStore;
 use shared::store::Store;
 use shared::time::Ts;
@@ -203,7 +202,7 @@ pub async fn start(cfg: ServerConfig, sink: Arc<dyn EventSink>) -> Result<Runnin
     let queue = Arc::new(
         Queue::new(
             store,
-            Arc::new(LocalSignal::default()),
+            assemble::work_signal(cfg.amqp_url.as_deref(), &cfg.queue),
             issuer,
             cfg.queue.queue_config(),
         )
@@ -364,24 +363,29 @@ async fn serve_blob(blobs: Arc<LocalBlobs>, req: Request<Body>) -> Response<Body
             .body(Body::empty())
             .unwrap_or_else(|_| Response::new(Body::empty()));
     };
-    let ct = parts
-        .headers
-        .get(axum::http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok());
+    let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
+    let stored: Vec<(&str, &str)> = shared::blobs::STORED_HEADERS
+        .iter()
+        .filter_map(|h| header(h).map(|v| (*h, v)))
+        .collect();
     let out = blobs
         .serve(
             parts.method.as_str(),
             parts.uri.path(),
             parts.uri.query(),
-            ct,
+            header("content-type"),
+            &stored,
             &body,
             Ts::now(),
         )
         .await;
-    Response::builder()
+    let mut resp = Response::builder()
         .status(StatusCode::from_u16(out.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
-        .header("content-type", out.content_type)
-        .body(Body::from(out.body))
+        .header("content-type", out.content_type);
+    for (k, v) in &out.headers {
+        resp = resp.header(k.as_str(), v.as_str());
+    }
+    resp.body(Body::from(out.body))
         .unwrap_or_else(|_| Response::new(Body::empty()))
 }
 

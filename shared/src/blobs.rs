@@ -106,6 +106,16 @@ impl BlobStore for NoBlobs {
 /// Path prefix under which the local server answers blob URLs.
 pub const LOCAL_PREFIX: &str = "/__blobs/";
 
+/// Headers of a PUT that S3 keeps with the object and sends back on GET and HEAD (besides
+/// Content-Type): workers upload gzipped logs with `Content-Encoding: gzip`, and clients
+/// decode them on download only if the header comes back.
+pub const STORED_HEADERS: [&str; 4] = [
+    "content-encoding",
+    "content-disposition",
+    "cache-control",
+    "content-language",
+];
+
 /// Blobs as files under a directory, served by the local server at [`LOCAL_PREFIX`].
 pub struct LocalBlobs {
     dir: PathBuf,
@@ -120,6 +130,9 @@ pub struct BlobResponse {
     pub status: u16,
     /// Content-Type of the body.
     pub content_type: String,
+    /// Further headers: those of [`STORED_HEADERS`] the object was stored with, and on HEAD
+    /// the object's Content-Length.
+    pub headers: Vec<(String, String)>,
     /// The body.
     pub body: Vec<u8>,
 }
@@ -129,6 +142,7 @@ impl BlobResponse {
         BlobResponse {
             status,
             content_type: "text/plain; charset=utf-8".into(),
+            headers: vec![],
             body: msg.as_bytes().to_vec(),
         }
     }
@@ -181,13 +195,16 @@ impl LocalBlobs {
     }
 
     /// Answers a request for a blob URL. `path` is the raw path (with [`LOCAL_PREFIX`]),
-    /// `content_type` the request's header; `now` decides expiry.
+    /// `content_type` the request's header, `stored` its headers of [`STORED_HEADERS`] (kept
+    /// by a PUT); `now` decides expiry.
+    #[allow(clippy::too_many_arguments)]
     pub async fn serve(
         &self,
         method: &str,
         path: &str,
         query: Option<&str>,
         content_type: Option<&str>,
+        stored: &[(&str, &str)],
         body: &[u8],
         now: Ts,
     ) -> BlobResponse {
@@ -254,7 +271,15 @@ impl LocalBlobs {
                 // Write then rename, so that a reader never sees half an object.
                 let tmp = file.with_extension(format!("tmp{}", crate::ids::new_slugid()));
                 tokio::fs::write(&tmp, body).await?;
-                tokio::fs::write(file.with_extension("ct"), ct).await?;
+                let mut meta = serde_json::Map::new();
+                meta.insert("content-type".into(), ct.into());
+                for (k, v) in stored {
+                    let k = k.to_ascii_lowercase();
+                    if STORED_HEADERS.contains(&k.as_str()) {
+                        meta.insert(k, (*v).into());
+                    }
+                }
+                tokio::fs::write(file.with_extension("meta"), serde_json::to_vec(&meta)?).await?;
                 tokio::fs::rename(&tmp, &file).await
             };
             return match write.await {
@@ -263,15 +288,42 @@ impl LocalBlobs {
             };
         }
         match tokio::fs::read(&file).await {
-            Ok(bytes) => BlobResponse {
-                status: 200,
-                content_type: tokio::fs::read_to_string(file.with_extension("ct"))
-                    .await
-                    .unwrap_or_else(|_| "application/octet-stream".into()),
-                body: if method == "HEAD" { vec![] } else { bytes },
-            },
+            Ok(bytes) => {
+                let meta = read_meta(&file).await;
+                let content_type = meta
+                    .get("content-type")
+                    .cloned()
+                    .unwrap_or_else(|| "application/octet-stream".into());
+                let mut headers: Vec<(String, String)> = STORED_HEADERS
+                    .iter()
+                    .filter_map(|h| meta.get(*h).map(|v| (h.to_string(), v.clone())))
+                    .collect();
+                if method == "HEAD" {
+                    headers.push(("content-length".into(), bytes.len().to_string()));
+                }
+                BlobResponse {
+                    status: 200,
+                    content_type,
+                    headers,
+                    body: if method == "HEAD" { vec![] } else { bytes },
+                }
+            }
             Err(_) => BlobResponse::text(404, "no such key"),
         }
+    }
+}
+
+/// The headers an object was stored with: its `.meta` file, or the Content-Type alone of an
+/// object stored before headers were kept (`.ct`).
+async fn read_meta(file: &std::path::Path) -> std::collections::BTreeMap<String, String> {
+    if let Ok(bytes) = tokio::fs::read(file.with_extension("meta")).await {
+        if let Ok(m) = serde_json::from_slice(&bytes) {
+            return m;
+        }
+    }
+    match tokio::fs::read_to_string(file.with_extension("ct")).await {
+        Ok(ct) => [("content-type".to_string(), ct)].into(),
+        Err(_) => Default::default(),
     }
 }
 
@@ -320,7 +372,11 @@ impl BlobStore for LocalBlobs {
     async fn delete(&self, bucket: Bucket, keys: &[String]) -> Result<(), BlobError> {
         for key in keys {
             let file = self.path(bucket_dir(bucket), key);
-            for f in [file.clone(), file.with_extension("ct")] {
+            for f in [
+                file.clone(),
+                file.with_extension("meta"),
+                file.with_extension("ct"),
+            ] {
                 match tokio::fs::remove_file(&f).await {
                     Ok(()) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -536,7 +592,7 @@ mod tests {
             .unwrap();
         let (p, q) = parts(&put);
         let wrong_ct = b
-            .serve("PUT", &p, Some(&q), Some("text/html"), b"x", now)
+            .serve("PUT", &p, Some(&q), Some("text/html"), &[], b"x", now)
             .await;
         assert_eq!(wrong_ct.status, 403);
         let late = b
@@ -545,6 +601,7 @@ mod tests {
                 &p,
                 Some(&q),
                 Some("text/plain"),
+                &[],
                 b"x",
                 now.plus(60_000),
             )
@@ -552,25 +609,43 @@ mod tests {
         assert_eq!(late.status, 403);
         let tampered = q.replace("X-Expires=", "X-Expires=9");
         let t = b
-            .serve("PUT", &p, Some(&tampered), Some("text/plain"), b"x", now)
+            .serve(
+                "PUT",
+                &p,
+                Some(&tampered),
+                Some("text/plain"),
+                &[],
+                b"x",
+                now,
+            )
             .await;
         assert_eq!(t.status, 403);
         let ok = b
-            .serve("PUT", &p, Some(&q), Some("text/plain"), b"hello", now)
+            .serve("PUT", &p, Some(&q), Some("text/plain"), &[], b"hello", now)
             .await;
         assert_eq!(ok.status, 200);
         let get = b.get_url(Bucket::Private, key, now, 1000).await.unwrap();
         let (gp, gq) = parts(&get);
-        let got = b.serve("GET", &gp, Some(&gq), None, b"", now).await;
+        let got = b.serve("GET", &gp, Some(&gq), None, &[], b"", now).await;
         assert_eq!((got.status, got.body.as_slice()), (200, &b"hello"[..]));
         assert_eq!(got.content_type, "text/plain");
         // A private object is not readable without a signature.
-        assert_eq!(b.serve("GET", &gp, None, None, b"", now).await.status, 403);
+        assert_eq!(
+            b.serve("GET", &gp, None, None, &[], b"", now).await.status,
+            403
+        );
         b.delete(Bucket::Private, &[key.to_string()]).await.unwrap();
         assert_eq!(
-            b.serve("GET", &gp, Some(&gq), None, b"", now).await.status,
+            b.serve("GET", &gp, Some(&gq), None, &[], b"", now)
+                .await
+                .status,
             404
         );
+        // Nothing of it is left on disk (the object and the headers it was stored with).
+        let left = std::fs::read_dir(dir.path().join("private"))
+            .unwrap()
+            .count();
+        assert_eq!(left, 0);
     }
 
     #[tokio::test]
@@ -584,7 +659,7 @@ mod tests {
             .unwrap();
         let (p, q) = parts(&put);
         assert_eq!(
-            b.serve("PUT", &p, Some(&q), Some("a/b"), b"1", now)
+            b.serve("PUT", &p, Some(&q), Some("a/b"), &[], b"1", now)
                 .await
                 .status,
             200
@@ -595,6 +670,9 @@ mod tests {
             .unwrap();
         assert!(!get.contains("X-Signature"));
         let (gp, _) = parts(&get);
-        assert_eq!(b.serve("GET", &gp, None, None, b"", now).await.body, b"1");
+        assert_eq!(
+            b.serve("GET", &gp, None, None, &[], b"", now).await.body,
+            b"1"
+        );
     }
 }

@@ -65,6 +65,27 @@ pub fn encode_token(c: &Cursor) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json!([c.0, c.1, c.2]).to_string())
 }
 
+/// One page of `items` that are ordered by a key unique within partition `pk` (a base-table
+/// item's cursor is `(sk, pk, sk)`): sorted, cut at `limit`, with the token that continues
+/// after the last one when more follow (`more`: beyond those given).
+pub fn page_by_key<T>(
+    mut items: Vec<(String, T)>,
+    limit: usize,
+    more: bool,
+    pk: &str,
+) -> (Vec<T>, Option<String>) {
+    items.sort_by(|a, b| a.0.cmp(&b.0));
+    let more = more || items.len() > limit;
+    items.truncate(limit);
+    let token = match (more, items.last()) {
+        (true, Some((last, _))) => {
+            Some(encode_token(&(last.clone(), pk.to_string(), last.clone())))
+        }
+        _ => None,
+    };
+    (items.into_iter().map(|(_, v)| v).collect(), token)
+}
+
 /// Decodes a continuation token; a bad one is `400 InvalidRequestArguments`.
 pub fn decode_token(t: &str) -> ApiResult<Cursor> {
     use base64::Engine;

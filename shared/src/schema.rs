@@ -57,6 +57,11 @@ fn validator(name: &str) -> Option<&'static jsonschema::Validator> {
     }))
 }
 
+/// Schema `name` as its file holds it.
+pub fn document(name: &str) -> Option<Value> {
+    registry().docs.get(name).cloned()
+}
+
 /// Names of every embedded schema.
 pub fn names() -> Vec<&'static str> {
     SCHEMA_FILES.iter().map(|(n, _)| *n).collect()
@@ -91,15 +96,27 @@ pub fn check(name: &str, value: &Value) -> Result<(), Vec<String>> {
     }
 }
 
-/// Validates a request body: fills defaults from the schema, then checks it.
-/// A violation is `400 InputValidationError` naming each failing field.
+/// [`validate_input_at`], citing the schema by its registered `$id`.
 pub fn validate_input(name: &str, body: &mut Value) -> Result<(), ApiError> {
+    validate_input_at(name, body, || SCHEMA_BASE.to_string())
+}
+
+/// Validates a request body: fills defaults from the schema, then checks it.
+/// A violation is `400 InputValidationError` naming each failing field and citing the schema
+/// under `base()` (where the deployment serves it: `<rootUrl>/schemas/<service>/v1/`), which
+/// is built only for a violation.
+pub fn validate_input_at(
+    name: &str,
+    body: &mut Value,
+    base: impl FnOnce() -> String,
+) -> Result<(), ApiError> {
     fill_defaults(name, body);
     check(name, body).map_err(|errs| {
         ApiError::new(
             ErrorCode::InputValidationError,
             format!(
-                "Request payload must match schema {SCHEMA_BASE}{name}.json\n{}",
+                "Request payload must match schema {}{name}.json\n{}",
+                base(),
                 errs.join("\n")
             ),
         )

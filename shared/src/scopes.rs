@@ -291,3 +291,87 @@ mod tests {
         );
     }
 }
+
+/// Orders scopes so that `P*` comes right before `P`, and otherwise lexically: a trailing `*`
+/// sorts before the end of the string (upstream's scope order).
+pub fn scope_order(a: &str, b: &str) -> std::cmp::Ordering {
+    let (a_star, b_star) = (a.ends_with('*'), b.ends_with('*'));
+    let a_base = if a_star { &a[..a.len() - 1] } else { a };
+    let b_base = if b_star { &b[..b.len() - 1] } else { b };
+    if a_star != b_star && a_base == b_base {
+        return if a_star {
+            std::cmp::Ordering::Less
+        } else {
+            std::cmp::Ordering::Greater
+        };
+    }
+    a_base.cmp(b_base)
+}
+
+/// Merges two scope sets as upstream's `mergeScopeSets` does: one pass over both in
+/// [`scope_order`], taking the earlier scope each time (equal ones once), and skipping what
+/// a just-taken `*` scope covers. On sorted sets the result is sorted and normalized; other
+/// sets keep their own order (upstream's testAuthenticate returns them so).
+pub fn merge_scope_sets(a: &[String], b: &[String]) -> Vec<String> {
+    let (mut i, mut j) = (0, 0);
+    let mut out: Vec<String> = Vec::with_capacity(a.len() + b.len());
+    let skip_covered = |scope: &str, list: &[String], k: &mut usize| {
+        if let Some(prefix) = scope.strip_suffix('*') {
+            while *k < list.len() && list[*k].starts_with(prefix) {
+                *k += 1;
+            }
+        }
+    };
+    while i < a.len() || j < b.len() {
+        let take_a = match (a.get(i), b.get(j)) {
+            (Some(x), Some(y)) if x == y => {
+                j += 1;
+                true
+            }
+            (Some(x), Some(y)) => scope_order(x, y).is_lt(),
+            (Some(_), None) => true,
+            _ => false,
+        };
+        let scope = if take_a {
+            i += 1;
+            a[i - 1].clone()
+        } else {
+            j += 1;
+            b[j - 1].clone()
+        };
+        skip_covered(&scope, a, &mut i);
+        skip_covered(&scope, b, &mut j);
+        out.push(scope);
+    }
+    out
+}
+
+#[cfg(test)]
+mod merge_tests {
+    use super::*;
+
+    fn v(s: &[&str]) -> Vec<String> {
+        s.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn merging_keeps_the_given_order_and_drops_what_a_star_covers() {
+        let anon = v(&["assume:anonymous"]);
+        assert_eq!(
+            merge_scope_sets(&v(&["test:b", "test:a"]), &anon),
+            v(&["assume:anonymous", "test:b", "test:a"])
+        );
+        assert_eq!(
+            merge_scope_sets(&v(&["test:a", "test:*"]), &anon),
+            v(&["assume:anonymous", "test:a", "test:*"])
+        );
+        assert_eq!(
+            merge_scope_sets(&v(&["a*", "a", "ab", "b"]), &v(&["a", "c"])),
+            v(&["a*", "b", "c"])
+        );
+        assert_eq!(merge_scope_sets(&[], &anon), anon);
+        let mut sorted = v(&["b", "a*", "", "*", "a", "aa", "a("]);
+        sorted.sort_by(|x, y| scope_order(x, y));
+        assert_eq!(sorted, v(&["*", "", "a*", "a", "a(", "aa", "b"]));
+    }
+}

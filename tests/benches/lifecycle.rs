@@ -679,24 +679,9 @@ fn shape_phase(
             .collect::<String>()
             .to_ascii_lowercase()
     );
-    let mut sc = blackbox::shape::ShapeConfig::defaults(&stack);
-    let target = sc.lambda_bin.parent().and_then(std::path::Path::parent);
-    if let Some(release) = target.map(|t| t.join("release/lambda")) {
-        if release.exists() {
-            sc.lambda_bin = release;
-        }
-    }
-    sc.delete_on_stop = true;
-    sc.env.insert(
-        "TCQ_ROOT_ACCESS_TOKEN".into(),
-        blackbox::ROOT_ACCESS_TOKEN.into(),
-    );
+    let mut sc = blackbox::shape::ShapeConfig::for_bench(&stack);
     sc.env
         .insert("TCQ_CLAIM_WORK_TIMEOUT_MS".into(), "5000".into());
-    sc.parameters = vec![(
-        "ExchangePrefix".into(),
-        format!("exchange/tcq-{stack}/queue/v1/"),
-    )];
     let lambda = sc.lambda_bin.display().to_string();
     let mut shape = match srv_rt.block_on(blackbox::shape::Shape::start(sc)) {
         Ok(s) => s,

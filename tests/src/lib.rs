@@ -64,6 +64,10 @@ pub fn not_in_shape(why: &str) -> bool {
     in_shape()
 }
 
+/// The `anonymous` role of test servers (the default is read-only; see
+/// `shared::auth::DEFAULT_ANONYMOUS_SCOPES`).
+pub const TEST_ANONYMOUS_SCOPES: &str = "queue:get-artifact:public/*";
+
 /// A server with test timings: claimWork waits 2 s, reapers run every 100 ms.
 pub async fn spawn_app() -> TestServer {
     spawn_app_with(|_| {}).await
@@ -79,6 +83,9 @@ pub async fn spawn_app_with(f: impl FnOnce(&mut ServerConfig)) -> TestServer {
     cfg.queue.claim_work_timeout_ms = 2_000;
     cfg.reaper_interval_ms = 100;
     cfg.root_access_token = Some(ROOT_ACCESS_TOKEN.into());
+    // The suite's scope tests treat unsigned callers as upstream's tests do (public artifacts
+    // only); `auth::unsigned_callers_may_read_by_default` checks the default read-only role.
+    cfg.queue.anonymous_scopes = Some(TEST_ANONYMOUS_SCOPES.into());
     if on_localstack() {
         // Each server gets tables of its own, so that one test's reapers and publisher never
         // see another's tasks.
@@ -149,6 +156,12 @@ async fn spawn_shape(cfg: ServerConfig, dir: tempfile::TempDir) -> TestServer {
         ("SchedulerExchangePrefix".into(), sched_prefix.clone()),
         ("SchedulerId".into(), cfg.queue.scheduler_id.clone()),
     ];
+    if let Some(r) = cfg.queue.claim_work_concurrency {
+        sc.parameters.push((
+            functions::lambda::catalog::CLAIM_WORK_CONCURRENCY.into(),
+            r.to_string(),
+        ));
+    }
     let q = &cfg.queue;
     for (k, v) in [
         (

@@ -126,6 +126,9 @@ impl RuntimeApi {
             )
             .route("/2018-06-01/runtime/invocation/{id}/error", post(fail))
             .route("/2018-06-01/runtime/init/error", post(init_error))
+            // Lambda takes responses up to 6 MB (the shape's pool checks that limit); axum's
+            // default of 2 MB would refuse what Lambda accepts.
+            .layer(axum::extract::DefaultBodyLimit::max(8 * 1024 * 1024))
             .with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

@@ -12,7 +12,6 @@ use shared::creds::IssuerCredentials;
 use shared::events::amqp::AmqpSink;
 use shared::jobs::{self, JobError, Publisher};
 use shared::queue::Queue;
-use shared::signal::LocalSignal;
 use shared::store::dynamodb::DynamoStore;
 use shared::time::Ts;
 use std::sync::Arc;
@@ -67,7 +66,7 @@ pub async fn api(cfg: &LambdaConfig) -> Result<Api, Error> {
     };
     let queue = Arc::new(Queue::new(
         store,
-        Arc::new(LocalSignal::default()),
+        assemble::work_signal(cfg.amqp_url.as_deref(), &cfg.queue),
         issuer,
         cfg.queue.queue_config(),
     ));
@@ -102,9 +101,9 @@ pub async fn serve_task_graph_consumer(cfg: LambdaConfig) -> Result<(), Error> {
         move |event: lambda_runtime::LambdaEvent<serde_json::Value>| {
             let api = api.clone();
             async move {
-                task_graph_batch(&api, &event.payload, Ts::now())
-                    .await
-                    .map_err(lambda_runtime::Error::from)
+                let out = task_graph_batch(&api, &event.payload, Ts::now()).await;
+                api.queue.signal.flush(super::WAKEUP_FLUSH).await;
+                out.map_err(lambda_runtime::Error::from)
             }
         },
     ))
@@ -186,7 +185,9 @@ pub async fn serve_publisher(cfg: LambdaConfig) -> Result<(), Error> {
     let sink = amqp_sink(&cfg)?;
     // Declares the exchanges and the scheduler's consumer queue at cold start (best effort:
     // every publish connects again if needed).
-    if let Err(e) = sink.ensure_connected().await {
+    // Within Lambda's 10 s init limit, whatever the broker does.
+    let init = std::time::Duration::from_secs(3);
+    if let Err(e) = sink.ensure_connected_within(init).await {
         tracing::warn!(error = %e, "RabbitMQ not reachable at start; will retry on publish");
     }
     let publisher = Arc::new(Publisher::new(sink));
@@ -274,47 +275,59 @@ pub async fn serve_job(cfg: LambdaConfig, job: Job) -> Result<(), Error> {
         move |event: lambda_runtime::LambdaEvent<serde_json::Value>| {
             let (api, publisher) = (api.clone(), publisher.clone());
             async move {
-                let queue = &api.queue;
-                let now = Ts::now();
-                let budget = budget_of(&event.context);
-                if let (Job::DependencyResolver, Some(records)) =
-                    (job, event.payload["Records"].as_array())
-                {
-                    let result = jobs::dependencies_of(queue, stream_images(records), now).await;
-                    return stream_batch_reply(records, result, false);
-                }
-                let result = match (job, publisher) {
-                    (Job::ClaimReaper, _) => jobs::claims(queue, budget).await,
-                    (Job::DeadlineReaper, _) => jobs::deadlines(queue, budget).await,
-                    (Job::DependencyResolver, _) => jobs::dependencies(queue, budget).await,
-                    (Job::ExpiryReaper, _) => jobs::expiry(queue, budget).await,
-                    (Job::ArtifactReaper, _) => {
-                        jobs::artifacts(queue, api.blobs.as_ref(), grace, budget).await
-                    }
-                    (Job::OutboxSweeper, Some((sink, publisher))) => {
-                        // Connecting declares the scheduler's consumer queue, so it exists
-                        // within a minute of a deployment even before any event is published.
-                        sink.ensure_connected().await?;
-                        publisher.sweep(queue, &|_| false, budget).await
-                    }
-                    (Job::OutboxSweeper, None) => return Err("no sink".into()),
-                };
-                match result {
-                    Ok(n) => {
-                        tracing::info!(?job, done = n, "scheduled pass");
-                        Ok::<_, Error>(serde_json::json!({ "job": format!("{job:?}"), "done": n }))
-                    }
-                    Err(e) => {
-                        if e.is_retryable() {
-                            tracing::warn!(?job, error = %e, "scheduled pass failed; the next one retries");
-                        } else {
-                            tracing::error!(?job, error = %e, "scheduled pass failed");
-                        }
-                        Err(e.into())
-                    }
-                }
+                let out = run_job(&api, job, publisher, grace, event).await;
+                // Frozen once it answers: wake-ups for waiting claimWork calls leave first.
+                api.queue.signal.flush(super::WAKEUP_FLUSH).await;
+                out
             }
         },
     ))
     .await
+}
+
+type JobPublisher = Option<(Arc<AmqpSink>, Arc<Publisher>)>;
+
+/// One invocation of a job function.
+async fn run_job(
+    api: &Api,
+    job: Job,
+    publisher: JobPublisher,
+    grace: i64,
+    event: lambda_runtime::LambdaEvent<serde_json::Value>,
+) -> Result<serde_json::Value, Error> {
+    let queue = &api.queue;
+    let now = Ts::now();
+    let budget = budget_of(&event.context);
+    if let (Job::DependencyResolver, Some(records)) = (job, event.payload["Records"].as_array()) {
+        let result = jobs::dependencies_of(queue, stream_images(records), now).await;
+        return stream_batch_reply(records, result, false);
+    }
+    let result = match (job, publisher) {
+        (Job::ClaimReaper, _) => jobs::claims(queue, budget).await,
+        (Job::DeadlineReaper, _) => jobs::deadlines(queue, budget).await,
+        (Job::DependencyResolver, _) => jobs::dependencies(queue, budget).await,
+        (Job::ExpiryReaper, _) => jobs::expiry(queue, budget).await,
+        (Job::ArtifactReaper, _) => jobs::artifacts(queue, api.blobs.as_ref(), grace, budget).await,
+        (Job::OutboxSweeper, Some((sink, publisher))) => {
+            // Connecting declares the scheduler's consumer queue, so it exists
+            // within a minute of a deployment even before any event is published.
+            sink.ensure_connected().await?;
+            publisher.sweep(queue, &|_| false, budget).await
+        }
+        (Job::OutboxSweeper, None) => return Err("no sink".into()),
+    };
+    match result {
+        Ok(n) => {
+            tracing::info!(?job, done = n, "scheduled pass");
+            Ok::<_, Error>(serde_json::json!({ "job": format!("{job:?}"), "done": n }))
+        }
+        Err(e) => {
+            if e.is_retryable() {
+                tracing::warn!(?job, error = %e, "scheduled pass failed; the next one retries");
+            } else {
+                tracing::error!(?job, error = %e, "scheduled pass failed");
+            }
+            Err(e.into())
+        }
+    }
 }

@@ -27,10 +27,16 @@ pub const COMMON_ENV: &[&str] = &[
     "TCQ_CLAIM_WORK_TIMEOUT_MS",
     "TCQ_EVENTS_FROM_STREAM",
     "TCQ_LOG_JSON",
+    // Every function that makes a run pending sends claimWork wake-ups through the broker.
+    "TCQ_AMQP_URL",
+    "TCQ_ANONYMOUS_SCOPES",
 ];
 
+/// The template parameter of the `anonymous` role's default scopes.
+pub const ANONYMOUS_SCOPES: &str = "AnonymousScopes";
+
 /// Variables of the functions that publish to RabbitMQ.
-const BROKER_ENV: &[&str] = &["TCQ_AMQP_URL", "TCQ_SCHEDULER_QUEUE"];
+const BROKER_ENV: &[&str] = &["TCQ_SCHEDULER_QUEUE"];
 
 /// What invokes a function.
 #[derive(Debug, Clone, PartialEq)]
@@ -81,7 +87,15 @@ pub struct Spec {
     pub env: &'static [&'static str],
     /// What invokes it.
     pub triggers: Vec<Trigger>,
+    /// The template parameter that sets its reserved concurrency, if it has one.
+    pub reserved_concurrency: Option<&'static str>,
 }
+
+/// The template parameter of claimWork's reserved concurrency.
+pub const CLAIM_WORK_CONCURRENCY: &str = "ClaimWorkConcurrency";
+
+/// claimWork's memory: it waits, mostly (see README's cost table for the measurement).
+pub const CLAIM_WORK_MEMORY_MB: u32 = 128;
 
 /// Each table or the buckets once, with the widest access any of `needs` asks for.
 fn union(needs: impl Iterator<Item = Need>) -> Vec<Need> {
@@ -160,6 +174,7 @@ impl Function {
             failures_to: None,
             env: &[],
             triggers,
+            reserved_concurrency: None,
         };
         match *self {
             Function::Endpoint(service, e) => {
@@ -178,12 +193,34 @@ impl Function {
                     e.verb.method(),
                     e.route
                 );
-                base(what, if long { 29 } else { 15 }, 256, e.needs.to_vec(), vec![route])
+                let spec = base(what, if long { 29 } else { 15 }, 256, e.needs.to_vec(), vec![route]);
+                if e.name == "claimWork" {
+                    // Every waiting call holds an instance: a reservation of its own keeps idle
+                    // workers from taking the account's concurrency from everything else.
+                    Spec {
+                        memory_mb: CLAIM_WORK_MEMORY_MB,
+                        env: &[
+                            "TCQ_CLAIM_WORK_CONCURRENCY",
+                            "TCQ_CLAIM_WORK_POLL_MS",
+                            "TCQ_CLAIM_WORK_POLL_MAX_MS",
+                        ],
+                        reserved_concurrency: Some(CLAIM_WORK_CONCURRENCY),
+                        ..spec
+                    }
+                } else {
+                    spec
+                }
             }
             Function::Service(service) => {
                 let needs = union(service.endpoints().flat_map(|e| e.needs.iter().copied()));
                 let what = format!("The {} service (every route under {}/)", service.name, service.prefix);
-                base(what, 15, 256, needs, vec![Trigger::Prefix(service.prefix)])
+                let mut triggers = vec![Trigger::Prefix(service.prefix)];
+                if service.name == "auth" {
+                    // The deployment's schemas and references (`shared::api::references`) are
+                    // served by the smallest always-deployed function.
+                    triggers.extend([Trigger::Prefix("/schemas"), Trigger::Prefix("/references")]);
+                }
+                base(what, 15, 256, needs, triggers)
             }
             Function::Publisher => Spec {
                 failures_to: Some("publisher-failures"),

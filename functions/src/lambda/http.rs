@@ -48,6 +48,8 @@ pub async fn handle(api: &Api, serves: Serves, req: Request) -> Response<Body> {
         also_signed: signed.collect(),
     };
     let out = api.handle(serves, req).await;
+    // The container is frozen once it answers: wake-ups for other processes leave first.
+    api.queue.signal.flush(super::WAKEUP_FLUSH).await;
     let mut resp = Response::builder().status(out.status);
     for (k, v) in out.headers {
         resp = resp.header(k, v);

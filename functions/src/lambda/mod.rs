@@ -8,6 +8,10 @@
 //! - [`http`]: the API behind API Gateway;
 //! - [`background`]: the stream-triggered, scheduled and broker-fed functions.
 
+/// Longest a function delays its answer for the claimWork wake-ups it notified to leave (it
+/// is frozen once it answers).
+pub(crate) const WAKEUP_FLUSH: std::time::Duration = std::time::Duration::from_millis(50);
+
 pub mod background;
 pub mod catalog;
 pub mod http;

@@ -97,6 +97,19 @@ pub static ENDPOINTS: &[Endpoint] = &[
         .title("Every role")
         .output("list-roles-response")
         .needs(READ),
+    Endpoint::new(
+        "listRoleIds",
+        Verb::Get,
+        "/roleids/",
+        handler!(list_role_ids),
+    )
+    .title("Every roleId, a page at a time")
+    .output("list-role-ids-response")
+    .needs(READ),
+    Endpoint::new("listRoles2", Verb::Get, "/roles2/", handler!(list_roles2))
+        .title("Every role, a page at a time")
+        .output("list-roles2-response")
+        .needs(READ),
     Endpoint::new("role", Verb::Get, "/roles/<*roleId>", handler!(role))
         .title("A role")
         .output("get-role-response")
@@ -246,6 +259,17 @@ async fn list_roles(api: &Api, _: &mut Call) -> ApiResult<Reply> {
     Reply::ok(api.auth.list_roles().await?)
 }
 
+async fn list_role_ids(api: &Api, call: &mut Call) -> ApiResult<Reply> {
+    let (roles, token) = api.auth.list_roles_page(&call.page()?).await?;
+    let ids: Vec<&serde_json::Value> = roles.iter().map(|r| &r["roleId"]).collect();
+    Reply::page(json!({ "roleIds": ids }), token)
+}
+
+async fn list_roles2(api: &Api, call: &mut Call) -> ApiResult<Reply> {
+    let (roles, token) = api.auth.list_roles_page(&call.page()?).await?;
+    Reply::page(json!({ "roles": roles }), token)
+}
+
 async fn role(api: &Api, call: &mut Call) -> ApiResult<Reply> {
     Reply::ok(api.auth.get_role(call.param("roleId")).await?)
 }
@@ -302,8 +326,10 @@ async fn authenticate_hawk(api: &Api, call: &mut Call) -> ApiResult<Reply> {
         .await?
     {
         Outcome::Failed(message) => json!({ "status": "auth-failed", "message": message }),
+        // Without credentials, as upstream: good for 15 minutes.
         Outcome::Success(a) if a.client_id.is_none() => json!({
-            "status": "no-auth", "scheme": "none", "scopes": a.scopes, "expires": expires(None),
+            "status": "no-auth", "scheme": "none", "scopes": a.scopes,
+            "expires": call.now.plus(15 * crate::time::MINUTE),
         }),
         Outcome::Success(a) => {
             let mut v = json!({
@@ -323,5 +349,14 @@ async fn authenticate_hawk(api: &Api, call: &mut Call) -> ApiResult<Reply> {
 async fn test_authenticate(_: &Api, call: &mut Call) -> ApiResult<Reply> {
     let required = string_list(&call.body["requiredScopes"]);
     call.authorize(&Params::new().many("requiredScopes", required))?;
-    Reply::ok(json!({ "clientId": call.caller.client_id, "scopes": call.caller.scopes }))
+    // As upstream: the scopes as given merged with the anonymous role's (not expanded), and
+    // a fixed clientId for an unsigned call.
+    let anonymous = [format!("assume:{}", crate::auth::ANONYMOUS_ROLE)];
+    let scopes = crate::scopes::merge_scope_sets(&call.caller.given, &anonymous);
+    let client_id = call
+        .caller
+        .client_id
+        .as_deref()
+        .unwrap_or("auth-failed:no-auth");
+    Reply::ok(json!({ "clientId": client_id, "scopes": scopes }))
 }

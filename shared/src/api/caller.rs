@@ -16,6 +16,8 @@ pub struct Caller {
     pub client_id: Option<String>,
     /// Every scope the caller holds.
     pub scopes: Vec<String>,
+    /// Its scopes as given, before expansion ([`Authenticated::given`]).
+    pub given: Vec<String>,
 }
 
 impl Caller {
@@ -42,6 +44,7 @@ impl From<Authenticated> for Caller {
         Caller {
             client_id: a.client_id,
             scopes: a.scopes,
+            given: a.given,
         }
     }
 }

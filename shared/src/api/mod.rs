@@ -14,6 +14,7 @@ pub mod auth_service;
 pub mod caller;
 pub mod declare;
 pub mod endpoints;
+pub mod references;
 pub mod router;
 pub mod scheduler;
 
@@ -161,6 +162,22 @@ impl Api {
                 body: vec![],
             };
         }
+        if req.method == Method::GET
+            && (req.path.starts_with("/schemas/") || req.path.starts_with("/references/"))
+        {
+            return match references::document(&req.path, &root_url(&req.headers)) {
+                Some(doc) => {
+                    let mut r = ApiResponse::json(200, &doc);
+                    r.headers.extend(standard_headers());
+                    r
+                }
+                None => {
+                    let e = ApiError::not_found(format!("No such document: {}", req.path));
+                    let info = json!({ "method": "", "params": {}, "payload": {}, "time": now });
+                    error_response(&e, &req.method, info)
+                }
+            };
+        }
         match self.serve(&req, serves, now, &mut seen).await {
             Ok(reply) => {
                 let mut r = ApiResponse::json(reply.status, &reply.body);
@@ -171,8 +188,9 @@ impl Api {
                 e.log();
                 // Built only on the error path: re-reading the body here is cheaper than
                 // copying every request's body in case an error needs it.
-                let payload = seen
-                    .body_parsed
+                // Not echoed when the body itself was too large: the answer must stay small
+                // (a Lambda response is at most 6 MB).
+                let payload = (seen.body_parsed && e.code != ErrorCode::InputTooLarge)
                     .then(|| serde_json::from_slice::<Value>(&req.body).ok())
                     .flatten()
                     .unwrap_or_else(|| json!({}));
@@ -224,7 +242,8 @@ impl Api {
         let params = router::check_params(&m.raw)?;
         let query = parse_query(req.query.as_deref())?;
         if let Some(input) = endpoint.input {
-            schema::validate_input(input, &mut body)?;
+            let base = || format!("{}/schemas/{}/v1/", root_url(&req.headers), m.service.name);
+            schema::validate_input_at(input, &mut body, base)?;
         }
         let mut call = Call {
             endpoint,
@@ -351,6 +370,17 @@ fn parse_query(q: Option<&str>) -> Result<HashMap<String, String>, ApiError> {
     Ok(out)
 }
 
+/// The deployment's root URL as the caller reached it: the `Host` it asked for, over the
+/// scheme a proxy in front says (`X-Forwarded-Proto`, as API Gateway sets), else http.
+pub fn root_url(headers: &HeaderMap) -> String {
+    let header = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
+    let host = header("x-forwarded-host")
+        .or_else(|| header("host"))
+        .unwrap_or("localhost");
+    let proto = header("x-forwarded-proto").unwrap_or("http");
+    format!("{proto}://{host}")
+}
+
 /// Renders an error as `{code, message, requestInfo}` with Taskcluster's status.
 pub fn error_response(e: &ApiError, method: &Method, request_info: Value) -> ApiResponse {
     let footer = format!(
@@ -360,16 +390,21 @@ pub fn error_response(e: &ApiError, method: &Method, request_info: Value) -> Api
         e.status(),
         request_info["time"].as_str().unwrap_or_default()
     );
-    let mut body = Map::new();
-    body.insert("code".into(), json!(e.code.as_str()));
-    body.insert("message".into(), json!(format!("{}{footer}", e.message)));
-    body.insert("requestInfo".into(), request_info);
-    if let Some(Value::Object(d)) = &e.details {
-        for (k, v) in d {
-            body.entry(k.clone()).or_insert(v.clone());
-        }
-    }
-    let mut resp = ApiResponse::json(e.status(), &Value::Object(body));
+    // Exactly upstream's three fields; structured details (the scopes required and those
+    // unsatisfied, an incident's id) are written into the message, as upstream writes them.
+    let details = match &e.details {
+        Some(d) => format!(
+            "\n* details:\n\n```\n{}\n```",
+            serde_json::to_string_pretty(d).unwrap_or_default()
+        ),
+        None => String::new(),
+    };
+    let body = json!({
+        "code": e.code.as_str(),
+        "message": format!("{}{footer}{details}", e.message),
+        "requestInfo": request_info,
+    });
+    let mut resp = ApiResponse::json(e.status(), &body);
     if e.code == ErrorCode::AuthenticationFailed {
         resp.headers.push(("www-authenticate", "hawk".into()));
     }

@@ -98,8 +98,20 @@ pub fn find_in(
         .find_map(|e| match_route(e.route, &segs).map(|raw| (e, raw)))
 }
 
-/// The service and endpoint for a method and a whole path, if any.
+/// The service and endpoint for a method and a whole path, if any. As upstream's router, a
+/// route matches with or without a trailing `/` (the PyPI client strips it from routes such
+/// as `/clients/`); the path as given is tried first.
 pub fn find(method: &Method, path: &str) -> Option<Matched> {
+    find_exact(method, path).or_else(|| {
+        let other = match path.strip_suffix('/') {
+            Some(without) => without.to_string(),
+            None => format!("{path}/"),
+        };
+        find_exact(method, &other)
+    })
+}
+
+fn find_exact(method: &Method, path: &str) -> Option<Matched> {
     super::SERVICES.iter().find_map(|service| {
         let rest = path.strip_prefix(service.prefix)?;
         if !rest.starts_with('/') {
@@ -150,6 +162,16 @@ pub fn signed_paths(method: &Method, path: &str) -> Vec<String> {
     let other = build(true);
     if other != out[0] {
         out.push(other);
+    }
+    if find_exact(method, path).is_none() {
+        // The client added or dropped the route's trailing `/`, and signed the path so.
+        out = out
+            .into_iter()
+            .map(|p| match p.strip_suffix('/') {
+                Some(without) => without.to_string(),
+                None => format!("{p}/"),
+            })
+            .collect();
     }
     out
 }
@@ -263,9 +285,10 @@ mod tests {
             name(Method::GET, &format!("{q}/task/T/runs/0/artifacts")),
             Some("listArtifacts")
         );
+        // No empty artifact name: the trailing `/` is dropped, as upstream's router does.
         assert_eq!(
             name(Method::GET, &format!("{q}/task/T/runs/0/artifacts/")),
-            None
+            Some("listArtifacts")
         );
         assert_eq!(
             name(Method::GET, &format!("{q}/task/T/artifact-info/x/y")),
@@ -339,5 +362,23 @@ mod tests {
             ["/api/queue/v1/task/abc"]
         );
         assert!(signed_paths(&Method::GET, "/api/queue/v1/nope").is_empty());
+    }
+
+    #[test]
+    fn a_route_matches_with_or_without_its_trailing_slash_as_signed() {
+        for (path, endpoint) in [
+            ("/api/auth/v1/clients", "listClients"),
+            ("/api/auth/v1/clients/", "listClients"),
+            ("/api/auth/v1/roles", "listRoles"),
+            ("/api/queue/v1/ping/", "ping"),
+            ("/api/queue/v1/task/abc/", "task"),
+        ] {
+            let m = find(&Method::GET, path).unwrap_or_else(|| panic!("{path}"));
+            assert_eq!(m.endpoint.name, endpoint, "{path}");
+            assert_eq!(signed_paths(&Method::GET, path), [path], "signed as sent");
+        }
+        // A path that matches as given keeps its meaning (an artifact name may end in `/`).
+        let m = find(&Method::GET, "/api/auth/v1/clients/a/").unwrap();
+        assert_eq!(m.raw, [("clientId", "a/".to_string())]);
     }
 }

@@ -20,7 +20,7 @@ pub mod roles;
 
 use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::ids::new_slugid;
-use crate::page::{decode_token, encode_token, PageReq};
+use crate::page::{decode_token, page_by_key, PageReq};
 use crate::records::auth as keys;
 use crate::scopes::ScopeExpr;
 use crate::store::{Cond, Item, SkRange, Store, StoreError, WriteOp};
@@ -34,8 +34,15 @@ use std::time::{Duration, Instant};
 pub const ROOT_CLIENT_ID: &str = "static/taskcluster/root";
 /// The role every caller assumes.
 pub const ANONYMOUS_ROLE: &str = "anonymous";
-/// What the `anonymous` role grants until a role of that name is stored.
-pub const DEFAULT_ANONYMOUS_SCOPES: &[&str] = &["queue:get-artifact:public/*"];
+/// What the `anonymous` role grants until a role of that name is stored: reading, as common
+/// deployments allow unsigned callers (a worker that checks its inputs reads its
+/// dependencies' definitions unsigned). The scheduler's reads need no scope.
+pub const DEFAULT_ANONYMOUS_SCOPES: &[&str] = &[
+    "queue:get-task:*",
+    "queue:status:*",
+    "queue:list-*",
+    "queue:get-artifact:public/*",
+];
 /// The fixed client of `testAuthenticate` and `testAuthenticateGet`.
 pub const TEST_CLIENT_ID: &str = "tester";
 /// Its accessToken (public by design).
@@ -43,8 +50,11 @@ pub const TEST_ACCESS_TOKEN: &str = "no-secret";
 /// The tester's scopes for `testAuthenticateGet`.
 pub const TEST_GET_SCOPES: &[&str] = &["test:*", "auth:create-client:test:*"];
 /// How long other processes' role changes may take to be seen (this process sees its own
-/// at once).
-pub const ROLE_CACHE_TTL: Duration = Duration::from_secs(5);
+/// at once): as deployed every function is a process of its own, and a grant or a revocation
+/// must be in force everywhere within 2 s. Each busy process re-reads the roles at most once
+/// a second: with a few hundred small roles, 1–2 read units a second per warm container.
+/// Clients are read on every request, so their changes (and revocations) apply at once.
+pub const ROLE_CACHE_TTL: Duration = Duration::from_secs(1);
 
 /// A client as authentication needs it.
 #[derive(Clone)]
@@ -110,6 +120,9 @@ pub struct Authenticated {
     pub client_id: Option<String>,
     /// Every scope held, expanded and normalised.
     pub scopes: Vec<String>,
+    /// The scopes as given, before expansion: `authorizedScopes`, else the certificate's,
+    /// else the client's (empty without credentials).
+    pub given: Vec<String>,
     /// When the credentials stop working.
     pub expires: Option<Ts>,
     /// The payload hash the client signed, if any.
@@ -355,6 +368,7 @@ impl AuthService {
                 return Ok(Outcome::Success(Authenticated {
                     client_id: None,
                     scopes,
+                    given: vec![],
                     expires: None,
                     hash: None,
                 }));
@@ -478,10 +492,12 @@ impl AuthService {
             }
             scopes = authorized;
         }
+        let given = scopes.clone();
         scopes.push(anonymous);
         Ok(Ok(Authenticated {
             client_id: Some(id.to_string()),
             scopes: self.expand_in(realm, &scopes).await?,
+            given,
             expires,
             hash: match sig {
                 Signature::Header(h) => h.hash.clone(),
@@ -541,9 +557,12 @@ impl AuthService {
         Ok(self.client_json(&d, expanded))
     }
 
-    /// `listClients`: clients whose clientId starts with `prefix`, a page at a time.
+    /// `listClients`: clients whose clientId starts with `prefix`, a page at a time, ordered
+    /// by clientId; static clients are paged with the stored ones, as upstream pages all
+    /// clients alike.
     pub async fn list_clients(&self, prefix: Option<&str>, page: &PageReq) -> ApiResult<Value> {
         let after = page.token.as_deref().map(decode_token).transpose()?;
+        let after_id = after.as_ref().map(|c| c.0.clone());
         let range = SkRange {
             prefix: prefix.filter(|p| !p.is_empty()).map(String::from),
             upto: None,
@@ -560,25 +579,33 @@ impl AuthService {
             .await
             .map_err(store_err)?;
         let roles = self.roles().await?;
-        let mut clients = vec![];
-        if after.is_none() {
-            for c in self
-                .statics
-                .iter()
-                .filter(|c| prefix.is_none_or(|p| c.client_id.starts_with(p)))
-            {
+        // The first `limit` stored clients after the cursor and every static one after it:
+        // the first `limit` of both together are the page (any stored client not read sorts
+        // after every one that was).
+        let mut page_items: Vec<(String, Value)> = self
+            .statics
+            .iter()
+            .filter(|c| prefix.is_none_or(|p| c.client_id.starts_with(p)))
+            .filter(|c| {
+                after_id
+                    .as_ref()
+                    .is_none_or(|a| c.client_id.as_str() > a.as_str())
+            })
+            .map(|c| {
                 let e = roles::expand(&c.scopes, &roles).unwrap_or_else(|p| p);
-                clients.push(self.static_json(c, e));
-            }
-        }
+                (c.client_id.clone(), self.static_json(c, e))
+            })
+            .collect();
         for i in &res.items {
             let e = roles::expand(&crate::json::string_list(&i.data["scopes"]), &roles)
                 .unwrap_or_else(|p| p);
-            clients.push(self.client_json(&i.data, e));
+            page_items.push((i.sk.clone(), self.client_json(&i.data, e)));
         }
+        let (clients, token) =
+            page_by_key(page_items, page.limit, res.next.is_some(), keys::PK_CLIENTS);
         let mut v = json!({ "clients": clients });
-        if let Some(n) = res.next.as_ref() {
-            v["continuationToken"] = json!(encode_token(n));
+        if let Some(t) = token {
+            v["continuationToken"] = json!(t);
         }
         Ok(v)
     }
@@ -750,6 +777,22 @@ impl AuthService {
                 })
                 .collect(),
         ))
+    }
+
+    /// `listRoles2` and `listRoleIds`: a page of roles ordered by roleId (as `listRoles`
+    /// gives them), with the token of the next page if any.
+    pub async fn list_roles_page(&self, page: &PageReq) -> ApiResult<(Vec<Value>, Option<String>)> {
+        let after = page.token.as_deref().map(decode_token).transpose()?;
+        let after_id = after.map(|c| c.0);
+        let Value::Array(all) = self.list_roles().await? else {
+            return Ok((vec![], None));
+        };
+        let rest: Vec<(String, Value)> = all
+            .into_iter()
+            .filter_map(|r| Some((r["roleId"].as_str()?.to_string(), r)))
+            .filter(|(id, _)| after_id.as_deref().is_none_or(|a| id.as_str() > a))
+            .collect();
+        Ok(page_by_key(rest, page.limit, false, keys::PK_ROLES))
     }
 
     /// `createRole`: refuses roles whose expansion would not converge.

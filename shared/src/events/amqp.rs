@@ -48,6 +48,26 @@ async fn declare(channel: &Channel, prefix: &str, names: &[&str]) -> Result<(), 
 /// AMQP delivery mode of a persistent message.
 const PERSISTENT: u8 = 2;
 
+/// Longest wait for connecting to the broker (and declaring what it needs): a broker in a
+/// memory or disk alarm, or a listener that never speaks AMQP, must not hold a publisher
+/// until its function's timeout, when it could no longer put its batch back.
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Longest wait for the broker to confirm one batch.
+pub const CONFIRM_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// `f`, or an error naming `what` after `limit`.
+pub(crate) async fn timed<T, E: std::fmt::Display>(
+    limit: std::time::Duration,
+    what: &str,
+    f: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(limit, f).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(format!("{what}: {e}")),
+        Err(_) => Err(format!("{what}: no answer within {limit:?}")),
+    }
+}
+
 /// Publishes events to topic exchanges named `<prefix><exchange>`.
 pub struct AmqpSink {
     url: String,
@@ -101,9 +121,14 @@ impl AmqpSink {
     /// Connects now (if not connected), declaring the exchanges and the durable queue, so that
     /// consumers can rely on them before the first event.
     pub async fn ensure_connected(&self) -> Result<(), String> {
+        self.ensure_connected_within(CONNECT_TIMEOUT).await
+    }
+
+    /// [`AmqpSink::ensure_connected`], giving up after `limit` (a cold start's, shorter).
+    pub async fn ensure_connected_within(&self, limit: std::time::Duration) -> Result<(), String> {
         let mut open = self.open.lock().await;
         if !open.as_ref().is_some_and(|(c, _)| c.status().connected()) {
-            *open = Some(self.connect().await?);
+            *open = Some(timed(limit, "RabbitMQ", self.connect()).await?);
         }
         Ok(())
     }
@@ -208,12 +233,14 @@ impl EventSink for AmqpSink {
         }
         let mut open = self.open.lock().await;
         if !open.as_ref().is_some_and(|(c, _)| c.status().connected()) {
-            *open = Some(self.connect().await.map_err(SinkError)?);
+            let link = timed(CONNECT_TIMEOUT, "RabbitMQ", self.connect()).await;
+            *open = Some(link.map_err(SinkError)?);
         }
         let Some((_, channel)) = open.as_ref() else {
             return Err(SinkError::new("no RabbitMQ channel"));
         };
-        let result = Self::publish_on(channel, events).await;
+        let what = format!("RabbitMQ confirming {} events", events.len());
+        let result = timed(CONFIRM_TIMEOUT, &what, Self::publish_on(channel, events)).await;
         if result.is_err() {
             // Start over on a fresh connection next time; the events stay in the outbox.
             *open = None;

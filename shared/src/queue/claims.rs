@@ -6,7 +6,8 @@ use crate::creds;
 use crate::error::{ApiError, ApiResult};
 use crate::ids::{TaskId, TaskQueueId};
 use crate::records::task::{index, ClaimOutcome, Run, RunState, TaskRecord, TASKS};
-use crate::store::{Item, SkRange};
+use crate::records::wait_slot;
+use crate::store::{Item, SkRange, StoreError};
 use crate::time::Ts;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -88,7 +89,9 @@ impl Queue {
     pub async fn reclaim_task(&self, task_id: &TaskId, run_id: u32, now: Ts) -> ApiResult<Claim> {
         let taken_until = now.plus(self.cfg.claim_timeout_ms);
         let (rec, ()) = self
-            .mutate(task_id.as_str(), |r| r.reclaim(run_id, now, taken_until))
+            .mutate_settled(task_id.as_str(), now, |r| {
+                r.reclaim(run_id, now, taken_until)
+            })
             .await?;
         self.finish_claim(rec, run_id, now).await
     }
@@ -214,7 +217,11 @@ impl Queue {
         Ok(None)
     }
 
-    /// claimWork: long-polls until at least one run is claimed or the timeout passes.
+    /// claimWork: long-polls until at least one run is claimed or the timeout passes. With
+    /// [`QueueConfig::claim_work_slots`] set, a call that finds no work and no free wait slot
+    /// answers at once (empty) instead of waiting.
+    ///
+    /// [`QueueConfig::claim_work_slots`]: super::QueueConfig::claim_work_slots
     pub async fn claim_work(
         &self,
         q: &TaskQueueId,
@@ -223,8 +230,31 @@ impl Queue {
         count: usize,
         clock: &(dyn Fn() -> Ts + Send + Sync),
     ) -> ApiResult<Vec<Claim>> {
-        let until =
-            Instant::now() + Duration::from_millis(self.cfg.claim_work_timeout_ms.max(0) as u64);
+        let mut slot = None;
+        let out = self
+            .wait_for_work(q, worker_group, worker_id, count, clock, &mut slot)
+            .await;
+        if let Some((n, version)) = slot {
+            // A slot left behind (an error here, a killed process) frees itself at `until`.
+            if let Err(e) = self.store.write(wait_slot::give_back(n, version)).await {
+                tracing::warn!(error = %e, slot = n, "claimWork could not give its wait slot back");
+            }
+        }
+        out
+    }
+
+    async fn wait_for_work(
+        &self,
+        q: &TaskQueueId,
+        worker_group: &str,
+        worker_id: &str,
+        count: usize,
+        clock: &(dyn Fn() -> Ts + Send + Sync),
+        slot: &mut Option<(u32, u64)>,
+    ) -> ApiResult<Vec<Claim>> {
+        let wait = Duration::from_millis(self.cfg.claim_work_timeout_ms.max(0) as u64);
+        let until = Instant::now() + wait;
+        let mut empty_reads = 0;
         loop {
             let token = self.signal.token(q.as_str());
             let ClaimPass { claims, lost } = self
@@ -239,11 +269,80 @@ impl Queue {
                 tokio::time::sleep(Duration::from_millis(rand::random::<u64>() % 10)).await;
                 continue;
             }
-            let recheck = Duration::from_millis(self.cfg.claim_work_recheck_ms.max(10) as u64);
-            self.signal.wait(q.as_str(), token, left.min(recheck)).await;
+            if empty_reads == 0 {
+                if let Some(slots) = self.cfg.claim_work_slots {
+                    let now = clock();
+                    let held_until = now.plus(self.cfg.claim_work_timeout_ms + SLOT_MARGIN_MS);
+                    match self.take_wait_slot(slots, now, held_until).await {
+                        Ok(Some(s)) => *slot = Some(s),
+                        Ok(None) => return Ok(claims),
+                        // Unlimited rather than refused while the table cannot say.
+                        Err(e) => tracing::warn!(error = %e, "claimWork waits without a slot"),
+                    }
+                }
+            }
+            // Work created by another process shows only in the index (or through a
+            // wake-up that crosses processes), so it is re-read on a schedule; a signal cuts
+            // the wait short.
+            empty_reads += 1;
+            let schedule = if self.signal.crosses_processes(q.as_str()) {
+                &self.cfg.claim_work_poll_woken
+            } else {
+                &self.cfg.claim_work_poll
+            };
+            let next = schedule.interval(empty_reads, rand::random::<f64>());
+            self.signal.wait(q.as_str(), token, left.min(next)).await;
         }
     }
+
+    /// Takes one of `slots` wait slots until `until`: probes every slot of a small set, else
+    /// [`SLOT_PROBES`] random ones. `None` when all the probed slots are held, which happens
+    /// more often the fuller the slots are.
+    async fn take_wait_slot(
+        &self,
+        slots: u32,
+        now: Ts,
+        until: Ts,
+    ) -> Result<Option<(u32, u64)>, StoreError> {
+        let slots = slots.max(1);
+        let start = rand::random::<u32>() % slots;
+        let small = slots <= 2 * SLOT_PROBES;
+        let probes = if small { slots } else { SLOT_PROBES };
+        for i in 0..probes {
+            let n = if small {
+                (start + i) % slots
+            } else {
+                rand::random::<u32>() % slots
+            };
+            let stale = match self.store.write(wait_slot::take(n, until, None)).await {
+                Ok(v) => return Ok(Some((n, v))),
+                Err(e) if e.is_condition_failed() => {
+                    match self
+                        .store
+                        .get(wait_slot::TABLE, &wait_slot::pk(n), wait_slot::SK)
+                        .await?
+                    {
+                        Some(item) if wait_slot::held_until(&item) <= now => Some(item.version),
+                        Some(_) => continue,
+                        None => None, // given back meanwhile
+                    }
+                }
+                Err(e) => return Err(e),
+            };
+            match self.store.write(wait_slot::take(n, until, stale)).await {
+                Ok(v) => return Ok(Some((n, v))),
+                Err(e) if e.is_condition_failed() => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(None)
+    }
 }
+
+/// Random wait slots a claimWork probes (when there are more than twice as many).
+const SLOT_PROBES: u32 = 3;
+/// How long past its wait a slot stays held if its holder never gives it back.
+const SLOT_MARGIN_MS: i64 = 10_000;
 
 /// Rotates the equally-ranked head of `candidates` (at most `max(count, 8)` items) by a
 /// random amount.

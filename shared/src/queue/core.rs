@@ -21,9 +21,21 @@ pub struct QueueConfig {
     pub claim_timeout_ms: i64,
     /// How long claimWork waits for work (20 s).
     pub claim_work_timeout_ms: i64,
-    /// How often a waiting claimWork re-reads the index even without a signal (a safety net
-    /// for signals from other processes; in-process signals wake it at once).
-    pub claim_work_recheck_ms: i64,
+    /// How a waiting claimWork re-reads the pending index, which is what finds work that
+    /// another process (another function, another server over the same store) created;
+    /// signals from this process wake it at once.
+    pub claim_work_poll: PollSchedule,
+    /// The same while wake-ups from every process reach this one ([`WorkSignal::crosses_processes`]):
+    /// the re-reads are then only a fallback for a lost wake-up.
+    ///
+    /// [`WorkSignal::crosses_processes`]: crate::signal::WorkSignal::crosses_processes
+    pub claim_work_poll_woken: PollSchedule,
+    /// How many claimWork calls may wait at once (none: unlimited). Set where each waiting
+    /// call holds a function instance of a limited concurrency; past it, calls that find no
+    /// work answer at once. Slots live in the task-groups table ([`wait_slot`]).
+    ///
+    /// [`wait_slot`]: crate::records::wait_slot
+    pub claim_work_slots: Option<u32>,
     /// Longest allowed deadline, in days (5).
     pub max_task_deadline_days: i64,
     /// How long a task group outlives its longest-lived task.
@@ -45,13 +57,72 @@ impl Default for QueueConfig {
         QueueConfig {
             claim_timeout_ms: 1200 * 1000,
             claim_work_timeout_ms: 20 * 1000,
-            claim_work_recheck_ms: 5 * 1000,
+            claim_work_poll: PollSchedule::default(),
+            claim_work_poll_woken: PollSchedule::WOKEN,
+            claim_work_slots: None,
             max_task_deadline_days: 5,
             group_expiry_extension_ms: GROUP_EXPIRY_EXTENSION_MS,
             exchange_prefix: crate::routing::DEFAULT_EXCHANGE_PREFIX.to_string(),
             scheduler_exchange_prefix: crate::routing::SCHEDULER_EXCHANGE_PREFIX.to_string(),
             events_from_stream: false,
         }
+    }
+}
+
+/// The intervals between a waiting claimWork's reads of the pending index: `first_ms` after
+/// the first empty read, growing by a quarter per empty read up to `max_ms`, each with ±20 %
+/// jitter so that workers that started together spread out. An empty read of the index costs
+/// 0.5 read units on DynamoDB; the defaults make about 90 reads (45 units) in a 20 s wait.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PollSchedule {
+    /// Interval after the first empty read, in milliseconds.
+    pub first_ms: u64,
+    /// Longest interval, in milliseconds.
+    pub max_ms: u64,
+}
+
+impl Default for PollSchedule {
+    fn default() -> Self {
+        PollSchedule {
+            first_ms: 100,
+            max_ms: 240,
+        }
+    }
+}
+
+impl PollSchedule {
+    /// The fallback schedule while cross-process wake-ups work: about 11 reads (6 read units)
+    /// in a 20 s wait.
+    pub const WOKEN: PollSchedule = PollSchedule {
+        first_ms: 1_000,
+        max_ms: 2_000,
+    };
+
+    /// The interval (without jitter) after `empty_reads` empty reads (1 for the first).
+    pub fn base(&self, empty_reads: u32) -> Duration {
+        let max = self.max_ms.max(1);
+        let mut ms = self.first_ms.clamp(1, max) as f64;
+        for _ in 1..empty_reads.min(64) {
+            ms = (ms * 1.25).min(max as f64);
+        }
+        Duration::from_millis(ms.round() as u64)
+    }
+
+    /// [`Self::base`] with ±20 % jitter; `unit` is a random number in [0, 1).
+    pub fn interval(&self, empty_reads: u32, unit: f64) -> Duration {
+        let ms = self.base(empty_reads).as_millis() as f64 * (0.8 + 0.4 * unit.clamp(0.0, 1.0));
+        Duration::from_millis(ms.round() as u64)
+    }
+
+    /// How many reads a wait of `wait` makes (the first one included), without jitter.
+    pub fn reads_in(&self, wait: Duration) -> u32 {
+        let mut spent = Duration::ZERO;
+        let mut reads = 1;
+        while spent + self.base(reads) < wait {
+            spent += self.base(reads);
+            reads += 1;
+        }
+        reads
     }
 }
 
@@ -71,8 +142,43 @@ pub(crate) struct TaskPage<'a> {
     pub full_after: Option<Option<&'a str>>,
 }
 
-/// Definitions kept in memory before the cache starts over.
-const DEF_CACHE_MAX: usize = 10_000;
+/// Bytes of definitions (as JSON) a process keeps before its cache starts over: a warm
+/// Lambda container serves many tasks, and a count bound let 10,000 definitions of 6 KB
+/// grow to about 140 MB. Parsed values take about three times their JSON.
+pub const DEF_CACHE_BYTES: usize = 8 << 20;
+
+/// Task definitions by taskId, bounded by [`DEF_CACHE_BYTES`].
+#[derive(Default)]
+pub(crate) struct DefCache {
+    map: HashMap<String, (Value, usize)>,
+    bytes: usize,
+}
+
+impl DefCache {
+    fn get(&self, task_id: &str) -> Option<&Value> {
+        self.map.get(task_id).map(|(v, _)| v)
+    }
+
+    fn insert(&mut self, task_id: &str, def: &Value) {
+        let size = serde_json::to_vec(def).map_or(0, |b| b.len()) + task_id.len();
+        if size > DEF_CACHE_BYTES {
+            return;
+        }
+        self.remove(task_id);
+        if self.bytes + size > DEF_CACHE_BYTES {
+            self.map.clear();
+            self.bytes = 0;
+        }
+        self.bytes += size;
+        self.map.insert(task_id.to_string(), (def.clone(), size));
+    }
+
+    fn remove(&mut self, task_id: &str) {
+        if let Some((_, size)) = self.map.remove(task_id) {
+            self.bytes -= size;
+        }
+    }
+}
 
 /// The queue service.
 pub struct Queue {
@@ -87,7 +193,7 @@ pub struct Queue {
     /// Tunables.
     pub cfg: QueueConfig,
     /// Task definitions never change after creation, so each process keeps the ones it read.
-    defs: Mutex<HashMap<String, Value>>,
+    defs: Mutex<DefCache>,
 }
 
 impl Queue {
@@ -176,10 +282,7 @@ impl Queue {
 
     fn remember_def(&self, task_id: &str, def: &Value) {
         if let Ok(mut cache) = self.defs.lock() {
-            if cache.len() >= DEF_CACHE_MAX {
-                cache.clear();
-            }
-            cache.insert(task_id.to_string(), def.clone());
+            cache.insert(task_id, def);
         }
     }
 
@@ -188,7 +291,7 @@ impl Queue {
     /// moments ago) a batched strong one.
     async fn load_defs(&self, ids: &[&str]) -> ApiResult<Vec<Option<Value>>> {
         let mut out: Vec<Option<Value>> = match self.defs.lock() {
-            Ok(cache) => ids.iter().map(|id| cache.get(*id).cloned()).collect(),
+            Ok(cache) => ids.iter().map(|id| cache.get(id).cloned()).collect(),
             Err(_) => vec![None; ids.len()],
         };
         for consistent in [false, true] {
@@ -300,6 +403,38 @@ impl Queue {
     /// its version only succeeds if it was current. Any other outcome on it (no task, an
     /// error from `f`, nothing to change, a lost condition) is decided again on a strong read,
     /// so nothing is answered from a stale record.
+    /// [`Queue::mutate`] for a worker's call at `now`: what time already decided (a passed
+    /// claim or deadline, [`TaskRecord::settle`]) is applied first, and stored even when `f`
+    /// then refuses (its error is returned after), so the answer and the stored state are
+    /// those the reapers would have left.
+    pub(crate) async fn mutate_settled<T>(
+        &self,
+        task_id: &str,
+        now: Ts,
+        mut f: impl FnMut(&mut TaskRecord) -> ApiResult<T>,
+    ) -> ApiResult<(TaskRecord, T)> {
+        let mut refused = None;
+        let (rec, out) = self
+            .mutate(task_id, |r| {
+                refused = None;
+                let settled = r.settle(now);
+                match f(r) {
+                    Ok(v) => Ok(Some(v)),
+                    Err(e) if settled => {
+                        refused = Some(e);
+                        Ok(None)
+                    }
+                    Err(e) => Err(e),
+                }
+            })
+            .await?;
+        match (out, refused) {
+            (Some(v), _) => Ok((rec, v)),
+            (None, Some(e)) => Err(e),
+            (None, None) => Err(ApiError::internal("a settled call lost its answer")),
+        }
+    }
+
     pub(crate) async fn mutate<T>(
         &self,
         task_id: &str,
@@ -436,4 +571,51 @@ pub struct Pass {
 pub(crate) async fn backoff(attempt: usize) {
     let cap = 1u64 << attempt.min(6);
     tokio::time::sleep(Duration::from_millis(rand::random::<u64>() % (cap + 1))).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_definition_cache_stays_within_its_bytes() {
+        let mut c = DefCache::default();
+        let def = json!({ "payload": { "blob": "x".repeat(6_000) } });
+        for i in 0..10_000 {
+            c.insert(&format!("task{i}"), &def);
+            assert!(c.bytes <= DEF_CACHE_BYTES);
+        }
+        assert!(c.get("task9999").is_some());
+        let held: usize = c.map.values().map(|(_, s)| s).sum();
+        assert_eq!(held, c.bytes);
+        c.remove("task9999");
+        assert!(c.get("task9999").is_none());
+        // Too big to keep at all: not kept, nothing dropped.
+        let before = c.map.len();
+        c.insert("huge", &json!("y".repeat(DEF_CACHE_BYTES + 1)));
+        assert!(c.get("huge").is_none());
+        assert_eq!(c.map.len(), before);
+    }
+
+    #[test]
+    fn the_poll_schedule_starts_fast_backs_off_and_stays_within_its_read_budget() {
+        let p = PollSchedule::default();
+        assert_eq!(p.base(1), Duration::from_millis(100));
+        assert_eq!(p.base(2), Duration::from_millis(125));
+        assert_eq!(p.base(50), Duration::from_millis(240));
+        // ±20 % jitter around the base.
+        assert_eq!(p.interval(1, 0.0), Duration::from_millis(80));
+        assert_eq!(p.interval(1, 0.999_999), Duration::from_millis(120));
+        // A 20 s wait stays under 100 reads (50 read units at 0.5 per empty query).
+        let reads = p.reads_in(Duration::from_secs(20));
+        assert!((80..100).contains(&reads), "{reads} reads in 20 s");
+        let woken = PollSchedule::WOKEN.reads_in(Duration::from_secs(20));
+        assert!((8..14).contains(&woken), "{woken} reads in 20 s");
+        // A degenerate configuration still makes progress.
+        let zero = PollSchedule {
+            first_ms: 0,
+            max_ms: 0,
+        };
+        assert_eq!(zero.base(3), Duration::from_millis(1));
+    }
 }

@@ -24,5 +24,5 @@ mod stale_reads;
 pub mod task_queues;
 pub mod tasks;
 
-pub use self::core::{Queue, QueueConfig, GROUP_EXPIRY_EXTENSION_MS};
+pub use self::core::{PollSchedule, Queue, QueueConfig, GROUP_EXPIRY_EXTENSION_MS};
 pub use claims::{Claim, ClaimPass};

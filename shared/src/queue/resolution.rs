@@ -45,7 +45,7 @@ impl Queue {
         now: Ts,
     ) -> ApiResult<TaskRecord> {
         Ok(self
-            .mutate(task_id.as_str(), |r| r.resolve(run_id, outcome, now))
+            .mutate_settled(task_id.as_str(), now, |r| r.resolve(run_id, outcome, now))
             .await?
             .0)
     }

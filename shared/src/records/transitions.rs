@@ -400,6 +400,23 @@ impl TaskRecord {
         true
     }
 
+    /// Records what time alone decided by `now`, exactly as the reapers would: a passed
+    /// deadline resolves the task (`deadline-exceeded`), else a passed `takenUntil` expires
+    /// the latest run's claim (`claim-expired`, retried while retries remain). Workers' calls
+    /// apply it first, so they answer as if the reapers had already run, however late those
+    /// come. True if anything changed.
+    pub fn settle(&mut self, now: Ts) -> bool {
+        if self.deadline_exceeded(now) {
+            return true;
+        }
+        match self.runs.last().map(|r| (r.run_id, r.state, r.taken_until)) {
+            Some((run_id, RunState::Running, Some(until))) if until <= now => {
+                self.expire_claim(run_id, until, now)
+            }
+            _ => false,
+        }
+    }
+
     /// changeTaskPriority.
     pub fn change_priority(&mut self, new: Priority, now: Ts) -> ApiResult<()> {
         self.ensure_before_deadline(now)?;

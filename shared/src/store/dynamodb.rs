@@ -34,6 +34,10 @@ pub struct Usage {
     pub write_milli: AtomicU64,
     /// Requests sent.
     pub requests: AtomicU64,
+    /// Of those, reads (GetItem, Query, BatchGetItem). DynamoDB bills at least 0.5 units for
+    /// each eventually consistent one, even when it finds nothing; DynamoDB Local (under
+    /// LocalStack) reports 0 for an empty Query.
+    pub read_requests: AtomicU64,
     /// Write units × 1000 by where they were spent: the table's name without the prefix, or
     /// `<table>/<index>` for a secondary index.
     pub writes_by_target: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
@@ -157,7 +161,8 @@ impl DynamoStore {
                 .send()
                 .await
                 .map_err(sdk_err)?;
-            self.usage.requests.fetch_add(1, Ordering::Relaxed);
+            // One request; its units come one entry per table.
+            self.count(None, false);
             for cc in out.consumed_capacity() {
                 self.count_units(Some(cc), false);
             }
@@ -207,6 +212,9 @@ impl DynamoStore {
     /// Counts one request and its units.
     fn count(&self, cc: Option<&aws_sdk_dynamodb::types::ConsumedCapacity>, write: bool) {
         self.usage.requests.fetch_add(1, Ordering::Relaxed);
+        if !write {
+            self.usage.read_requests.fetch_add(1, Ordering::Relaxed);
+        }
         self.count_units(cc, write);
     }
 

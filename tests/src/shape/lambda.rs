@@ -256,12 +256,17 @@ impl Pool {
         self.idle.lock().map(|i| i.len()).unwrap_or(0) + self.busy.load(Ordering::SeqCst)
     }
 
-    /// Peak resident memory of this function's idle instances, in KiB (from /proc).
-    pub fn idle_rss_kib(&self) -> Vec<u64> {
+    /// Process ids of this function's idle instances.
+    pub fn idle_pids(&self) -> Vec<u32> {
         self.idle
             .lock()
-            .map(|idle| idle.iter().filter_map(|i| rss_kib(i.child.id())).collect())
+            .map(|idle| idle.iter().map(|i| i.child.id()).collect())
             .unwrap_or_default()
+    }
+
+    /// Peak resident memory of this function's idle instances, in KiB (from /proc).
+    pub fn idle_rss_kib(&self) -> Vec<u64> {
+        self.idle_pids().into_iter().filter_map(rss_kib).collect()
     }
 }
 

@@ -62,6 +62,28 @@ pub struct ShapeConfig {
 }
 
 impl ShapeConfig {
+    /// The defaults for a bench: the release `lambda` binary when it is built, the stack
+    /// deleted when the shape stops, the test root client, and exchanges of its own.
+    pub fn for_bench(stack: &str) -> ShapeConfig {
+        let mut sc = ShapeConfig::defaults(stack);
+        let target = sc.lambda_bin.parent().and_then(std::path::Path::parent);
+        if let Some(release) = target.map(|t| t.join("release/lambda")) {
+            if release.exists() {
+                sc.lambda_bin = release;
+            }
+        }
+        sc.delete_on_stop = true;
+        sc.env.insert(
+            "TCQ_ROOT_ACCESS_TOKEN".into(),
+            crate::ROOT_ACCESS_TOKEN.into(),
+        );
+        sc.parameters = vec![(
+            "ExchangePrefix".into(),
+            format!("exchange/tcq-{stack}/queue/v1/"),
+        )];
+        sc
+    }
+
     /// The defaults, in the workspace: `infra/template.yaml`, `target/debug/lambda`, the local
     /// RabbitMQ, LocalStack from the `AWS_*` variables.
     pub fn defaults(stack: &str) -> ShapeConfig {

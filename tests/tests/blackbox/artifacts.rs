@@ -714,42 +714,42 @@ async fn the_reaper_timer_deletes_expired_artifacts() {
 }
 
 /// The official Python client as a worker (claimWork, createArtifact with the claim's
-/// credentials, PUT, reportCompleted), then an anonymous download with curl.
+/// credentials, PUT, reportCompleted), including a gzip-encoded JSON artifact that the
+/// client's downloads decode (its headers stored and returned as S3 does), then an
+/// anonymous download with curl.
 #[tokio::test]
 async fn python_worker_uploads_and_curl_downloads_anonymously() {
-    let Ok(python) = std::env::var("TCQ_PYTHON") else {
-        eprintln!(
-            "TCQ_PYTHON is not set: run through scripts/test.sh, which installs the Python client"
-        );
-        return;
-    };
     let app = spawn_app().await;
     let tq = task_queue_id();
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/python/artifact_flow.py");
-    let root_url = app.root_url();
-    let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(python)
-            .arg(script)
-            .env("TASKCLUSTER_ROOT_URL", root_url)
-            .env("TASKCLUSTER_CLIENT_ID", ROOT_CLIENT_ID)
-            .env("TASKCLUSTER_ACCESS_TOKEN", ROOT_ACCESS_TOKEN)
-            .env_remove("TASKCLUSTER_CERTIFICATE")
-            .env("TASK_QUEUE_ID", tq)
-            .output()
-            .expect("python runs")
-    })
-    .await
-    .expect("join");
-    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
-    assert!(
-        output.status.success(),
-        "python failed: {stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let out: Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+    let Some(out) = run_python(&app, "artifact_flow.py", &[("TASK_QUEUE_ID", tq)]).await else {
+        return;
+    };
     assert_eq!(out["storageType"], "s3");
     assert_eq!(out["putStatus"], 200);
     assert_eq!(out["state"], "completed");
+    // A gzip-encoded artifact keeps the headers S3 keeps: every download decodes it.
+    assert_eq!(out["gzPutStatus"], 200);
+    assert_eq!(
+        out["followedEqual"], true,
+        "getArtifact (303 followed): {out}"
+    );
+    assert_eq!(out["downloadEqual"], true, "downloadArtifactToBuf: {out}");
+    assert_eq!(out["downloadContentType"], "application/json");
+    let stored = json!({
+        "Content-Encoding": "gzip",
+        "Content-Disposition": "attachment; filename=\"data.json\"",
+        "Cache-Control": "max-age=600",
+        "Content-Language": "en",
+    });
+    assert_eq!(out["headers"], stored, "GET");
+    assert_eq!(out["headHeaders"], stored, "HEAD");
+    assert_eq!(
+        out["headLength"]
+            .as_str()
+            .and_then(|l| l.parse::<u64>().ok()),
+        out["gzLength"].as_u64(),
+        "HEAD gives the stored object's length"
+    );
     let id = out["taskId"].as_str().expect("taskId").to_string();
     let url = app.url(&format!("/task/{id}/artifacts/public%2Flogs%2Fhello.txt"));
     let curl = tokio::task::spawn_blocking(move || {

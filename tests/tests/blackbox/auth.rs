@@ -928,6 +928,9 @@ async fn every_queue_endpoint_requires_exactly_its_scopes() {
 /// an owner-only file, and they work; the database is owner-only too.
 #[tokio::test]
 async fn the_first_start_creates_root_credentials_readable_only_by_the_owner() {
+    if not_in_shape("reads the local server's data directory") {
+        return;
+    }
     let app = spawn_app_with(|cfg| cfg.root_access_token = None).await;
     let path = app.dir.path().join("root-credentials.json");
     let saved: Value =
@@ -979,4 +982,247 @@ async fn scope_checks_come_before_or_after_the_lookup_as_upstream() {
     // With the task present, the same callers get 403 from the second group too.
     let id = create(&app, &task_def(&task_queue_id())).await;
     assert_eq!(err_status(nobody.cancelTask(&id).await), 403);
+}
+
+/// With no `anonymous` role stored and none configured, unsigned callers may read (tasks,
+/// statuses, listings, public artifacts, the scheduler's reads) and nothing else.
+#[tokio::test]
+async fn unsigned_callers_may_read_by_default() {
+    let app = spawn_app_with(|c| c.queue.anonymous_scopes = None).await;
+    let tq = task_queue_id();
+    let def = task_def(&tq);
+    let id = create(&app, &def).await;
+    // Without a taskGroupId, the task is its own group.
+    let group = def["taskGroupId"].as_str().unwrap_or(&id).to_string();
+    let unsigned = |path: String| {
+        let url = app.url(&path);
+        async move { raw_url_with(&url, "GET", None, None, None).await.0 }
+    };
+    assert_eq!(unsigned(format!("/task/{id}")).await, 200);
+    assert_eq!(unsigned(format!("/task/{id}/status")).await, 200);
+    assert_eq!(unsigned(format!("/task/{id}/runs/0/artifacts")).await, 200);
+    assert_eq!(unsigned(format!("/task/{id}/artifacts")).await, 200);
+    assert_eq!(unsigned(format!("/task-group/{group}/list")).await, 200);
+    assert_eq!(unsigned(format!("/task/{id}/dependents")).await, 200);
+    // Writes and private artifacts stay signed.
+    let url = app.url(&format!("/task/{}", slugid()));
+    let (status, _) = raw_url_with(
+        &url,
+        "PUT",
+        Some("application/json"),
+        Some(def.to_string().into_bytes()),
+        None,
+    )
+    .await;
+    assert_eq!(status, 403);
+    assert_eq!(
+        unsigned(format!("/task/{id}/runs/0/artifacts/private/x")).await,
+        403
+    );
+}
+
+/// Upstream's answers where clients compare them: listClients pages static and stored
+/// clients alike by clientId; testAuthenticate returns the scopes as given merged with
+/// `assume:anonymous` (upstream's merge: given order kept, nothing expanded), and
+/// `auth-failed:no-auth` for an unsigned call; authenticateHawk without credentials expires
+/// in 15 minutes.
+#[tokio::test]
+async fn auth_answers_as_upstream_for_listings_and_test_calls() {
+    let app = spawn_app().await;
+    let auth = app.auth();
+    let prefix = format!("page-{}/", slugid());
+    for n in ["b", "a", "c"] {
+        auth.createClient(
+            &format!("{prefix}{n}"),
+            &json!({"description": "x", "expires": ts(3_600_000), "scopes": []}),
+        )
+        .await
+        .expect("createClient");
+    }
+    let auth = &auth;
+    let seen: Vec<String> = all_pages("clients", 1, |t| async move {
+        auth.listClients(None, t.as_deref(), Some("1"))
+            .await
+            .expect("listClients")
+    })
+    .await
+    .iter()
+    .map(|c| c["clientId"].as_str().unwrap().to_string())
+    .collect();
+    let mut sorted = seen.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(seen, sorted, "every client once, by clientId");
+    for id in [
+        ROOT_CLIENT_ID.to_string(),
+        format!("{prefix}a"),
+        format!("{prefix}c"),
+    ] {
+        assert!(seen.contains(&id), "{id} listed");
+    }
+
+    let tester = app.auth_as(Some(Credentials::new("tester", "no-secret")));
+    for (given, want) in [
+        (
+            json!(["test:b", "test:a"]),
+            json!(["assume:anonymous", "test:b", "test:a"]),
+        ),
+        (
+            json!(["test:a", "test:*"]),
+            json!(["assume:anonymous", "test:a", "test:*"]),
+        ),
+    ] {
+        let r = tester
+            .testAuthenticate(&json!({"clientScopes": given, "requiredScopes": []}))
+            .await
+            .expect("testAuthenticate");
+        assert_eq!(r["clientId"], "tester");
+        assert_eq!(r["scopes"], want, "given {given}");
+    }
+    let r = app
+        .auth_as(None)
+        .testAuthenticate(&json!({"clientScopes": [], "requiredScopes": []}))
+        .await
+        .expect("unsigned testAuthenticate");
+    assert_eq!(r["clientId"], "auth-failed:no-auth");
+    assert_eq!(r["scopes"], json!(["assume:anonymous"]));
+
+    let none = auth
+        .authenticateHawk(
+            &json!({"method": "get", "resource": "/x", "host": "q.example.com", "port": 443}),
+        )
+        .await
+        .expect("authenticateHawk");
+    assert_eq!(none["status"], "no-auth");
+    let expires = shared::time::Ts::parse(none["expires"].as_str().unwrap()).expect("a date");
+    let left = expires.millis() - shared::time::Ts::now().millis();
+    assert!(
+        (14 * 60_000..=15 * 60_000 + 5_000).contains(&left),
+        "{left} ms"
+    );
+}
+
+/// listRoleIds and listRoles2 page through every role by roleId, as upstream's.
+#[tokio::test]
+async fn role_ids_and_roles_come_a_page_at_a_time() {
+    let app = spawn_app().await;
+    let auth = app.auth();
+    let prefix = format!("paged-{}-", slugid());
+    for n in ["b", "a", "c"] {
+        auth.createRole(
+            &format!("{prefix}{n}"),
+            &json!({"description": "x", "scopes": [format!("queue:status:{n}")]}),
+        )
+        .await
+        .expect("createRole");
+    }
+    let auth = &auth;
+    let ids: Vec<String> = all_pages("roleIds", 1, |t| async move {
+        auth.listRoleIds(t.as_deref(), Some("1"))
+            .await
+            .expect("listRoleIds")
+    })
+    .await
+    .iter()
+    .map(|r| r.as_str().unwrap().to_string())
+    .collect();
+    let mine: Vec<&String> = ids.iter().filter(|i| i.starts_with(&prefix)).collect();
+    assert_eq!(
+        mine,
+        ["a", "b", "c"]
+            .map(|n| format!("{prefix}{n}"))
+            .iter()
+            .collect::<Vec<_>>()
+    );
+    let mut sorted = ids.clone();
+    sorted.sort();
+    assert_eq!(ids, sorted);
+
+    let roles = all_pages("roles", 2, |t| async move {
+        auth.listRoles2(t.as_deref(), Some("2"))
+            .await
+            .expect("listRoles2")
+    })
+    .await;
+    let listed: Vec<&str> = roles
+        .iter()
+        .map(|r| r["roleId"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, ids.iter().map(String::as_str).collect::<Vec<_>>());
+    let b = roles
+        .iter()
+        .find(|r| r["roleId"] == format!("{prefix}b").as_str())
+        .unwrap();
+    assert_eq!(b["scopes"], json!(["queue:status:b"]));
+    assert!(b["expandedScopes"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("queue:status:b")));
+}
+
+/// The server process body for the cross-process role test; only runs when re-executed by
+/// `spawn_child_server`.
+#[ignore]
+#[test]
+fn auth_child_server() {
+    blackbox::run_child_server()
+}
+
+/// As deployed every function is a process of its own: a role changed through one process is
+/// in force in another within 2 s (each re-reads the roles at most once a second), however
+/// recently that one read them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_change_reaches_another_process_within_2_s() {
+    if not_in_shape("starts server processes of its own") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut servers = vec![];
+    for _ in 0..2 {
+        servers.push(ChildServer::start("auth::auth_child_server", dir.path(), &[]).await);
+    }
+    let roots: Vec<String> = servers.iter().map(|s| s.root.clone()).collect();
+    let auth_of = |root: &str| {
+        taskcluster::Auth::new(
+            taskcluster::ClientBuilder::new(root).credentials(root_credentials()),
+        )
+        .expect("client")
+    };
+    let (a, b) = (auth_of(&roots[0]), auth_of(&roots[1]));
+    let role = format!("cross-{}", slugid());
+    let expand = json!({ "scopes": [format!("assume:{role}")] });
+    let grants = |r: &Value| {
+        r["scopes"]
+            .as_array()
+            .is_some_and(|s| s.contains(&json!("queue:status:granted")))
+    };
+    // B has just read the roles.
+    assert!(!grants(&b.expandScopes(&expand).await.unwrap()));
+    a.createRole(
+        &role,
+        &json!({"description": "x", "scopes": ["queue:status:granted"]}),
+    )
+    .await
+    .expect("createRole in A");
+    let changed = std::time::Instant::now();
+    loop {
+        if grants(&b.expandScopes(&expand).await.unwrap()) {
+            break;
+        }
+        assert!(
+            changed.elapsed() < Duration::from_secs(2),
+            "the grant is not in force in B after 2 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A revocation the same way.
+    a.deleteRole(&role).await.expect("deleteRole in A");
+    let changed = std::time::Instant::now();
+    while grants(&b.expandScopes(&expand).await.unwrap()) {
+        assert!(
+            changed.elapsed() < Duration::from_secs(2),
+            "the revocation is not in force in B after 2 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

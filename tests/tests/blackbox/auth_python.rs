@@ -3,18 +3,12 @@
 //! and without `authorizedScopes`, a signed URL and client-minted temporary credentials.
 //! `scripts/test.sh` installs the client in a venv and sets `TCQ_PYTHON` to its interpreter.
 
+use crate::common::*;
 use blackbox::*;
-use serde_json::{json, Value};
-use std::process::Command;
+use serde_json::json;
 
 #[tokio::test]
 async fn the_python_client_runs_a_worker_loop() {
-    let Ok(python) = std::env::var("TCQ_PYTHON") else {
-        eprintln!(
-            "TCQ_PYTHON is not set: run through scripts/test.sh, which installs the Python client"
-        );
-        return;
-    };
     let app = spawn_app().await;
     let tq = task_queue_id();
     let worker_id = format!("test/python-{}", slugid());
@@ -30,37 +24,18 @@ async fn the_python_client_runs_a_worker_loop() {
         )
         .await
         .expect("createClient");
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/python/worker_loop.py");
-    let root_url = app.root_url();
-    let output = tokio::task::spawn_blocking({
-        let token = worker["accessToken"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        let tq = tq.clone();
-        move || {
-            Command::new(python)
-                .arg(script)
-                .env("TASKCLUSTER_ROOT_URL", root_url)
-                .env("TASKCLUSTER_CLIENT_ID", ROOT_CLIENT_ID)
-                .env("TASKCLUSTER_ACCESS_TOKEN", ROOT_ACCESS_TOKEN)
-                .env_remove("TASKCLUSTER_CERTIFICATE")
-                .env("WORKER_CLIENT_ID", worker_id)
-                .env("WORKER_ACCESS_TOKEN", token)
-                .env("TASK_QUEUE_ID", tq)
-                .output()
-                .expect("python runs")
-        }
-    })
-    .await
-    .expect("join");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "python failed: {stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let out: Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+    let token = worker["accessToken"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let envs = [
+        ("WORKER_CLIENT_ID", worker_id),
+        ("WORKER_ACCESS_TOKEN", token),
+        ("TASK_QUEUE_ID", tq.clone()),
+    ];
+    let Some(out) = run_python(&app, "worker_loop.py", &envs).await else {
+        return;
+    };
     let id = out["taskId"].as_str().expect("taskId");
     assert_eq!(out["worker_create"], 403);
     assert!(out["tempClientId"]
@@ -83,4 +58,31 @@ async fn the_python_client_runs_a_worker_loop() {
     // The server agrees.
     let st = app.queue().status(id).await.expect("status");
     assert_eq!(st["status"]["state"], "completed");
+}
+
+/// Routes that end in `/` (`/clients/`, `/roles/`) and `/test-authenticate-get/`: the PyPI
+/// client strips the trailing `/`, and signs the path so; upstream's router takes both.
+#[tokio::test]
+async fn the_python_client_lists_clients_and_roles_and_tests_authentication() {
+    let app = spawn_app().await;
+    let role = format!("test-role-{}", slugid());
+    app.auth()
+        .createRole(
+            &role,
+            &json!({"description": "a role", "scopes": ["queue:status:*"]}),
+        )
+        .await
+        .expect("createRole");
+    let Some(out) = run_python(&app, "auth_lists.py", &[]).await else {
+        return;
+    };
+    assert!(out["clientIds"]
+        .as_array()
+        .expect("clients")
+        .contains(&json!(ROOT_CLIENT_ID)));
+    assert!(out["roleIds"]
+        .as_array()
+        .expect("roles")
+        .contains(&json!(role)));
+    assert_eq!(out["tested"]["clientId"], "tester");
 }

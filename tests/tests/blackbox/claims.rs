@@ -164,3 +164,49 @@ async fn claimed_counts_follow_claims_and_expiry() {
         (Some(0), Some(0))
     );
 }
+
+/// A claim ends at `takenUntil`, not when the reaper comes by (as deployed it runs once a
+/// minute; here once an hour): reclaimTask and the reports answer as they would after the
+/// reaper, and the task's status says so at once, retry included.
+#[tokio::test]
+async fn a_claim_is_over_at_taken_until_however_late_the_reaper_comes() {
+    let app = spawn_app_with(|cfg| {
+        cfg.queue.claim_timeout_secs = 1;
+        cfg.reaper_interval_ms = 3_600_000;
+    })
+    .await;
+    let q = app.queue();
+    let tq = task_queue_id();
+    let id = create(&app, &def_with(&tq, json!({"retries": 1}))).await;
+    claim_one(&app, &tq, "g", "w").await;
+    // Still held: reclaiming works, and moves takenUntil a second on.
+    let r = q
+        .reclaimTask(&id, "0")
+        .await
+        .expect("reclaim within the claim");
+    let until = r["takenUntil"].as_str().unwrap().to_string();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(err_status(q.reclaimTask(&id, "0").await), 409);
+    let s = q.status(&id).await.unwrap()["status"].clone();
+    assert_eq!(s["runs"][0]["state"], "exception");
+    assert_eq!(s["runs"][0]["reasonResolved"], "claim-expired");
+    assert_eq!(s["runs"][0]["takenUntil"], until.as_str());
+    assert_eq!(s["runs"][1]["state"], "pending");
+    assert_eq!(s["runs"][1]["reasonCreated"], "retry");
+    for report in ["completed", "failed", "exception"] {
+        let r = match report {
+            "completed" => q.reportCompleted(&id, "0").await,
+            "failed" => q.reportFailed(&id, "0").await,
+            _ => {
+                q.reportException(&id, "0", &json!({"reason": "worker-shutdown"}))
+                    .await
+            }
+        };
+        assert_eq!(err_status(r), 409, "report{report} after takenUntil");
+    }
+    wait_events(&app, &id, "task-exception", Some(0), 1).await;
+    wait_events(&app, &id, "task-pending", Some(1), 1).await;
+    // The retry is claimable at once.
+    let c = claim_one(&app, &tq, "g", "w").await;
+    assert_eq!(c["runId"], 1);
+}

@@ -326,3 +326,103 @@ pub async fn complete(app: &TestServer, id: &str, run: u64) -> Value {
         .await
         .unwrap_or_else(|e| panic!("reportCompleted({id}, {run}) failed: {e:#}"))
 }
+
+/// Runs `tests/python/<script>` with the official Python client (`TCQ_PYTHON`) as root
+/// against `app`, with `envs` besides, and returns the one JSON line it prints; `None` (and a
+/// note) when `TCQ_PYTHON` is not set.
+pub async fn run_python(app: &TestServer, script: &str, envs: &[(&str, String)]) -> Option<Value> {
+    let Ok(python) = std::env::var("TCQ_PYTHON") else {
+        eprintln!(
+            "TCQ_PYTHON is not set: run through scripts/test.sh, which installs the Python client"
+        );
+        return None;
+    };
+    let script = format!("{}/python/{script}", env!("CARGO_MANIFEST_DIR"));
+    let envs: Vec<(String, String)> = envs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    let root_url = app.root_url();
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python)
+            .arg(script)
+            .env("TASKCLUSTER_ROOT_URL", root_url)
+            .env("TASKCLUSTER_CLIENT_ID", ROOT_CLIENT_ID)
+            .env("TASKCLUSTER_ACCESS_TOKEN", ROOT_ACCESS_TOKEN)
+            .env_remove("TASKCLUSTER_CERTIFICATE")
+            .envs(envs)
+            .output()
+            .expect("python runs")
+    })
+    .await
+    .expect("join");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "python failed: {stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Some(serde_json::from_str(stdout.trim()).expect("one JSON line"))
+}
+
+/// A child server process (see `spawn_child_server`), killed when dropped.
+pub struct ChildServer {
+    child: std::process::Child,
+    /// Its rootUrl.
+    pub root: String,
+}
+
+impl ChildServer {
+    /// Starts the test binary's ignored `test_name` as a server on `dir` and waits until it
+    /// answers.
+    pub async fn start(test_name: &str, dir: &std::path::Path, envs: &[(&str, String)]) -> Self {
+        let port = free_port();
+        let child = spawn_child_server(test_name, dir, port, envs);
+        let server = ChildServer {
+            child,
+            root: format!("http://127.0.0.1:{port}"),
+        };
+        assert!(
+            wait_until_up(&server.root, Duration::from_secs(30)).await,
+            "child server did not come up"
+        );
+        server
+    }
+}
+
+impl ChildServer {
+    /// SIGKILL, and reap the process.
+    pub fn kill(&mut self) {
+        self.child.kill().expect("SIGKILL the child");
+        let status = self.child.wait().expect("wait for the child");
+        assert!(!status.success(), "killed, not exited: {status:?}");
+    }
+}
+
+impl Drop for ChildServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Every item of a paged listing: calls `page` with each continuation token (none first)
+/// until a page has none, checking that no page holds more than `limit` items of `key`.
+pub async fn all_pages<F, Fut>(key: &str, limit: usize, mut page: F) -> Vec<Value>
+where
+    F: FnMut(Option<String>) -> Fut,
+    Fut: Future<Output = Value>,
+{
+    let mut out = vec![];
+    let mut token = None;
+    loop {
+        let got = page(token.take()).await;
+        let items = got[key].as_array().expect("a list");
+        assert!(items.len() <= limit, "limit={limit}: {got}");
+        out.extend(items.iter().cloned());
+        match got["continuationToken"].as_str() {
+            Some(t) => token = Some(t.to_string()),
+            None => return out,
+        }
+    }
+}

@@ -17,47 +17,16 @@ fn child_server() {
     blackbox::run_child_server()
 }
 
-/// A child server that is killed when dropped, so a failing test leaves no process behind.
-struct ChildServer {
-    child: std::process::Child,
-    root: String,
-}
-
-impl ChildServer {
-    async fn start(dir: &Path) -> ChildServer {
-        let port = free_port();
-        let envs = [
-            // Long enough that the claims taken before the kill are still held when the test
-            // looks, on a loaded LocalStack too.
-            ("TCQ_CLAIM_TIMEOUT", "5".to_string()),
-            ("TCQ_REAPER_INTERVAL_MS", "100".to_string()),
-            ("TCQ_CLAIM_WORK_TIMEOUT_MS", "500".to_string()),
-        ];
-        let child = spawn_child_server("crash::child_server", dir, port, &envs);
-        let server = ChildServer {
-            child,
-            root: format!("http://127.0.0.1:{port}"),
-        };
-        assert!(
-            wait_until_up(&server.root, Duration::from_secs(30)).await,
-            "child server did not come up"
-        );
-        server
-    }
-
-    /// SIGKILL, and reap the process.
-    fn kill(&mut self) {
-        self.child.kill().expect("SIGKILL the child");
-        let status = self.child.wait().expect("wait for the child");
-        assert!(!status.success(), "killed, not exited: {status:?}");
-    }
-}
-
-impl Drop for ChildServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The crash tests' server: a child process with short claims and fast reapers.
+async fn crash_server(dir: &Path) -> ChildServer {
+    let envs = [
+        // Long enough that the claims taken before the kill are still held when the test
+        // looks, on a loaded LocalStack too.
+        ("TCQ_CLAIM_TIMEOUT", "5".to_string()),
+        ("TCQ_REAPER_INTERVAL_MS", "100".to_string()),
+        ("TCQ_CLAIM_WORK_TIMEOUT_MS", "500".to_string()),
+    ];
+    ChildServer::start("crash::child_server", dir, &envs).await
 }
 
 async fn statuses(q: &taskcluster::Queue, ids: &[String]) -> Vec<Value> {
@@ -76,7 +45,7 @@ async fn statuses(q: &taskcluster::Queue, ids: &[String]) -> Vec<Value> {
 async fn tasks_and_claims_survive_a_sigkill() {
     let dir = tempfile::tempdir().unwrap();
     let tq = task_queue_id();
-    let mut server = ChildServer::start(dir.path()).await;
+    let mut server = crash_server(dir.path()).await;
     let q = queue_client(&server.root);
 
     // 30 tasks, 10 of them claimed (5 s claims).
@@ -134,7 +103,7 @@ async fn tasks_and_claims_survive_a_sigkill() {
     eprintln!("{} creates acknowledged before the kill", acked.len());
 
     // Restart on the same data directory.
-    let server = ChildServer::start(dir.path()).await;
+    let server = crash_server(dir.path()).await;
     let q = queue_client(&server.root);
 
     // Every acknowledged task is still there.
@@ -231,7 +200,7 @@ async fn tasks_and_claims_survive_a_sigkill() {
 async fn a_killed_server_restarts_with_resolutions_intact() {
     let dir = tempfile::tempdir().unwrap();
     let tq = task_queue_id();
-    let mut server = ChildServer::start(dir.path()).await;
+    let mut server = crash_server(dir.path()).await;
     let q = queue_client(&server.root);
     let done = create_on(&q, &tq).await;
     let failed = create_on(&q, &tq).await;
@@ -255,7 +224,7 @@ async fn a_killed_server_restarts_with_resolutions_intact() {
     .await;
     server.kill();
 
-    let server = ChildServer::start(dir.path()).await;
+    let server = crash_server(dir.path()).await;
     let q = queue_client(&server.root);
     let after = statuses(
         &q,

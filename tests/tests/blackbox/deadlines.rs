@@ -166,3 +166,24 @@ async fn a_deadline_wins_over_an_expired_claim() {
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(status(&app, &id).await, s, "resolved for good");
 }
+
+/// A deadline ends a task when it passes, not when the reaper comes by (as deployed once a
+/// minute; here once an hour): a report after it answers 409, and the status shows
+/// `deadline-exceeded` at once, with no retry.
+#[tokio::test]
+async fn a_report_after_the_deadline_is_refused_however_late_the_reaper_comes() {
+    let app = spawn_app_with(|cfg| cfg.reaper_interval_ms = 3_600_000).await;
+    let q = app.queue();
+    let tq = task_queue_id();
+    let id = create(&app, &short_deadline_def(&tq, DEADLINE_MS)).await;
+    claim_one(&app, &tq, "g", "w").await;
+    tokio::time::sleep(Duration::from_millis(DEADLINE_MS as u64 + 500)).await;
+    assert_eq!(err_status(q.reportCompleted(&id, "0").await), 409);
+    let s = status(&app, &id).await;
+    let runs = s["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "no retry after a deadline");
+    assert_eq!(runs[0]["state"], "exception");
+    assert_eq!(runs[0]["reasonResolved"], "deadline-exceeded");
+    assert_eq!(err_status(q.reclaimTask(&id, "0").await), 409);
+    wait_events(&app, &id, "task-exception", Some(0), 1).await;
+}

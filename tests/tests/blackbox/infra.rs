@@ -9,13 +9,16 @@
 //! After changing an endpoint, a function or `resources.json`, regenerate with
 //! `TCQ_BLESS=1 cargo test -p blackbox --test blackbox infra::`.
 
-use functions::lambda::catalog::{specs, Spec, Trigger, COMMON_ENV};
+use functions::lambda::catalog::{
+    specs, Spec, Trigger, ANONYMOUS_SCOPES, CLAIM_WORK_CONCURRENCY, COMMON_ENV,
+};
 use functions::lambda::Function;
 use lambda_http::RequestExt;
 use serde_json::{json, Map, Value};
 use shared::api::declare::{Access, Functions, Need, Scopes};
 use shared::api::router::{canonical_path, decode, find};
 use shared::api::{Serves, SERVICES};
+use shared::queue::PollSchedule;
 use std::path::PathBuf;
 
 const PREFIX: &str = "/api/queue/v1";
@@ -170,6 +173,11 @@ fn env_value(var: &str) -> Value {
         "TCQ_LOG_JSON" => json!("1"),
         "TCQ_AMQP_URL" => amqp_url(),
         "TCQ_SCHEDULER_QUEUE" => scheduler_queue(),
+        "TCQ_CLAIM_WORK_CONCURRENCY" => r(CLAIM_WORK_CONCURRENCY),
+        "TCQ_ANONYMOUS_SCOPES" => r(ANONYMOUS_SCOPES),
+        // The re-read schedule the pickup bench measured (README: claimWork across processes).
+        "TCQ_CLAIM_WORK_POLL_MS" => json!(PollSchedule::default().first_ms.to_string()),
+        "TCQ_CLAIM_WORK_POLL_MAX_MS" => json!(PollSchedule::default().max_ms.to_string()),
         other => panic!("no template value for {other}"),
     }
 }
@@ -396,6 +404,29 @@ fn template() -> Value {
             "AllowedValues": ["PAY_PER_REQUEST", "PROVISIONED"],
             "Description": "DynamoDB capacity mode of every table and index (on-demand by default)"
         }),
+    );
+    params.insert(
+        ANONYMOUS_SCOPES.into(),
+        parameter(
+            "String",
+            json!(shared::auth::DEFAULT_ANONYMOUS_SCOPES.join(",")),
+            concat!(
+                "Scopes of unsigned requests (comma-separated) until a role named anonymous ",
+                "is stored through the auth API; the default allows reading"
+            ),
+        ),
+    );
+    params.insert(
+        CLAIM_WORK_CONCURRENCY.into(),
+        parameter(
+            "Number",
+            json!(200),
+            concat!(
+                "Concurrency reserved for claimWork: each idle worker's long poll holds one ",
+                "instance; four fifths may wait at once, and past that calls without work ",
+                "answer at once (README: Cost)"
+            ),
+        ),
     );
     params.insert(
         "ReadCapacity".into(),
@@ -754,8 +785,13 @@ fn template() -> Value {
                     }
                 }
                 Trigger::Prefix(prefix) => {
+                    let name = match routes {
+                        0 => "Api".to_string(),
+                        n => format!("Api{n}"),
+                    };
+                    routes += 1;
                     events.insert(
-                        "Api".into(),
+                        name,
                         json!({ "Type": "HttpApi", "Properties": {
                             "ApiId": r("QueueApi"),
                             "Method": "ANY",
@@ -853,6 +889,9 @@ fn template() -> Value {
             events,
             env,
         );
+        if let Some(param) = spec.reserved_concurrency {
+            f["Properties"]["ReservedConcurrentExecutions"] = r(param);
+        }
         if spec
             .triggers
             .iter()

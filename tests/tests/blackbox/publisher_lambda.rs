@@ -489,3 +489,59 @@ async fn the_stream_carries_each_writes_events_and_a_failed_batch_is_left_to_the
     publisher.kill().ok();
     broker.cleanup().await;
 }
+
+/// A broker that accepts connections and never speaks AMQP (a frozen container's half-open
+/// connection, a broker in an alarm) does not hold the publisher until its 60 s timeout, when
+/// it could no longer hold its batch: connecting gives up after 10 s, and the batch's events
+/// are in their outboxes for the sweeper.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_broker_cannot_hold_the_publisher_past_its_timeout() {
+    if !localstack() {
+        eprintln!("TCQ_LOCALSTACK is not 1: run through scripts/test.sh, which starts LocalStack");
+        return;
+    }
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_url = format!("amqp://guest:guest@{}/%2f", silent.local_addr().unwrap());
+    let hold = tokio::spawn(async move {
+        let mut held = vec![];
+        while let Ok((sock, _)) = silent.accept().await {
+            held.push(sock);
+        }
+    });
+    let prefix = localstack_tables("pz", true).await;
+    let start = stream_start(&prefix).await;
+    let env: Vec<(&'static str, String)> = vec![
+        (
+            "TCQ_EXCHANGE_PREFIX",
+            format!("exchange/tcq-test-{}/v1/", slugid()),
+        ),
+        ("TCQ_AMQP_URL", silent_url),
+        ("TCQ_EVENTS_FROM_STREAM", "true".to_string()),
+    ];
+    let refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let tq = task_queue_id();
+    let ids = vec![slugid()];
+    create_tasks(&prefix, &refs, &tq, &ids).await;
+    let (records, _) = read_until(start, |rs| covers(rs, &ids)).await;
+    let api = RuntimeApi::start().await;
+    let (mut publisher, _) = start_function("publisher", &api, &prefix, &refs);
+    let began = std::time::Instant::now();
+    let reply = api
+        .invoke(json!({ "Records": records }), Duration::from_secs(60))
+        .await
+        .expect("the publisher answered within its timeout");
+    let took = began.elapsed();
+    publisher.kill().ok();
+    hold.abort();
+    assert!(took < Duration::from_secs(45), "answered after {took:?}");
+    assert_eq!(
+        reply["batchItemFailures"].as_array().map(Vec::len),
+        Some(1),
+        "the batch is retried: {reply}"
+    );
+    let item = raw_status(&prefix, &ids[0]).await;
+    assert!(
+        item["outbox_pk"]["S"].is_string(),
+        "held for the sweeper: {item}"
+    );
+}

@@ -1,5 +1,12 @@
 //! The work-signal port: wakes claimWork long polls when a task queue gets pending work.
 //! Signals are hints only; a waiter always re-reads the pending index.
+//!
+//! [`LocalSignal`] wakes waiters of this process only. [`amqp::AmqpSignal`] (with the `amqp`
+//! feature) also carries each wake-up through RabbitMQ to every other process that has a
+//! claimWork waiting on the same task queue: other Lambda functions, other servers.
+
+#[cfg(feature = "amqp")]
+pub mod amqp;
 
 use async_trait::async_trait;
 use std::collections::HashMap;
@@ -16,6 +23,14 @@ pub trait WorkSignal: Send + Sync + 'static {
     fn notify(&self, task_queue_id: &str);
     /// Waits until the queue's generation moves past `token`, or `timeout` passes.
     async fn wait(&self, task_queue_id: &str, token: u64, timeout: Duration);
+    /// True when a notify for `task_queue_id` from any process reaches this process's
+    /// waiters now (so a waiter may re-read the index less often).
+    fn crosses_processes(&self, _task_queue_id: &str) -> bool {
+        false
+    }
+    /// Waits (at most `within`) until the wake-ups notified so far have left this process; a
+    /// Lambda function calls it before answering, as it is frozen afterwards.
+    async fn flush(&self, _within: Duration) {}
 }
 
 #[derive(Default)]
