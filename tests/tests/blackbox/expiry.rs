@@ -24,6 +24,15 @@ fn short_lived(tq: &str, group: &str, scheduler: &str) -> Value {
     )
 }
 
+/// A long-lived task in `group` under `scheduler`: the group's second life, which must not
+/// expire while the test reads it back, however loaded the machine.
+fn lasting(tq: &str, group: &str, scheduler: &str) -> Value {
+    def_with(
+        tq,
+        json!({ "taskGroupId": group, "schedulerId": scheduler }),
+    )
+}
+
 /// The HTTP status of a call (200 when it succeeded).
 fn answer(r: anyhow::Result<Value>) -> u16 {
     match r {
@@ -104,7 +113,7 @@ async fn expired_tasks_edges_and_groups_are_deleted_and_the_group_id_reused() {
     assert_eq!(status(&app, &long_lived).await["state"], "pending");
 
     // The group id is free again, for another schedulerId.
-    let reborn = create(&app, &short_lived(&tq, &group, "second")).await;
+    let reborn = create(&app, &lasting(&tq, &group, "second")).await;
     let g = q.getTaskGroup(&group).await.unwrap();
     assert_eq!(g["schedulerId"], "second");
     let listed = q.listTaskGroup(&group, None, None).await.unwrap();
@@ -129,7 +138,7 @@ async fn a_group_id_is_free_as_soon_as_the_group_expired_even_before_deletion() 
     })
     .await;
     assert_eq!(err_status(q.status(&old).await), 404);
-    let id = create(&app, &short_lived(&tq, &group, "second")).await;
+    let id = create(&app, &lasting(&tq, &group, "second")).await;
     assert_eq!(
         q.getTaskGroup(&group).await.unwrap()["schedulerId"],
         "second"
