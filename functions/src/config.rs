@@ -36,6 +36,16 @@ pub struct QueueSettings {
     /// How long a task group outlives its longest-lived task, in milliseconds.
     #[arg(long, env = "TCQ_GROUP_EXPIRY_EXTENSION_MS", default_value_t = shared::queue::GROUP_EXPIRY_EXTENSION_MS)]
     pub group_expiry_extension_ms: i64,
+    /// How long a process goes without re-recording a task queue or worker it keeps seeing,
+    /// in milliseconds (upstream's 30 minutes).
+    #[arg(long, env = "TCQ_WORKER_INFO_THROTTLE_MS", default_value_t = QueueConfig::default().worker_info_throttle_ms)]
+    pub worker_info_throttle_ms: i64,
+    /// Claimed runs held back per worker before they are written to its recentTasks together.
+    #[arg(long, env = "TCQ_RECENT_TASKS_BATCH", default_value_t = QueueConfig::default().recent_tasks_batch)]
+    pub recent_tasks_batch: usize,
+    /// Longest a claimed run is held back from its worker's recentTasks, in milliseconds.
+    #[arg(long, env = "TCQ_RECENT_TASKS_DELAY_MS", default_value_t = QueueConfig::default().recent_tasks_delay_ms)]
+    pub recent_tasks_delay_ms: i64,
     /// Prefix of every exchange name.
     #[arg(long, env = "TCQ_EXCHANGE_PREFIX", default_value = shared::routing::DEFAULT_EXCHANGE_PREFIX)]
     pub exchange_prefix: String,
@@ -105,6 +115,9 @@ impl QueueSettings {
             exchange_prefix: self.exchange_prefix.clone(),
             scheduler_exchange_prefix: self.scheduler_exchange_prefix.clone(),
             events_from_stream: self.events_from_stream,
+            worker_info_throttle_ms: self.worker_info_throttle_ms,
+            recent_tasks_batch: self.recent_tasks_batch,
+            recent_tasks_delay_ms: self.recent_tasks_delay_ms,
             ..QueueConfig::default()
         }
     }

@@ -324,9 +324,15 @@ async fn reaper_loop(queue: Arc<Queue>, every: Duration, mut stop: watch::Receiv
             "deadline reaper",
             jobs::deadlines(&queue, pass_budget()).await,
         );
-        tokio::select! {
-            _ = tokio::time::sleep(every) => {}
-            _ = stop.wait_for(|s| *s) => return,
+        // Claimed runs held back for workers' recentTasks (see shared::queue::workers).
+        queue.flush_seen(Ts::now(), false).await;
+        let stopping = tokio::select! {
+            _ = tokio::time::sleep(every) => false,
+            _ = stop.wait_for(|s| *s) => true,
+        };
+        if stopping {
+            queue.flush_seen(Ts::now(), true).await;
+            return;
         }
     }
 }

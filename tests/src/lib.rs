@@ -181,6 +181,15 @@ async fn spawn_shape(cfg: ServerConfig, dir: tempfile::TempDir) -> TestServer {
             "TCQ_ARTIFACT_EXPIRY_GRACE_MS",
             q.artifact_expiry_grace_ms.to_string(),
         ),
+        ("TCQ_RECENT_TASKS_BATCH", q.recent_tasks_batch.to_string()),
+        (
+            "TCQ_RECENT_TASKS_DELAY_MS",
+            q.recent_tasks_delay_ms.to_string(),
+        ),
+        (
+            "TCQ_WORKER_INFO_THROTTLE_MS",
+            q.worker_info_throttle_ms.to_string(),
+        ),
     ] {
         sc.env.insert(k.into(), v);
     }

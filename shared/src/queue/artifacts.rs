@@ -10,7 +10,7 @@ use super::core::{backoff, Pass, Queue, MAX_ATTEMPTS, PARALLEL};
 use crate::blobs::{BlobStore, Bucket};
 use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::ids::TaskId;
-use crate::page::{encode_token, PageReq};
+use crate::page::PageReq;
 use crate::records::artifact::{
     artifact_run_prefix, artifact_sk, check_name, check_run, compatible, decode, from_request,
     Artifact, ARTIFACTS, ARTIFACT_EXPIRY,
@@ -325,31 +325,13 @@ impl Queue {
                 "Run {run_id} of task {task_id} not found"
             )));
         }
-        let after = page.cursor()?;
         let range = SkRange {
             prefix: Some(artifact_run_prefix(run_id)),
             upto: None,
         };
-        let limit = page.limit.max(1);
-        // One extra row tells whether a further page exists, so a token never leads nowhere.
-        let mut got = self
-            .store
-            .query(
-                ARTIFACTS,
-                task_id.as_str(),
-                &range,
-                after.as_ref(),
-                limit + 1,
-            )
-            .await?
-            .items;
-        let token = if got.len() > limit {
-            got.truncate(limit);
-            got.last()
-                .map(|i| encode_token(&(i.sk.clone(), i.pk.clone(), i.sk.clone())))
-        } else {
-            None
-        };
+        let (got, token) = self
+            .query_page(ARTIFACTS, task_id.as_str(), &range, page)
+            .await?;
         let items = got
             .into_iter()
             .map(|i| decode(i).map(|a| a.metadata()))

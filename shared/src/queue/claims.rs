@@ -7,6 +7,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::ids::{TaskId, TaskQueueId};
 use crate::records::task::{index, ClaimOutcome, Run, RunState, TaskRecord, TASKS};
 use crate::records::wait_slot;
+use crate::records::worker::TaskRun;
 use crate::store::{Item, SkRange, StoreError};
 use crate::time::Ts;
 use serde_json::{json, Value};
@@ -33,6 +34,14 @@ pub struct ClaimPass {
 }
 
 impl Claim {
+    /// The claimed run, for the worker's `recentTasks`.
+    pub fn task_run(&self) -> TaskRun {
+        TaskRun {
+            task_id: self.record.task_id.clone(),
+            run_id: self.run.run_id,
+        }
+    }
+
     /// The claim-work/claim-task response item.
     pub fn to_json(&self) -> Value {
         let run = &self.run;
@@ -76,13 +85,30 @@ impl Queue {
         worker_id: &str,
         now: Ts,
     ) -> ApiResult<Claim> {
+        let tq = match self.load(task_id.as_str()).await? {
+            Some((r, _)) => r.task_queue_id,
+            None => return Err(ApiError::not_found(format!("Task {task_id} not found"))),
+        };
+        let key = (tq.as_str(), worker_group, worker_id);
+        let (quarantined, read) = self.quarantined(key, now).await?;
+        if quarantined {
+            self.record_seen(&tq, None, &[], None, now).await;
+            return Err(ApiError::conflict(format!(
+                "Worker {worker_group}/{worker_id} is quarantined: it claims nothing until \
+                 its quarantine ends"
+            )));
+        }
         let taken_until = now.plus(self.cfg.claim_timeout_ms);
         let (rec, _) = self
             .mutate(task_id.as_str(), |r| {
                 r.claim(run_id, worker_group, worker_id, now, taken_until)
             })
             .await?;
-        self.finish_claim(rec, run_id, now).await
+        let claim = self.finish_claim(rec, run_id, now).await?;
+        let worker = Some((worker_group, worker_id));
+        self.record_seen(&tq, worker, &[claim.task_run()], Some(read), now)
+            .await;
+        Ok(claim)
     }
 
     /// reclaimTask: extends the claim; returns the record and fresh credentials.
@@ -93,7 +119,11 @@ impl Queue {
                 r.reclaim(run_id, now, taken_until)
             })
             .await?;
-        self.finish_claim(rec, run_id, now).await
+        let claim = self.finish_claim(rec, run_id, now).await?;
+        let (tq, run) = (&claim.record.task_queue_id, &claim.run);
+        let worker = run.worker_group.as_deref().zip(run.worker_id.as_deref());
+        self.record_seen(tq, worker, &[], None, now).await;
+        Ok(claim)
     }
 
     /// One pass over the head of a task queue's pending index: claims up to `count` runs.
@@ -230,6 +260,18 @@ impl Queue {
         count: usize,
         clock: &(dyn Fn() -> Ts + Send + Sync),
     ) -> ApiResult<Vec<Claim>> {
+        let key = (q.as_str(), worker_group, worker_id);
+        let worker = Some((worker_group, worker_id));
+        let (quarantined, read) = self.quarantined(key, clock()).await?;
+        if quarantined {
+            // Seen, but given nothing, and only after the whole wait: a quarantined worker
+            // must not spin.
+            self.record_seen(q.as_str(), worker, &[], Some(read), clock())
+                .await;
+            let wait = self.cfg.claim_work_timeout_ms.max(0) as u64;
+            tokio::time::sleep(Duration::from_millis(wait)).await;
+            return Ok(vec![]);
+        }
         let mut slot = None;
         let out = self
             .wait_for_work(q, worker_group, worker_id, count, clock, &mut slot)
@@ -239,6 +281,11 @@ impl Queue {
             if let Err(e) = self.store.write(wait_slot::give_back(n, version)).await {
                 tracing::warn!(error = %e, slot = n, "claimWork could not give its wait slot back");
             }
+        }
+        if let Ok(claims) = &out {
+            let runs: Vec<TaskRun> = claims.iter().map(Claim::task_run).collect();
+            self.record_seen(q.as_str(), worker, &runs, Some(read), clock())
+                .await;
         }
         out
     }

@@ -4,6 +4,7 @@ use super::counter;
 use crate::creds::IssuerCredentials;
 use crate::error::{ApiError, ApiResult};
 use crate::hints::{NoHints, WriteObserver};
+use crate::page::{encode_token, PageReq};
 use crate::records::task::{RunState, TaskRecord, SK_DEF, SK_STATUS, TASKS};
 use crate::signal::WorkSignal;
 use crate::store::shard::{due_upto, shard_pk, SHARDS};
@@ -50,6 +51,14 @@ pub struct QueueConfig {
     /// leave out the `outbox` and `resolved` index entries (see [`TaskRecord::sweep`]); a
     /// stream function that cannot finish adds them back for the scheduled passes.
     pub events_from_stream: bool,
+    /// How long a process goes without writing a task queue or worker it keeps seeing
+    /// (upstream's `workerInfoUpdateFrequency`, 30 minutes).
+    pub worker_info_throttle_ms: i64,
+    /// Claimed runs a process holds back for a worker's `recentTasks` before it writes them
+    /// together (5: a fifth of a write per claim).
+    pub recent_tasks_batch: usize,
+    /// Longest a claimed run is held back before it is written (60 s).
+    pub recent_tasks_delay_ms: i64,
 }
 
 impl Default for QueueConfig {
@@ -65,6 +74,9 @@ impl Default for QueueConfig {
             exchange_prefix: crate::routing::DEFAULT_EXCHANGE_PREFIX.to_string(),
             scheduler_exchange_prefix: crate::routing::SCHEDULER_EXCHANGE_PREFIX.to_string(),
             events_from_stream: false,
+            worker_info_throttle_ms: 30 * MINUTE,
+            recent_tasks_batch: 5,
+            recent_tasks_delay_ms: MINUTE,
         }
     }
 }
@@ -194,6 +206,8 @@ pub struct Queue {
     pub cfg: QueueConfig,
     /// Task definitions never change after creation, so each process keeps the ones it read.
     defs: Mutex<DefCache>,
+    /// The task queues and workers this process recorded, and the runs it holds back.
+    pub(crate) seen: Mutex<super::workers::SeenMemo>,
 }
 
 impl Queue {
@@ -211,6 +225,7 @@ impl Queue {
             issuer,
             cfg,
             defs: Default::default(),
+            seen: Default::default(),
         }
     }
 
@@ -520,6 +535,33 @@ impl Queue {
             tasks: out.into_items(),
             full_after: None,
         })
+    }
+
+    /// One page of the items of partition `pk` of `table` in `range`, in sort-key order,
+    /// from the page's token, and the token after it (only when more follow: one extra item
+    /// is read to tell, so a token never leads nowhere).
+    pub(crate) async fn query_page(
+        &self,
+        table: &'static str,
+        pk: &str,
+        range: &SkRange,
+        page: &PageReq,
+    ) -> ApiResult<(Vec<Item>, Option<String>)> {
+        let after = page.cursor()?;
+        let limit = page.limit.max(1);
+        let mut got = self
+            .store
+            .query(table, pk, range, after.as_ref(), limit + 1)
+            .await?
+            .items;
+        let token = if got.len() > limit {
+            got.truncate(limit);
+            got.last()
+                .map(|i| encode_token(&(i.sk.clone(), i.pk.clone(), i.sk.clone())))
+        } else {
+            None
+        };
+        Ok((got, token))
     }
 
     /// Entries of a sharded time-ordered index of `table` that are due at `now`, up to

@@ -1,4 +1,5 @@
-//! Expiry: deletes tasks, dependency edges and task groups once their `expires` has passed.
+//! Expiry: deletes tasks, dependency edges, task groups, task queues and workers once their
+//! `expires` has passed.
 //!
 //! Reads already treat anything past `expires` as gone; this job reclaims the space. It finds
 //! work through the `task-expiry` and `group-expiry` indexes (written with the items), and
@@ -41,9 +42,10 @@ impl Queue {
             let deleted = try_join_all(chunk.iter().map(|e| self.expire_group(&e.pk, now))).await?;
             done += deleted.into_iter().filter(|d| *d).count();
         }
+        let (workers, more_workers) = self.expire_worker_info(now, batch).await?;
         Ok(Pass {
-            done,
-            more: tasks.more || groups.more,
+            done: done + workers,
+            more: tasks.more || groups.more || more_workers,
         })
     }
 
@@ -92,7 +94,11 @@ impl Queue {
     }
 
     /// Deletes `item` if it is still at the version read; false if it changed meanwhile.
-    async fn delete_if_unchanged(&self, table: &'static str, item: &Item) -> ApiResult<bool> {
+    pub(crate) async fn delete_if_unchanged(
+        &self,
+        table: &'static str,
+        item: &Item,
+    ) -> ApiResult<bool> {
         let op = WriteOp::Delete {
             table,
             pk: item.pk.clone(),

@@ -8,6 +8,7 @@
 //! - [`groups`] (with its unresolved-task [`counter`]), [`deps`]: task groups and
 //!   dependencies.
 //! - [`artifacts`]: artifact rows and where their bytes are.
+//! - [`workers`]: the task queues and workers claims show, and quarantine.
 //! - [`reapers`], [`expiry`]: what the background passes do per item.
 
 pub mod artifacts;
@@ -23,6 +24,7 @@ pub mod resolution;
 mod stale_reads;
 pub mod task_queues;
 pub mod tasks;
+pub mod workers;
 
 pub use self::core::{PollSchedule, Queue, QueueConfig, GROUP_EXPIRY_EXTENSION_MS};
 pub use claims::{Claim, ClaimPass};

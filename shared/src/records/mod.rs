@@ -5,7 +5,7 @@
 //! | table         | entities                                                        |
 //! |---------------|-----------------------------------------------------------------|
 //! | `tasks`       | [`task`] definitions and statuses, [`edge`] dependency edges     |
-//! | `task-groups` | [`group`] groups, members, unresolved-task counter shares; [`wait_slot`] claimWork's wait slots |
+//! | `task-groups` | [`group`] groups, members, unresolved-task counter shares; [`wait_slot`] claimWork's wait slots; [`worker`] task queues and workers |
 //! | `task-graphs` | [`graph`] the scheduler's graphs and their task nodes            |
 //! | `artifacts`   | [`artifact`] artifacts                                           |
 //! | `auth`        | [`auth`] clients and roles                                       |
@@ -29,3 +29,4 @@ pub mod outbox;
 pub mod task;
 pub mod transitions;
 pub mod wait_slot;
+pub mod worker;

@@ -9,7 +9,6 @@ use blackbox::*;
 use serde_json::{json, Value};
 use shared::blobs::Bucket;
 use shared::time::{Ts, HOUR, MINUTE};
-use taskcluster::Credentials;
 
 /// A claimed task: `(taskId, task queue)`; run 0 runs on worker `grp/wkr`.
 async fn running_task(app: &TestServer) -> String {
@@ -72,19 +71,6 @@ fn header(h: &reqwest::header::HeaderMap, k: &str) -> String {
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default()
         .to_string()
-}
-
-async fn client_with(app: &TestServer, scopes: &[String]) -> Credentials {
-    let id = format!("test/{}", slugid());
-    let r = app
-        .auth()
-        .createClient(
-            &id,
-            &json!({"description": "artifact test client", "expires": ts(HOUR), "scopes": scopes}),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("createClient failed: {e:#}"));
-    Credentials::new(id, r["accessToken"].as_str().expect("accessToken"))
 }
 
 #[tokio::test]

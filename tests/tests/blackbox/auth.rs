@@ -8,22 +8,6 @@ use serde_json::{json, Value};
 use std::time::Duration;
 use taskcluster::Credentials;
 
-/// Creates a client holding exactly `scopes` (via the auth API, as root); returns its
-/// credentials.
-async fn client_with(app: &TestServer, scopes: &[String]) -> Credentials {
-    let id = format!("test/{}", slugid());
-    let r = app
-        .auth()
-        .createClient(
-            &id,
-            &json!({"description": "black-box test client", "expires": ts(3_600_000), "scopes": scopes}),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("createClient failed: {e:#}"));
-    assert_eq!(r["clientId"], id.as_str());
-    Credentials::new(id, r["accessToken"].as_str().expect("accessToken"))
-}
-
 fn strings(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
 }
@@ -631,6 +615,8 @@ enum Ep {
     SealTaskGroup(String),
     CancelTaskGroup(String),
     ChangeTaskGroupPriority(String),
+    /// A worker-metadata endpoint (by name) on a task queue whose worker `grp/wkr` exists.
+    Metadata(&'static str, String),
 }
 
 /// Calls `ep` as `creds`; the HTTP status of the failure, or `None` on success.
@@ -692,6 +678,26 @@ async fn call(app: &TestServer, creds: &Credentials, ep: &Ep) -> Option<u16> {
         Ep::ChangeTaskGroupPriority(id) => {
             q.changeTaskGroupPriority(id, &json!({ "newPriority": "high" }))
                 .await
+        }
+        Ep::Metadata(name, tq) => {
+            let (p, t) = tq.split_once('/').expect("a task queue id");
+            let later = json!({ "expires": ts(3_600_000) });
+            match *name {
+                "listTaskQueues" => q.listTaskQueues(None, None).await,
+                "getTaskQueue" => q.getTaskQueue(tq).await,
+                "listProvisioners" => q.listProvisioners(None, None).await,
+                "getProvisioner" => q.getProvisioner(p).await,
+                "listWorkerTypes" => q.listWorkerTypes(p, None, None).await,
+                "getWorkerType" => q.getWorkerType(p, t).await,
+                "listWorkers" => q.listWorkers(p, t, None, None, None).await,
+                "getWorker" => q.getWorker(p, t, "grp", "wkr").await,
+                "quarantineWorker" => {
+                    let lifted = json!({ "quarantineUntil": ts(-1_000) });
+                    q.quarantineWorker(p, t, "grp", "wkr", &lifted).await
+                }
+                "declareWorker" => q.declareWorker(p, t, "grp", "wkr", &later).await,
+                other => panic!("no metadata case for {other}"),
+            }
         }
     };
     r.err().map(|e| status_of(&e).unwrap_or(0))
@@ -880,6 +886,35 @@ async fn every_queue_endpoint_requires_exactly_its_scopes() {
     ] {
         let scopes = vec![format!("queue:{what}:-/{group}")];
         cases.push((name, make(group), scopes));
+    }
+
+    // Worker metadata, on a queue where worker grp/wkr was declared.
+    let meta = task_queue_id();
+    let (p, t) = meta.split_once('/').expect("a task queue id");
+    app.queue()
+        .declareWorker(p, t, "grp", "wkr", &json!({ "expires": ts(3_600_000) }))
+        .await
+        .expect("declareWorker as root");
+    let worker = format!("{meta}/grp/wkr");
+    for (name, scope) in [
+        ("listTaskQueues", "queue:list-task-queues".to_string()),
+        ("getTaskQueue", format!("queue:get-task-queue:{meta}")),
+        ("listProvisioners", "queue:list-provisioners".into()),
+        ("getProvisioner", format!("queue:get-provisioner:{p}")),
+        ("listWorkerTypes", format!("queue:list-worker-types:{p}")),
+        ("getWorkerType", format!("queue:get-worker-type:{meta}")),
+        ("listWorkers", format!("queue:list-workers:{meta}")),
+        ("getWorker", format!("queue:get-worker:{worker}")),
+        (
+            "quarantineWorker",
+            format!("queue:quarantine-worker:{worker}"),
+        ),
+        (
+            "declareWorker",
+            format!("queue:declare-worker:{worker}#expires"),
+        ),
+    ] {
+        cases.push((name, Ep::Metadata(name, meta.clone()), vec![scope]));
     }
 
     for (name, ep, scopes) in &cases {

@@ -426,3 +426,19 @@ where
         }
     }
 }
+
+/// Creates a client holding exactly `scopes` (via the auth API, as root); returns its
+/// credentials.
+pub async fn client_with(app: &TestServer, scopes: &[String]) -> taskcluster::Credentials {
+    let id = format!("test/{}", slugid());
+    let r = app
+        .auth()
+        .createClient(
+            &id,
+            &json!({"description": "black-box test client", "expires": ts(3_600_000), "scopes": scopes}),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("createClient failed: {e:#}"));
+    assert_eq!(r["clientId"], id.as_str());
+    taskcluster::Credentials::new(id, r["accessToken"].as_str().expect("accessToken"))
+}

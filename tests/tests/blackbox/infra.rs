@@ -1192,6 +1192,10 @@ fn sample(param: &str) -> &'static str {
         "name" => "public/logs/live log.txt",
         "clientId" => "project/ci/worker",
         "roleId" => "repo:github.com/org/*",
+        "provisionerId" => "prov-1",
+        "workerType" => "worker-type",
+        "workerGroup" => "us-east-1",
+        "workerId" => "i-0123",
         other => panic!("no sample for <{other}>"),
     }
 }

@@ -36,3 +36,4 @@ mod shape;
 mod smoke;
 mod task_groups;
 mod validation;
+mod workers;

@@ -10,6 +10,7 @@ pub mod resolution;
 pub mod task_groups;
 pub mod task_queues;
 pub mod tasks;
+pub mod workers;
 
 use super::declare::{Access, Functions, Need, Service};
 use crate::records::artifact::ARTIFACTS;
@@ -46,6 +47,11 @@ pub(crate) const WRITE_ARTIFACTS: &[Need] = &[
     Need::Buckets(Access::Write),
 ];
 
+/// Reads worker metadata (task queues and workers, in the task-groups table).
+pub(crate) const READ_WORKERS: &[Need] = &[Need::Table(TASK_GROUPS, Access::Read)];
+/// Changes worker metadata.
+pub(crate) const WRITE_WORKERS: &[Need] = &[Need::Table(TASK_GROUPS, Access::Write)];
+
 /// The queue service: `/api/queue/v1/`, one Lambda function per endpoint.
 pub static QUEUE: Service = Service {
     name: "queue",
@@ -56,6 +62,8 @@ pub static QUEUE: Service = Service {
         resolution::ENDPOINTS,
         claims::ENDPOINTS,
         task_queues::ENDPOINTS,
+        workers::TASK_QUEUES,
+        workers::ENDPOINTS,
         tasks::DEPENDENTS,
         task_groups::ENDPOINTS,
         artifacts::ENDPOINTS,

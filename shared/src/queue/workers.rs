@@ -1,0 +1,481 @@
+//! Worker metadata: recording the task queues and workers that claims show, and reading them
+//! back (upstream's "Worker Metadata" endpoints).
+//!
+//! Recording is throttled per process, as upstream's: a task queue or a worker is written
+//! when this process has not written it for [`QueueConfig::worker_info_throttle_ms`]
+//! (30 minutes), or never. The runs a worker claims in between wait in the process and go
+//! out together, once [`QueueConfig::recent_tasks_batch`] of them are waiting or the oldest
+//! has waited [`QueueConfig::recent_tasks_delay_ms`], on the worker's next claim or on
+//! [`Queue::flush_seen`] (after every Lambda invocation, on every background tick of the
+//! local server). So one write carries several claims: `recentTasks` may lag by that delay,
+//! and a process that dies loses what it held (metadata only; no task or claim depends on it).
+//! A failed recording is logged and never fails the claim that caused it.
+//!
+//! [`QueueConfig::worker_info_throttle_ms`]: super::QueueConfig::worker_info_throttle_ms
+//! [`QueueConfig::recent_tasks_batch`]: super::QueueConfig::recent_tasks_batch
+//! [`QueueConfig::recent_tasks_delay_ms`]: super::QueueConfig::recent_tasks_delay_ms
+
+use super::core::{backoff, Queue, PARALLEL};
+use crate::error::{ApiError, ApiResult};
+use crate::ids::TaskQueueId;
+use crate::page::{decode_token, page_by_key, PageReq, MAX_PAGE};
+use crate::records::worker::{
+    pk_workers, sk_worker, TaskQueueRecord, TaskRun, WorkerRecord, PK_TASK_QUEUES, TABLE,
+    TASK_QUEUE_LIFETIME_MS, WORKER_EXPIRY, WORKER_LIFETIME_MS,
+};
+use crate::store::{Cond, Item, SkRange, WriteOp};
+use crate::time::Ts;
+use futures_util::future::try_join_all;
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+
+/// Attempts of a read-modify-write of a metadata item before it gives up.
+const ATTEMPTS: usize = 8;
+/// A task queue recorded this recently (and living long enough) needs no write.
+const FRESH_MS: i64 = 1_000;
+/// Workers a process remembers before it forgets the ones with nothing waiting.
+const MEMO_WORKERS: usize = 10_000;
+
+/// What this process recorded, and the claimed runs it holds back.
+#[derive(Default)]
+pub(crate) struct SeenMemo {
+    queues: HashMap<String, Ts>,
+    workers: HashMap<String, WorkerMemo>,
+}
+
+#[derive(Default)]
+struct WorkerMemo {
+    /// When this process last wrote (or read a fresh) item; `None`: not known.
+    written: Option<Ts>,
+    waiting: Vec<TaskRun>,
+    waiting_since: Ts,
+}
+
+/// A worker: `(taskQueueId, workerGroup, workerId)`.
+pub type WorkerKey<'a> = (&'a str, &'a str, &'a str);
+
+fn memo_key((tq, wg, wid): WorkerKey) -> String {
+    format!("{tq}|{wg}|{wid}")
+}
+
+impl Queue {
+    /// A worker's record (strongly read or not) and its version; `None` if never seen.
+    pub async fn read_worker(
+        &self,
+        key: WorkerKey<'_>,
+        strong: bool,
+    ) -> ApiResult<Option<(WorkerRecord, u64)>> {
+        let (pk, sk) = (pk_workers(key.0), sk_worker(key.1, key.2));
+        let item = self.store.get_as(TABLE, &pk, &sk, strong).await?;
+        Ok(item.and_then(|i| WorkerRecord::from_item(&i).map(|r| (r, i.version))))
+    }
+
+    /// A task queue's record, if seen and not expired at `now`.
+    pub async fn task_queue(
+        &self,
+        task_queue_id: &str,
+        now: Ts,
+    ) -> ApiResult<Option<TaskQueueRecord>> {
+        let item = self.store.get(TABLE, PK_TASK_QUEUES, task_queue_id).await?;
+        Ok(item
+            .and_then(|i| TaskQueueRecord::from_item(&i))
+            .filter(|r| r.expires > now))
+    }
+
+    /// Records that `worker` (if any) was seen on `task_queue_id` at `now`, having claimed
+    /// `runs` (see the module's notes). `read`: the worker's record as the caller just read
+    /// it, which spares a read.
+    pub async fn record_seen(
+        &self,
+        task_queue_id: &str,
+        worker: Option<(&str, &str)>,
+        runs: &[TaskRun],
+        read: Option<Option<(WorkerRecord, u64)>>,
+        now: Ts,
+    ) {
+        let throttle = self.cfg.worker_info_throttle_ms;
+        let queue_due = {
+            let memo = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+            memo.queues
+                .get(task_queue_id)
+                .is_none_or(|t| now.millis() - t.millis() >= throttle)
+        };
+        if queue_due {
+            let expires = now.plus(TASK_QUEUE_LIFETIME_MS);
+            match self.task_queue_seen(task_queue_id, expires, now).await {
+                Ok(()) => {
+                    let mut memo = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+                    memo.queues.insert(task_queue_id.to_string(), now);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, task_queue_id, "could not record a task queue")
+                }
+            }
+        }
+        let Some((wg, wid)) = worker else { return };
+        let key = (task_queue_id, wg, wid);
+        let mkey = memo_key(key);
+        // A process that has not written this worker learns from the record whether a write
+        // is due, so that many processes sharing the workers do not each write them.
+        let read = match read {
+            Some(r) => Some(r),
+            None if self.memo_written(&mkey).is_none() => self.read_worker(key, false).await.ok(),
+            None => None,
+        };
+        let due = {
+            let mut memo = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+            if memo.workers.len() >= MEMO_WORKERS {
+                memo.workers.retain(|_, m| !m.waiting.is_empty());
+            }
+            let m = memo.workers.entry(mkey.clone()).or_default();
+            if m.written.is_none() {
+                m.written = read
+                    .flatten()
+                    .map(|(r, _)| r.last_date_active)
+                    .filter(|t| now.millis() - t.millis() < throttle);
+            }
+            if m.waiting.is_empty() {
+                m.waiting_since = now;
+            }
+            m.waiting.extend(runs.iter().cloned());
+            self.worker_write_due(m, now)
+        };
+        if due {
+            self.write_worker_seen(key, &mkey, now).await;
+        }
+    }
+
+    fn memo_written(&self, mkey: &str) -> Option<Ts> {
+        let memo = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        memo.workers.get(mkey).and_then(|m| m.written)
+    }
+
+    fn worker_write_due(&self, m: &WorkerMemo, now: Ts) -> bool {
+        let waited = now.millis() - m.waiting_since.millis();
+        m.written
+            .is_none_or(|t| now.millis() - t.millis() >= self.cfg.worker_info_throttle_ms)
+            || m.waiting.len() >= self.cfg.recent_tasks_batch.max(1)
+            || (!m.waiting.is_empty() && waited >= self.cfg.recent_tasks_delay_ms)
+    }
+
+    /// Writes every worker whose held-back runs are due at `now` (all of them with `all`).
+    pub async fn flush_seen(&self, now: Ts, all: bool) {
+        let due: Vec<String> = {
+            let memo = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+            memo.workers
+                .iter()
+                .filter(|(_, m)| !m.waiting.is_empty() && (all || self.worker_write_due(m, now)))
+                .map(|(k, _)| k.clone())
+                .collect()
+        };
+        for chunk in due.chunks(PARALLEL) {
+            futures_util::future::join_all(chunk.iter().map(|mkey| async move {
+                let mut parts = mkey.splitn(3, '|');
+                if let (Some(tq), Some(wg), Some(wid)) = (parts.next(), parts.next(), parts.next())
+                {
+                    self.write_worker_seen((tq, wg, wid), mkey, now).await;
+                }
+            }))
+            .await;
+        }
+    }
+
+    /// Writes a worker as seen at `now` with the runs the memo holds; on failure they stay
+    /// held for the next try.
+    async fn write_worker_seen(&self, key: WorkerKey<'_>, mkey: &str, now: Ts) {
+        let runs = {
+            let mut memo = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+            memo.workers
+                .get_mut(mkey)
+                .map(|m| std::mem::take(&mut m.waiting))
+                .unwrap_or_default()
+        };
+        let expires = now.plus(WORKER_LIFETIME_MS);
+        let out = self
+            .update_worker(key, true, |old| {
+                Some(WorkerRecord::seen(old, key, expires, &runs, now))
+            })
+            .await;
+        let mut memo = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let m = memo.workers.entry(mkey.to_string()).or_default();
+        match out {
+            Ok(_) => m.written = Some(now),
+            Err(e) => {
+                tracing::warn!(error = %e, worker = mkey, "could not record a worker");
+                let mut back = runs;
+                back.append(&mut m.waiting);
+                m.waiting = back;
+            }
+        }
+    }
+
+    /// Read-modify-write of a worker's record: `change` gets the current record (if any) and
+    /// returns the new one, or `None` to leave it (the result is then `None`). `create`:
+    /// whether a missing worker may be created.
+    async fn update_worker(
+        &self,
+        key: WorkerKey<'_>,
+        create: bool,
+        mut change: impl FnMut(Option<WorkerRecord>) -> Option<WorkerRecord>,
+    ) -> ApiResult<Option<WorkerRecord>> {
+        for attempt in 0..ATTEMPTS {
+            let old = self.read_worker(key, true).await?;
+            if old.is_none() && !create {
+                return Ok(None);
+            }
+            let cond = old
+                .as_ref()
+                .map_or(Cond::NotExists, |(_, v)| Cond::Version(*v));
+            let Some(new) = change(old.map(|(r, _)| r)) else {
+                return Ok(None);
+            };
+            let op = WriteOp::Put {
+                table: TABLE,
+                item: new.to_item(),
+                cond,
+            };
+            match self.store.write(op).await {
+                Ok(_) => return Ok(Some(new)),
+                Err(e) if e.is_condition_failed() => backoff(attempt).await,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(ApiError::conflict(
+            "the worker changed too often to be updated",
+        ))
+    }
+
+    /// Records a task queue as seen at `now`, expiring no earlier than `expires`.
+    async fn task_queue_seen(&self, task_queue_id: &str, expires: Ts, now: Ts) -> ApiResult<()> {
+        for attempt in 0..ATTEMPTS {
+            let item = self.store.get(TABLE, PK_TASK_QUEUES, task_queue_id).await?;
+            let cond = item
+                .as_ref()
+                .map_or(Cond::NotExists, |i| Cond::Version(i.version));
+            let old = item.as_ref().and_then(TaskQueueRecord::from_item);
+            // Many workers of a queue recording it at once: the first write does for all.
+            if old.as_ref().is_some_and(|o| {
+                o.expires >= expires && now.millis() - o.last_date_active.millis() < FRESH_MS
+            }) {
+                return Ok(());
+            }
+            let new = TaskQueueRecord::seen(old, task_queue_id, expires, now);
+            let op = WriteOp::Put {
+                table: TABLE,
+                item: new.to_item(),
+                cond,
+            };
+            match self.store.write(op).await {
+                Ok(_) => return Ok(()),
+                Err(e) if e.is_condition_failed() => backoff(attempt).await,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(ApiError::conflict(
+            "the task queue changed too often to be updated",
+        ))
+    }
+
+    /// True if the worker is quarantined at `now`, with the record read (eventually) to
+    /// decide, which [`Queue::record_seen`] can reuse.
+    pub async fn quarantined(
+        &self,
+        key: WorkerKey<'_>,
+        now: Ts,
+    ) -> ApiResult<(bool, Option<(WorkerRecord, u64)>)> {
+        let read = self.read_worker(key, false).await?;
+        let q = read.as_ref().is_some_and(|(r, _)| r.quarantined(now));
+        Ok((q, read))
+    }
+
+    /// Every task queue in a partition range that lives at `now`.
+    async fn live_task_queues(&self, range: &SkRange, now: Ts) -> ApiResult<Vec<TaskQueueRecord>> {
+        let mut out = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self
+                .store
+                .query(TABLE, PK_TASK_QUEUES, range, after.as_ref(), MAX_PAGE)
+                .await?;
+            out.extend(
+                page.items
+                    .iter()
+                    .filter_map(TaskQueueRecord::from_item)
+                    .filter(|r| r.expires > now),
+            );
+            match page.next {
+                Some(next) => after = Some(next),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// listTaskQueues, or listWorkerTypes with `provisioner`: the task queues that live at
+    /// `now`, one page.
+    pub async fn list_task_queues(
+        &self,
+        provisioner: Option<&str>,
+        page: &PageReq,
+        now: Ts,
+    ) -> ApiResult<(Vec<TaskQueueRecord>, Option<String>)> {
+        let range = SkRange {
+            prefix: provisioner.map(|p| format!("{p}/")),
+            upto: None,
+        };
+        let (items, token) = self.query_page(TABLE, PK_TASK_QUEUES, &range, page).await?;
+        let queues = items
+            .iter()
+            .filter_map(TaskQueueRecord::from_item)
+            .filter(|r| r.expires > now)
+            .collect();
+        Ok((queues, token))
+    }
+
+    /// Provisioners, as upstream derives them from the task queues that live at `now`: the
+    /// latest `expires` and `lastDateActive` of each one's queues. `only`: just that one.
+    pub async fn provisioners(
+        &self,
+        only: Option<&str>,
+        page: &PageReq,
+        now: Ts,
+    ) -> ApiResult<(Vec<Value>, Option<String>)> {
+        let range = SkRange {
+            prefix: only.map(|p| format!("{p}/")),
+            upto: None,
+        };
+        let after = match &page.token {
+            Some(t) => Some(decode_token(t)?.0),
+            None => None,
+        };
+        let mut by_id: BTreeMap<String, (Ts, Ts)> = BTreeMap::new();
+        for q in self.live_task_queues(&range, now).await? {
+            let Ok(tq) = TaskQueueId::parse(&q.task_queue_id) else {
+                continue;
+            };
+            let e = by_id
+                .entry(tq.provisioner_id().to_string())
+                .or_insert((q.expires, q.last_date_active));
+            e.0 = e.0.max(q.expires);
+            e.1 = e.1.max(q.last_date_active);
+        }
+        let items: Vec<(String, Value)> = by_id
+            .into_iter()
+            .filter(|(id, _)| after.as_ref().is_none_or(|a| id > a))
+            .map(|(id, (expires, active))| {
+                let v = serde_json::json!({
+                    "provisionerId": id,
+                    "expires": expires,
+                    "lastDateActive": active,
+                    "description": "",
+                    "stability": "experimental",
+                });
+                (id, v)
+            })
+            .collect();
+        Ok(page_by_key(items, page.limit.max(1), false, PK_TASK_QUEUES))
+    }
+
+    /// listWorkers: one page of a task queue's workers that reads show at `now` (quarantined
+    /// ones even past `expires`), only the quarantined (`Some(true)`) or the others
+    /// (`Some(false)`) if asked.
+    pub async fn list_workers(
+        &self,
+        task_queue_id: &str,
+        quarantined: Option<bool>,
+        page: &PageReq,
+        now: Ts,
+    ) -> ApiResult<(Vec<Value>, Option<String>)> {
+        let pk = pk_workers(task_queue_id);
+        let (items, token) = self
+            .query_page(TABLE, &pk, &SkRange::default(), page)
+            .await?;
+        let workers = items
+            .iter()
+            .filter_map(WorkerRecord::from_item)
+            .filter(|w| !w.gone(now) && quarantined.is_none_or(|q| w.quarantined(now) == q))
+            .map(|w| w.list_json(now))
+            .collect();
+        Ok((workers, token))
+    }
+
+    /// getWorker: the worker, unless gone at `now` or its task queue is.
+    pub async fn get_worker(&self, key: WorkerKey<'_>, now: Ts) -> ApiResult<WorkerRecord> {
+        let (worker, queue) =
+            tokio::try_join!(self.read_worker(key, true), self.task_queue(key.0, now))?;
+        match (worker, queue) {
+            (Some((w, _)), Some(_)) if !w.gone(now) => Ok(w),
+            _ => Err(worker_not_found(key)),
+        }
+    }
+
+    /// quarantineWorker: quarantines a known worker until `until` (a time past lifts it).
+    pub async fn quarantine_worker(
+        &self,
+        key: WorkerKey<'_>,
+        until: Ts,
+        info: &str,
+        client_id: &str,
+        now: Ts,
+    ) -> ApiResult<WorkerRecord> {
+        let out = self
+            .update_worker(key, false, |old| {
+                let mut w = old?;
+                w.quarantine(until, info, client_id, now);
+                Some(w)
+            })
+            .await?;
+        out.ok_or_else(|| worker_not_found(key))
+    }
+
+    /// declareWorker: records the worker and its task queue as seen, expiring no earlier
+    /// than `expires`.
+    pub async fn declare_worker(
+        &self,
+        key: WorkerKey<'_>,
+        expires: Ts,
+        now: Ts,
+    ) -> ApiResult<WorkerRecord> {
+        self.task_queue_seen(key.0, expires, now).await?;
+        let out = self
+            .update_worker(key, true, |old| {
+                Some(WorkerRecord::seen(old, key, expires, &[], now))
+            })
+            .await?;
+        out.ok_or_else(|| worker_not_found(key))
+    }
+
+    /// Deletes the task queues and workers due at `now` (up to `batch` per index shard):
+    /// each only if it is still due when read, and unchanged since.
+    pub(crate) async fn expire_worker_info(
+        &self,
+        now: Ts,
+        batch: usize,
+    ) -> ApiResult<(usize, bool)> {
+        let due = self.due_in(TABLE, WORKER_EXPIRY, now, batch).await?;
+        let mut done = 0;
+        for chunk in due.items.chunks(PARALLEL) {
+            let deleted = try_join_all(chunk.iter().map(|e| self.expire_metadata(e, now))).await?;
+            done += deleted.into_iter().filter(|d| *d).count();
+        }
+        Ok((done, due.more))
+    }
+
+    async fn expire_metadata(&self, entry: &Item, now: Ts) -> ApiResult<bool> {
+        let Some(item) = self.store.get(TABLE, &entry.pk, &entry.sk).await? else {
+            return Ok(false);
+        };
+        let due = if item.pk == PK_TASK_QUEUES {
+            TaskQueueRecord::from_item(&item).is_some_and(|r| r.expires <= now)
+        } else {
+            WorkerRecord::from_item(&item).is_some_and(|w| w.gone(now))
+        };
+        if !due {
+            return Ok(false);
+        }
+        self.delete_if_unchanged(TABLE, &item).await
+    }
+}
+
+fn worker_not_found((tq, wg, wid): WorkerKey) -> ApiError {
+    ApiError::not_found(format!("Worker {wg}/{wid} of task queue {tq} not found"))
+}

@@ -1,0 +1,463 @@
+//! Worker metadata: task queues, provisioners, worker types and workers recorded by claims,
+//! quarantine, declareWorker and their expiry.
+
+use crate::common::*;
+use blackbox::*;
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+use shared::records::worker::{pk_workers, PK_TASK_QUEUES, TABLE};
+use shared::store::SkRange;
+use shared::time::{Ts, DAY};
+use std::time::{Duration, Instant};
+
+fn split(tq: &str) -> (&str, &str) {
+    tq.split_once('/').expect("a task queue id")
+}
+
+/// Milliseconds from now to an ISO date in a reply.
+fn from_now(v: &Value) -> i64 {
+    let t = Ts::parse(v.as_str().expect("a date")).expect("a date");
+    t.millis() - Ts::now().millis()
+}
+
+/// A server whose every claimed run reaches its worker's recentTasks at once.
+async fn recording_app() -> TestServer {
+    spawn_app_with(|c| c.queue.recent_tasks_batch = 1).await
+}
+
+#[tokio::test]
+async fn claims_record_the_task_queue_and_the_worker() {
+    let app = recording_app().await;
+    let q = app.queue();
+    let tq = task_queue_id();
+    let (prov, wt) = split(&tq);
+    let first = create(&app, &task_def(&tq)).await;
+    let second = create(&app, &task_def(&tq)).await;
+    let third = create(&app, &task_def(&tq)).await;
+    let a = claim_one(&app, &tq, "grp", "wa").await;
+    let b = claim_one(&app, &tq, "grp", "wa").await;
+    q.claimTask(&third, "0", &claimer("grp", "wb"))
+        .await
+        .expect("claimTask");
+    q.reclaimTask(&third, "0").await.expect("reclaim");
+    let claimed: Vec<&str> = [&a, &b]
+        .iter()
+        .map(|c| c["status"]["taskId"].as_str().unwrap())
+        .collect();
+    assert_eq!(claimed, vec![first.as_str(), second.as_str()]);
+
+    // The task queue, and the provisioner and worker type read off it.
+    let got = q.getTaskQueue(&tq).await.expect("getTaskQueue");
+    assert_eq!(got["taskQueueId"], tq.as_str());
+    assert_eq!(got["stability"], "experimental");
+    assert_eq!(got["description"], "");
+    let left = from_now(&got["expires"]);
+    assert!((4 * DAY..=5 * DAY).contains(&left), "{got}");
+    assert!(from_now(&got["lastDateActive"]).abs() < 60_000, "{got}");
+    assert_dates(&got);
+    let listed = all_pages("taskQueues", 1000, |t| {
+        let q = app.queue();
+        async move { q.listTaskQueues(t.as_deref(), None).await.expect("list") }
+    })
+    .await;
+    assert!(listed.iter().any(|x| x == &got), "{listed:?}");
+    let p = q.getProvisioner(prov).await.expect("getProvisioner");
+    assert_eq!(p["provisionerId"], prov);
+    assert_eq!(p["expires"], got["expires"]);
+    let provs = q
+        .listProvisioners(None, None)
+        .await
+        .expect("listProvisioners");
+    assert!(provs["provisioners"].as_array().unwrap().contains(&p));
+    let t = q.getWorkerType(prov, wt).await.expect("getWorkerType");
+    assert_eq!(
+        (&t["workerType"], &t["taskQueueId"]),
+        (&json!(wt), &json!(tq))
+    );
+    let types = q.listWorkerTypes(prov, None, None).await.expect("types");
+    assert_eq!(types["workerTypes"], json!([t]));
+
+    // The workers, and what each claimed.
+    let wa = q.getWorker(prov, wt, "grp", "wa").await.expect("getWorker");
+    assert_eq!(
+        wa["recentTasks"],
+        json!([{"taskId": first, "runId": 0}, {"taskId": second, "runId": 0}])
+    );
+    assert_eq!(
+        (&wa["provisionerId"], &wa["workerType"]),
+        (&json!(prov), &json!(wt))
+    );
+    let left = from_now(&wa["expires"]);
+    assert!((DAY - 60_000..=DAY).contains(&left), "{wa}");
+    assert!(
+        from_now(&wa["quarantineUntil"]) < 0,
+        "never quarantined: {wa}"
+    );
+    assert_dates(&wa);
+    let wb = q.getWorker(prov, wt, "grp", "wb").await.expect("getWorker");
+    assert_eq!(wb["recentTasks"], json!([{"taskId": third, "runId": 0}]));
+    let workers = q
+        .listWorkers(prov, wt, None, None, None)
+        .await
+        .expect("list");
+    let names: Vec<&str> = workers["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["workerId"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, vec!["wa", "wb"]);
+    assert_eq!(
+        workers["workers"][0]["latestTask"],
+        json!({"taskId": second, "runId": 0})
+    );
+    assert!(workers["workers"][0].get("quarantineUntil").is_none());
+
+    // Unknown things are 404, bad ids 400, and scopes come before lookups.
+    for r in [
+        q.getProvisioner("no-such-prov").await,
+        q.getWorkerType(prov, "no-such-type").await,
+        q.getTaskQueue(&format!("{prov}/no-such-type")).await,
+        q.getWorker(prov, wt, "grp", "nobody").await,
+        q.getWorker("no-such-prov", wt, "grp", "wa").await,
+        q.quarantineWorker(
+            prov,
+            wt,
+            "grp",
+            "nobody",
+            &json!({"quarantineUntil": ts(1_000)}),
+        )
+        .await,
+    ] {
+        assert_eq!(err_status(r), 404);
+    }
+    for r in [
+        q.getProvisioner("bad.id").await,
+        q.getWorker(prov, wt, "grp", &"x".repeat(39)).await,
+        q.getTaskQueue("no-slash").await,
+        q.listWorkers(prov, wt, None, None, Some("maybe")).await,
+        q.quarantineWorker(prov, wt, "grp", "wa", &json!({"quarantineUntil": "soon"}))
+            .await,
+    ] {
+        assert_eq!(err_status(r), 400);
+    }
+    let nobody = app.queue_as(Some(client_with(&app, &[]).await));
+    assert_eq!(
+        err_status(nobody.getWorker(prov, wt, "grp", "nobody").await),
+        403
+    );
+    assert_eq!(err_status(nobody.getProvisioner("no-such-prov").await), 403);
+}
+
+#[tokio::test]
+async fn recent_tasks_hold_the_last_twenty_claims() {
+    let app = recording_app().await;
+    let q = app.queue();
+    let tq = task_queue_id();
+    let (prov, wt) = split(&tq);
+    let mut ids = vec![];
+    for _ in 0..23 {
+        ids.push(create(&app, &task_def(&tq)).await);
+    }
+    let mut claimed = vec![];
+    while claimed.len() < ids.len() {
+        let r = q
+            .claimWork(&tq, &worker("grp", "w", 5))
+            .await
+            .expect("claim");
+        for t in r["tasks"].as_array().unwrap() {
+            claimed.push(t["status"]["taskId"].as_str().unwrap().to_string());
+        }
+    }
+    let w = q.getWorker(prov, wt, "grp", "w").await.expect("getWorker");
+    let recent: Vec<Value> = claimed[3..]
+        .iter()
+        .map(|id| json!({"taskId": id, "runId": 0}))
+        .collect();
+    assert_eq!(w["recentTasks"], json!(recent));
+}
+
+#[tokio::test]
+async fn claimed_runs_are_held_back_and_written_together() {
+    // Held-back runs leave with the next invocation of the same function there.
+    if not_in_shape("a held-back run waits for its own function's next call") {
+        return;
+    }
+    // The default batch: five runs per write, or a run that waited long enough.
+    let app = spawn_app_with(|c| c.queue.recent_tasks_delay_ms = 5_000).await;
+    let q = app.queue();
+    let tq = task_queue_id();
+    let (prov, wt) = split(&tq);
+    for _ in 0..7 {
+        create(&app, &task_def(&tq)).await;
+    }
+    let mut claimed = vec![];
+    for _ in 0..7 {
+        let c = claim_one(&app, &tq, "grp", "w").await;
+        claimed.push(json!({"taskId": c["status"]["taskId"], "runId": 0}));
+    }
+    // The first claim created the worker; the next five went out together; the last waits.
+    let w = q.getWorker(prov, wt, "grp", "w").await.expect("getWorker");
+    assert_eq!(w["recentTasks"], json!(claimed[..6]));
+    // Then the delay passes and the background tick writes it.
+    let all = json!(claimed);
+    poll(Duration::from_secs(20), "the held-back run", || async {
+        let w = q.getWorker(prov, wt, "grp", "w").await.ok()?;
+        (w["recentTasks"] == all).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_quarantined_worker_gets_nothing_and_another_worker_gets_the_task() {
+    let app = recording_app().await;
+    let q = app.queue();
+    let tq = task_queue_id();
+    let (prov, wt) = split(&tq);
+    q.declareWorker(prov, wt, "grp", "bad", &json!({"expires": ts(DAY)}))
+        .await
+        .expect("declareWorker");
+    let until = ts(3_600_000);
+    let r = q
+        .quarantineWorker(
+            prov,
+            wt,
+            "grp",
+            "bad",
+            &json!({"quarantineUntil": until, "quarantineInfo": "disk full"}),
+        )
+        .await
+        .expect("quarantineWorker");
+    assert_eq!(r["quarantineUntil"], until.as_str());
+    let d = &r["quarantineDetails"][0];
+    assert_eq!(d["clientId"], ROOT_CLIENT_ID);
+    assert_eq!(
+        (&d["quarantineUntil"], &d["quarantineInfo"]),
+        (&json!(until), &json!("disk full"))
+    );
+
+    let id = create(&app, &task_def(&tq)).await;
+    // claimWork answers empty only after the whole wait (2 s here), so the worker can't spin.
+    let started = Instant::now();
+    let r = q
+        .claimWork(&tq, &worker("grp", "bad", 1))
+        .await
+        .expect("claimWork");
+    assert_eq!(r["tasks"], json!([]));
+    assert!(
+        started.elapsed() >= Duration::from_millis(1_900),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(status(&app, &id).await["state"], "pending");
+    // claimTask claims nothing either: 409, the run stays pending.
+    let r = q.claimTask(&id, "0", &claimer("grp", "bad")).await;
+    assert_eq!(err_status(r), 409);
+    assert_eq!(status(&app, &id).await["state"], "pending");
+    let good = claim_one(&app, &tq, "grp", "good").await;
+    assert_eq!(good["status"]["taskId"], id.as_str());
+
+    let listing = |filter: Option<&'static str>| {
+        let q = app.queue();
+        async move {
+            let r = q
+                .listWorkers(prov, wt, None, None, filter)
+                .await
+                .expect("list");
+            r["workers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|w| w["workerId"].as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(listing(Some("true")).await, vec!["bad"]);
+    assert_eq!(listing(Some("false")).await, vec!["good"]);
+    assert_eq!(listing(None).await, vec!["bad", "good"]);
+    let bad = q
+        .listWorkers(prov, wt, None, None, Some("true"))
+        .await
+        .unwrap();
+    assert_eq!(bad["workers"][0]["quarantineUntil"], until.as_str());
+
+    // Lifting it (a time past) lets the worker claim again; the history keeps both changes.
+    let r = q
+        .quarantineWorker(
+            prov,
+            wt,
+            "grp",
+            "bad",
+            &json!({"quarantineUntil": ts(-1_000)}),
+        )
+        .await
+        .expect("lift");
+    assert_eq!(r["quarantineDetails"].as_array().unwrap().len(), 2);
+    assert_eq!(r["quarantineDetails"][1]["quarantineInfo"], "[unspecified]");
+    let next = create(&app, &task_def(&tq)).await;
+    let c = claim_one(&app, &tq, "grp", "bad").await;
+    assert_eq!(c["status"]["taskId"], next.as_str());
+    assert_eq!(listing(Some("true")).await, Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn declare_worker_needs_a_scope_per_property_and_never_shortens_expiry() {
+    let app = spawn_app().await;
+    let q = app.queue();
+    let tq = task_queue_id();
+    let (prov, wt) = split(&tq);
+    let empty = q.declareWorker(prov, wt, "grp", "w", &json!({})).await;
+    assert_eq!(err_status(empty), 400);
+    let later = ts(3 * DAY);
+    let scope = format!("queue:declare-worker:{tq}/grp/w#expires");
+    let other = format!("queue:declare-worker:{tq}/grp/w#quarantineUntil");
+    let without = app.queue_as(Some(client_with(&app, &[other]).await));
+    let r = without
+        .declareWorker(prov, wt, "grp", "w", &json!({"expires": later}))
+        .await;
+    assert_eq!(err_status(r), 403);
+    let with = app.queue_as(Some(client_with(&app, &[scope]).await));
+    let w = with
+        .declareWorker(prov, wt, "grp", "w", &json!({"expires": later}))
+        .await
+        .expect("declareWorker");
+    assert_eq!(w["expires"], later.as_str());
+    assert_eq!(w["recentTasks"], json!([]));
+    // quarantineUntil is not a property declareWorker takes.
+    let r = q
+        .declareWorker(prov, wt, "grp", "w", &json!({"quarantineUntil": later}))
+        .await;
+    assert_eq!(err_status(r), 400);
+    // An earlier expiry leaves the later one.
+    let w = q
+        .declareWorker(prov, wt, "grp", "w", &json!({"expires": ts(DAY)}))
+        .await
+        .expect("declareWorker");
+    assert_eq!(w["expires"], later.as_str());
+    assert_eq!(
+        q.getTaskQueue(&tq).await.unwrap()["expires"],
+        later.as_str()
+    );
+}
+
+#[tokio::test]
+async fn twenty_five_hundred_workers_page_through_listings() {
+    let app = spawn_app().await;
+    let q = app.queue();
+    let tq = task_queue_id();
+    let (prov, wt) = split(&tq);
+    let domain = app.domain_queue().await;
+    let now = Ts::now();
+    let ids: Vec<String> = (0..2_500).map(|n| format!("w{n:04}")).collect();
+    futures_util::stream::iter(ids.iter())
+        .map(|id| {
+            let domain = domain.clone();
+            let tq = tq.clone();
+            async move {
+                domain
+                    .declare_worker((&tq, "grp", id), now.plus(DAY), now)
+                    .await
+                    .expect("declare")
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await;
+    // Quarantine every hundredth.
+    for id in ids.iter().step_by(100) {
+        q.quarantineWorker(prov, wt, "grp", id, &json!({"quarantineUntil": ts(DAY)}))
+            .await
+            .expect("quarantine");
+    }
+    let names = |ws: Vec<Value>| -> Vec<String> {
+        ws.iter()
+            .map(|w| w["workerId"].as_str().unwrap().to_string())
+            .collect()
+    };
+    for (limit, filter, expect) in [
+        (1000, None, ids.clone()),
+        (333, None, ids.clone()),
+        (
+            700,
+            Some("true"),
+            ids.iter().step_by(100).cloned().collect::<Vec<_>>(),
+        ),
+    ] {
+        let got = all_pages("workers", limit, |t| {
+            let q = app.queue();
+            let l = limit.to_string();
+            async move {
+                q.listWorkers(prov, wt, t.as_deref(), Some(&l), filter)
+                    .await
+                    .expect("listWorkers")
+            }
+        })
+        .await;
+        assert_eq!(names(got), expect, "limit {limit}, quarantined {filter:?}");
+    }
+}
+
+#[tokio::test]
+async fn expired_task_queues_and_workers_are_deleted_but_quarantined_workers_stay() {
+    let app = spawn_app_with(|c| c.artifact_reaper_interval_ms = 100).await;
+    let q = app.queue();
+    let tq = task_queue_id();
+    let (prov, wt) = split(&tq);
+    let soon = json!({"expires": ts(1_500)});
+    q.declareWorker(prov, wt, "grp", "gone", &soon)
+        .await
+        .expect("declare");
+    q.declareWorker(prov, wt, "grp", "kept", &soon)
+        .await
+        .expect("declare");
+    q.quarantineWorker(
+        prov,
+        wt,
+        "grp",
+        "kept",
+        &json!({"quarantineUntil": ts(DAY)}),
+    )
+    .await
+    .expect("quarantine");
+    // The quarantine pushed `kept`'s expiry a day out; set it back so only quarantine keeps it.
+    let domain = app.domain_queue().await;
+    let (mut rec, v) = domain
+        .read_worker((&tq, "grp", "kept"), true)
+        .await
+        .unwrap()
+        .expect("kept");
+    rec.expires = Ts::now().plus(1_500);
+    domain
+        .store
+        .write(shared::store::WriteOp::Put {
+            table: TABLE,
+            item: rec.to_item(),
+            cond: shared::store::Cond::Version(v),
+        })
+        .await
+        .expect("rewrite");
+
+    let keys = |pk: String| {
+        let domain = domain.clone();
+        async move {
+            let page = domain
+                .store
+                .query(TABLE, &pk, &SkRange::default(), None, 100)
+                .await
+                .unwrap();
+            page.items.into_iter().map(|i| i.sk).collect::<Vec<_>>()
+        }
+    };
+    poll(Duration::from_secs(60), "the expiry job", || async {
+        let workers = keys(pk_workers(&tq)).await;
+        let queues = keys(PK_TASK_QUEUES.to_string()).await;
+        (workers == vec!["grp/kept".to_string()] && !queues.contains(&tq)).then_some(())
+    })
+    .await;
+    assert_eq!(err_status(q.getTaskQueue(&tq).await), 404);
+    assert_eq!(err_status(q.getWorker(prov, wt, "grp", "gone").await), 404);
+    // Still listed while quarantined, though expired.
+    let listed = q.listWorkers(prov, wt, None, None, None).await.unwrap();
+    assert_eq!(listed["workers"].as_array().unwrap().len(), 1);
+    assert_eq!(listed["workers"][0]["workerId"], "kept");
+}
