@@ -22,7 +22,7 @@ async fn crash_server(dir: &Path) -> ChildServer {
     let envs = [
         // Long enough that the claims taken before the kill are still held when the test
         // looks, on a loaded LocalStack too.
-        ("TCQ_CLAIM_TIMEOUT", "5".to_string()),
+        ("TCQ_CLAIM_TIMEOUT", "10".to_string()),
         ("TCQ_REAPER_INTERVAL_MS", "100".to_string()),
         ("TCQ_CLAIM_WORK_TIMEOUT_MS", "500".to_string()),
     ];
@@ -48,7 +48,7 @@ async fn tasks_and_claims_survive_a_sigkill() {
     let mut server = crash_server(dir.path()).await;
     let q = queue_client(&server.root);
 
-    // 30 tasks, 10 of them claimed (5 s claims).
+    // 30 tasks, 10 of them claimed (10 s claims: held at the kill even on a loaded machine).
     let mut created = vec![];
     for _ in 0..30 {
         let id = slugid();

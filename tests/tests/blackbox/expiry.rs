@@ -10,14 +10,15 @@ use shared::records::task::TASKS;
 use shared::store::SkRange;
 use std::time::Duration;
 
-/// A task in `group` under `scheduler` whose deadline and expiry pass within about a second.
+/// A task in `group` under `scheduler` whose deadline and expiry pass within a few seconds
+/// (long enough for a loaded machine to claim and complete it first).
 fn short_lived(tq: &str, group: &str, scheduler: &str) -> Value {
     def_with(
         tq,
         json!({
             "created": ts(-5_000),
-            "deadline": ts(800),
-            "expires": ts(1_200),
+            "deadline": ts(3_000),
+            "expires": ts(3_500),
             "taskGroupId": group,
             "schedulerId": scheduler,
         }),
