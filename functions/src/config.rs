@@ -58,6 +58,11 @@ pub struct QueueSettings {
     /// function failed. Leave it off for a server that publishes in process.
     #[arg(long, env = "TCQ_EVENTS_FROM_STREAM", default_value_t = false, action = clap::ArgAction::Set)]
     pub events_from_stream: bool,
+    /// Also publish seed 003's exchange layout (`v1/queue:task-*`, seven-word routing keys)
+    /// next to today's, from the same outbox.
+    #[arg(long, env = "TCQ_LEGACY_EXCHANGES", default_value_t = false, action = clap::ArgAction::Set,
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub legacy_exchanges: bool,
     /// The task-graph scheduler's schedulerId.
     #[arg(long, env = "TCQ_SCHEDULER_ID", default_value = shared::scheduler::DEFAULT_SCHEDULER_ID)]
     pub scheduler_id: String,
@@ -98,6 +103,18 @@ pub struct QueueSettings {
 }
 
 impl QueueSettings {
+    /// The RabbitMQ sink of the broker at `url`: today's exchanges and the scheduler's under
+    /// their prefixes, and seed 003's too in the legacy mode.
+    pub fn amqp_sink(&self, url: &str) -> shared::events::amqp::AmqpSink {
+        let sink = shared::events::amqp::AmqpSink::new(url, self.exchange_prefix.clone())
+            .with_scheduler_prefix(self.scheduler_exchange_prefix.clone());
+        if self.legacy_exchanges {
+            sink.with_legacy_exchanges(self.scheduler_id.clone())
+        } else {
+            sink
+        }
+    }
+
     /// The queue tunables these settings select.
     pub fn queue_config(&self) -> QueueConfig {
         QueueConfig {

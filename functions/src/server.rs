@@ -13,7 +13,6 @@ use shared::auth::ROOT_CLIENT_ID;
 use shared::blobs::{BlobStore, LocalBlobs};
 use shared::creds::IssuerCredentials;
 use shared::error::{ApiError, ErrorCode};
-use shared::events::amqp::AmqpSink;
 use shared::events::{EventSink, FanoutSink};
 use shared::hints::LocalHints;
 use shared::jobs::{self, Publisher};
@@ -248,10 +247,7 @@ pub async fn start(cfg: ServerConfig, sink: Arc<dyn EventSink>) -> Result<Runnin
     // leaves its outbox only once RabbitMQ, the given sink and the scheduler all took it.
     let mut sinks = vec![];
     if let Some(url) = &cfg.amqp_url {
-        sinks.push(Arc::new(
-            AmqpSink::new(url.clone(), cfg.queue.exchange_prefix.clone())
-                .with_scheduler_prefix(cfg.queue.scheduler_exchange_prefix.clone()),
-        ) as Arc<dyn EventSink>);
+        sinks.push(Arc::new(cfg.queue.amqp_sink(url)) as Arc<dyn EventSink>);
     }
     sinks.push(sink);
     if cfg.scheduler_consumer {

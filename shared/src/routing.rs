@@ -105,6 +105,44 @@ pub fn route_ccs(routes: &[String]) -> Vec<String> {
     routes.iter().map(|r| format!("route.{r}")).collect()
 }
 
+/// Seed 003's exchanges, published next to today's in the legacy mode.
+pub const LEGACY_EXCHANGES: [&str; 4] = [
+    "v1/queue:task-pending",
+    "v1/queue:task-running",
+    "v1/queue:task-completed",
+    "v1/queue:task-failed",
+];
+
+/// The legacy exchange of one of today's exchanges (by short name), if it has one: failures
+/// and exceptions both go to `v1/queue:task-failed`, whose status's reason tells which.
+pub fn legacy_exchange(short: &str) -> Option<&'static str> {
+    Some(match short {
+        "task-pending" => LEGACY_EXCHANGES[0],
+        "task-running" => LEGACY_EXCHANGES[1],
+        "task-completed" => LEGACY_EXCHANGES[2],
+        "task-failed" | "task-exception" => LEGACY_EXCHANGES[3],
+        _ => return None,
+    })
+}
+
+/// Seed 003's routing key:
+/// `<taskId>.<runId>.<workerGroup>.<workerId>.<provisionerId>.<workerType>.<routing>`, `_`
+/// for a word not available; `routing` (the task's, which may hold dots) is
+/// `<schedulerId>.<taskGraphId>.<routing>` for the task-graph scheduler's tasks.
+pub fn legacy_routing_key(k: &TaskKey, routing: Option<&str>) -> String {
+    let run = k.run_id.map(|r| r.to_string());
+    format!(
+        "{}.{}.{}.{}.{}.{}.{}",
+        word(Some(k.task_id)),
+        word(run.as_deref()),
+        word(k.worker_group),
+        word(k.worker_id),
+        word(Some(k.provisioner_id)),
+        word(Some(k.worker_type)),
+        word(routing),
+    )
+}
+
 /// The full exchange name for a short name such as `task-pending`.
 pub fn exchange_name(prefix: &str, short: &str) -> String {
     format!("{prefix}{short}")
@@ -132,6 +170,32 @@ mod tests {
             ..k
         };
         assert_eq!(task_routing_key(&k), "primary.T.0.g.i.p.w.-.G._");
+    }
+
+    #[test]
+    fn legacy_keys_have_seven_parts_and_a_dotted_routing() {
+        let k = TaskKey {
+            task_id: "T",
+            provisioner_id: "p",
+            worker_type: "w",
+            ..Default::default()
+        };
+        assert_eq!(legacy_routing_key(&k, None), "T._._._.p.w._");
+        let k = TaskKey {
+            run_id: Some(1),
+            worker_group: Some("g"),
+            worker_id: Some("i"),
+            ..k
+        };
+        assert_eq!(
+            legacy_routing_key(&k, Some("s.G.a.b")),
+            "T.1.g.i.p.w.s.G.a.b"
+        );
+        assert_eq!(
+            legacy_exchange("task-exception"),
+            Some("v1/queue:task-failed")
+        );
+        assert_eq!(legacy_exchange("task-defined"), None);
     }
 
     #[test]

@@ -181,6 +181,7 @@ async fn spawn_shape(cfg: ServerConfig, dir: tempfile::TempDir) -> TestServer {
             "TCQ_ARTIFACT_EXPIRY_GRACE_MS",
             q.artifact_expiry_grace_ms.to_string(),
         ),
+        ("TCQ_LEGACY_EXCHANGES", q.legacy_exchanges.to_string()),
         ("TCQ_RECENT_TASKS_BATCH", q.recent_tasks_batch.to_string()),
         (
             "TCQ_RECENT_TASKS_DELAY_MS",

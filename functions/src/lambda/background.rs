@@ -80,8 +80,7 @@ pub async fn api(cfg: &LambdaConfig) -> Result<Api, Error> {
 /// event source mapping reads.
 fn amqp_sink(cfg: &LambdaConfig) -> Result<Arc<AmqpSink>, Error> {
     let url = cfg.amqp_url.clone().ok_or("TCQ_AMQP_URL is not set")?;
-    let sink = AmqpSink::new(url, cfg.queue.exchange_prefix.clone())
-        .with_scheduler_prefix(cfg.queue.scheduler_exchange_prefix.clone());
+    let sink = cfg.queue.amqp_sink(&url);
     Ok(Arc::new(match cfg.scheduler_queue() {
         Some((name, pattern)) => sink.with_durable_queue(name, pattern),
         None => sink,

@@ -35,8 +35,11 @@ pub const COMMON_ENV: &[&str] = &[
 /// The template parameter of the `anonymous` role's default scopes.
 pub const ANONYMOUS_SCOPES: &str = "AnonymousScopes";
 
+/// The template parameter that turns seed 003's exchange layout on (`TCQ_LEGACY_EXCHANGES`).
+pub const LEGACY_EXCHANGES: &str = "LegacyExchanges";
+
 /// Variables of the functions that publish to RabbitMQ.
-const BROKER_ENV: &[&str] = &["TCQ_SCHEDULER_QUEUE"];
+const BROKER_ENV: &[&str] = &["TCQ_SCHEDULER_QUEUE", "TCQ_LEGACY_EXCHANGES"];
 
 /// What invokes a function.
 #[derive(Debug, Clone, PartialEq)]

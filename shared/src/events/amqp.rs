@@ -6,7 +6,9 @@
 //! outbox drainer removes nothing the broker has not taken responsibility for.
 
 use crate::events::{Event, EventSink, SinkError};
-use crate::routing::{exchange_name, EXCHANGES, SCHEDULER_EXCHANGES, SCHEDULER_EXCHANGE_PREFIX};
+use crate::routing::{
+    exchange_name, EXCHANGES, LEGACY_EXCHANGES, SCHEDULER_EXCHANGES, SCHEDULER_EXCHANGE_PREFIX,
+};
 use async_trait::async_trait;
 use lapin::options::{
     BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions,
@@ -25,6 +27,12 @@ pub async fn declare_exchanges(channel: &Channel, prefix: &str) -> Result<(), St
 /// [`declare_exchanges`] for the task-graph scheduler's exchanges.
 pub async fn declare_scheduler_exchanges(channel: &Channel, prefix: &str) -> Result<(), String> {
     declare(channel, prefix, &SCHEDULER_EXCHANGES).await
+}
+
+/// Declares seed 003's exchanges ([`LEGACY_EXCHANGES`], full names), as the legacy mode's
+/// publisher does.
+pub async fn declare_legacy_exchanges(channel: &Channel) -> Result<(), String> {
+    declare(channel, "", &LEGACY_EXCHANGES).await
 }
 
 async fn declare(channel: &Channel, prefix: &str, names: &[&str]) -> Result<(), String> {
@@ -74,6 +82,8 @@ pub struct AmqpSink {
     prefix: String,
     scheduler_prefix: String,
     durable_queue: Option<(String, String)>,
+    /// The legacy mode's scheduler id, when on ([`crate::events::legacy`]).
+    legacy: Option<String>,
     open: Mutex<Option<(Connection, Channel)>>,
 }
 
@@ -94,6 +104,7 @@ impl AmqpSink {
             prefix: prefix.into(),
             scheduler_prefix: SCHEDULER_EXCHANGE_PREFIX.into(),
             durable_queue: None,
+            legacy: None,
             open: Mutex::new(None),
         }
     }
@@ -115,6 +126,13 @@ impl AmqpSink {
         pattern: impl Into<String>,
     ) -> Self {
         self.durable_queue = Some((name.into(), pattern.into()));
+        self
+    }
+
+    /// The same sink, also publishing seed 003's layout ([`crate::events::legacy`]);
+    /// `scheduler_id` is the task-graph scheduler's, whose tasks route by their graph.
+    pub fn with_legacy_exchanges(mut self, scheduler_id: impl Into<String>) -> Self {
+        self.legacy = Some(scheduler_id.into());
         self
     }
 
@@ -177,6 +195,9 @@ impl AmqpSink {
             .map_err(|e| e.to_string())?;
         declare_exchanges(&channel, &self.prefix).await?;
         declare_scheduler_exchanges(&channel, &self.scheduler_prefix).await?;
+        if self.legacy.is_some() {
+            declare_legacy_exchanges(&channel).await?;
+        }
         self.declare_durable_queue(&channel).await?;
         Ok((conn, channel))
     }
@@ -238,6 +259,14 @@ impl EventSink for AmqpSink {
         }
         let Some((_, channel)) = open.as_ref() else {
             return Err(SinkError::new("no RabbitMQ channel"));
+        };
+        let expanded;
+        let events = match &self.legacy {
+            Some(scheduler_id) => {
+                expanded = crate::events::legacy::with_legacy(events, &self.prefix, scheduler_id);
+                &expanded[..]
+            }
+            None => events,
         };
         let what = format!("RabbitMQ confirming {} events", events.len());
         let result = timed(CONFIRM_TIMEOUT, &what, Self::publish_on(channel, events)).await;

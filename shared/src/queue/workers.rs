@@ -209,6 +209,39 @@ impl Queue {
         }
     }
 
+    /// Read-modify-write of one metadata item, retried on a concurrent change: `change` gets
+    /// the stored item (if any) and returns the one to put, or `None` to leave it (the result
+    /// is then `None`). `what` names it in the 409 when it keeps changing.
+    async fn read_modify_write(
+        &self,
+        (pk, sk): (&str, &str),
+        what: &str,
+        mut change: impl FnMut(Option<&Item>) -> Option<Item>,
+    ) -> ApiResult<Option<Item>> {
+        for attempt in 0..ATTEMPTS {
+            let old = self.store.get(TABLE, pk, sk).await?;
+            let cond = old
+                .as_ref()
+                .map_or(Cond::NotExists, |i| Cond::Version(i.version));
+            let Some(new) = change(old.as_ref()) else {
+                return Ok(None);
+            };
+            let op = WriteOp::Put {
+                table: TABLE,
+                item: new.clone(),
+                cond,
+            };
+            match self.store.write(op).await {
+                Ok(_) => return Ok(Some(new)),
+                Err(e) if e.is_condition_failed() => backoff(attempt).await,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(ApiError::conflict(format!(
+            "the {what} changed too often to be updated"
+        )))
+    }
+
     /// Read-modify-write of a worker's record: `change` gets the current record (if any) and
     /// returns the new one, or `None` to leave it (the result is then `None`). `create`:
     /// whether a missing worker may be created.
@@ -218,62 +251,33 @@ impl Queue {
         create: bool,
         mut change: impl FnMut(Option<WorkerRecord>) -> Option<WorkerRecord>,
     ) -> ApiResult<Option<WorkerRecord>> {
-        for attempt in 0..ATTEMPTS {
-            let old = self.read_worker(key, true).await?;
-            if old.is_none() && !create {
-                return Ok(None);
-            }
-            let cond = old
-                .as_ref()
-                .map_or(Cond::NotExists, |(_, v)| Cond::Version(*v));
-            let Some(new) = change(old.map(|(r, _)| r)) else {
-                return Ok(None);
-            };
-            let op = WriteOp::Put {
-                table: TABLE,
-                item: new.to_item(),
-                cond,
-            };
-            match self.store.write(op).await {
-                Ok(_) => return Ok(Some(new)),
-                Err(e) if e.is_condition_failed() => backoff(attempt).await,
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Err(ApiError::conflict(
-            "the worker changed too often to be updated",
-        ))
+        let (pk, sk) = (pk_workers(key.0), sk_worker(key.1, key.2));
+        let item = self
+            .read_modify_write((&pk, &sk), "worker", |old| {
+                if old.is_none() && !create {
+                    return None;
+                }
+                change(old.and_then(WorkerRecord::from_item)).map(|r| r.to_item())
+            })
+            .await?;
+        Ok(item.as_ref().and_then(WorkerRecord::from_item))
     }
 
     /// Records a task queue as seen at `now`, expiring no earlier than `expires`.
     async fn task_queue_seen(&self, task_queue_id: &str, expires: Ts, now: Ts) -> ApiResult<()> {
-        for attempt in 0..ATTEMPTS {
-            let item = self.store.get(TABLE, PK_TASK_QUEUES, task_queue_id).await?;
-            let cond = item
-                .as_ref()
-                .map_or(Cond::NotExists, |i| Cond::Version(i.version));
-            let old = item.as_ref().and_then(TaskQueueRecord::from_item);
+        let key = (PK_TASK_QUEUES, task_queue_id);
+        self.read_modify_write(key, "task queue", |item| {
+            let old = item.and_then(TaskQueueRecord::from_item);
             // Many workers of a queue recording it at once: the first write does for all.
             if old.as_ref().is_some_and(|o| {
                 o.expires >= expires && now.millis() - o.last_date_active.millis() < FRESH_MS
             }) {
-                return Ok(());
+                return None;
             }
-            let new = TaskQueueRecord::seen(old, task_queue_id, expires, now);
-            let op = WriteOp::Put {
-                table: TABLE,
-                item: new.to_item(),
-                cond,
-            };
-            match self.store.write(op).await {
-                Ok(_) => return Ok(()),
-                Err(e) if e.is_condition_failed() => backoff(attempt).await,
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Err(ApiError::conflict(
-            "the task queue changed too often to be updated",
-        ))
+            Some(TaskQueueRecord::seen(old, task_queue_id, expires, now).to_item())
+        })
+        .await?;
+        Ok(())
     }
 
     /// True if the worker is quarantined at `now`, with the record read (eventually) to

@@ -10,7 +10,7 @@
 //! `TCQ_BLESS=1 cargo test -p blackbox --test blackbox infra::`.
 
 use functions::lambda::catalog::{
-    specs, Spec, Trigger, ANONYMOUS_SCOPES, CLAIM_WORK_CONCURRENCY, COMMON_ENV,
+    specs, Spec, Trigger, ANONYMOUS_SCOPES, CLAIM_WORK_CONCURRENCY, COMMON_ENV, LEGACY_EXCHANGES,
 };
 use functions::lambda::Function;
 use lambda_http::RequestExt;
@@ -175,6 +175,7 @@ fn env_value(var: &str) -> Value {
         "TCQ_SCHEDULER_QUEUE" => scheduler_queue(),
         "TCQ_CLAIM_WORK_CONCURRENCY" => r(CLAIM_WORK_CONCURRENCY),
         "TCQ_ANONYMOUS_SCOPES" => r(ANONYMOUS_SCOPES),
+        "TCQ_LEGACY_EXCHANGES" => r(LEGACY_EXCHANGES),
         // The re-read schedule the pickup bench measured (README: claimWork across processes).
         "TCQ_CLAIM_WORK_POLL_MS" => json!(PollSchedule::default().first_ms.to_string()),
         "TCQ_CLAIM_WORK_POLL_MAX_MS" => json!(PollSchedule::default().max_ms.to_string()),
@@ -415,6 +416,15 @@ fn template() -> Value {
                 "is stored through the auth API; the default allows reading"
             ),
         ),
+    );
+    params.insert(
+        LEGACY_EXCHANGES.into(),
+        json!({
+            "Type": "String",
+            "Default": "false",
+            "AllowedValues": ["false", "true"],
+            "Description": "Also publish seed 003's exchanges (v1/queue:task-*, seven-word routing keys) next to today's (README: Events)"
+        }),
     );
     params.insert(
         CLAIM_WORK_CONCURRENCY.into(),

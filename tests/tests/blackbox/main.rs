@@ -23,6 +23,7 @@ mod infra;
 mod lambda_artifacts;
 mod lambda_functions;
 mod lambda_secrets;
+mod legacy;
 mod lifecycle;
 mod localstack_store;
 mod priority;
