@@ -75,17 +75,26 @@ fn word(w: Option<&str>) -> &str {
     }
 }
 
-/// `primary.<taskId>.<runId>.<workerGroup>.<workerId>.<provisionerId>.<workerType>.<schedulerId>.<taskGroupId>._`
-pub fn task_routing_key(k: &TaskKey) -> String {
+/// `<taskId>.<runId>.<workerGroup>.<workerId>.<provisionerId>.<workerType>`: the words that
+/// both layouts' task keys start with.
+fn task_words(k: &TaskKey) -> String {
     let run = k.run_id.map(|r| r.to_string());
     format!(
-        "primary.{}.{}.{}.{}.{}.{}.{}.{}._",
+        "{}.{}.{}.{}.{}.{}",
         word(Some(k.task_id)),
         word(run.as_deref()),
         word(k.worker_group),
         word(k.worker_id),
         word(Some(k.provisioner_id)),
         word(Some(k.worker_type)),
+    )
+}
+
+/// `primary.<taskId>.<runId>.<workerGroup>.<workerId>.<provisionerId>.<workerType>.<schedulerId>.<taskGroupId>._`
+pub fn task_routing_key(k: &TaskKey) -> String {
+    format!(
+        "primary.{}.{}.{}._",
+        task_words(k),
         word(Some(k.scheduler_id)),
         word(Some(k.task_group_id)),
     )
@@ -130,17 +139,7 @@ pub fn legacy_exchange(short: &str) -> Option<&'static str> {
 /// for a word not available; `routing` (the task's, which may hold dots) is
 /// `<schedulerId>.<taskGraphId>.<routing>` for the task-graph scheduler's tasks.
 pub fn legacy_routing_key(k: &TaskKey, routing: Option<&str>) -> String {
-    let run = k.run_id.map(|r| r.to_string());
-    format!(
-        "{}.{}.{}.{}.{}.{}.{}",
-        word(Some(k.task_id)),
-        word(run.as_deref()),
-        word(k.worker_group),
-        word(k.worker_id),
-        word(Some(k.provisioner_id)),
-        word(Some(k.worker_type)),
-        word(routing),
-    )
+    format!("{}.{}", task_words(k), word(routing))
 }
 
 /// The full exchange name for a short name such as `task-pending`.
