@@ -20,8 +20,8 @@ use crate::error::{ApiError, ApiResult};
 use crate::ids::TaskQueueId;
 use crate::page::{decode_token, page_by_key, PageReq, MAX_PAGE};
 use crate::records::worker::{
-    pk_workers, sk_worker, TaskQueueRecord, TaskRun, WorkerRecord, PK_TASK_QUEUES, TABLE,
-    TASK_QUEUE_LIFETIME_MS, WORKER_EXPIRY, WORKER_LIFETIME_MS,
+    expiry_after, pk_workers, sk_worker, TaskQueueRecord, TaskRun, WorkerRecord, PK_TASK_QUEUES,
+    TABLE, TASK_QUEUE_LIFETIME_MS, WORKER_EXPIRY, WORKER_LIFETIME_MS,
 };
 use crate::store::{Cond, Item, SkRange, WriteOp};
 use crate::time::Ts;
@@ -101,7 +101,7 @@ impl Queue {
                 .is_none_or(|t| now.millis() - t.millis() >= throttle)
         };
         if queue_due {
-            let expires = now.plus(TASK_QUEUE_LIFETIME_MS);
+            let expires = expiry_after(now, TASK_QUEUE_LIFETIME_MS);
             match self.task_queue_seen(task_queue_id, expires, now).await {
                 Ok(()) => {
                     let mut memo = self.seen.lock().unwrap_or_else(|p| p.into_inner());
@@ -190,7 +190,7 @@ impl Queue {
                 .map(|m| std::mem::take(&mut m.waiting))
                 .unwrap_or_default()
         };
-        let expires = now.plus(WORKER_LIFETIME_MS);
+        let expires = expiry_after(now, WORKER_LIFETIME_MS);
         let out = self
             .update_worker(key, true, |old| {
                 Some(WorkerRecord::seen(old, key, expires, &runs, now))

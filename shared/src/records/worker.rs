@@ -16,7 +16,7 @@
 use crate::ids::TaskQueueId;
 use crate::store::shard::{shard_of, shard_pk, time_key};
 use crate::store::{IndexEntry, Item};
-use crate::time::{Ts, DAY};
+use crate::time::{Ts, DAY, HOUR};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -32,6 +32,14 @@ pub const RECENT_TASKS: usize = 20;
 pub const TASK_QUEUE_LIFETIME_MS: i64 = 5 * DAY;
 /// A worker seen expires this much later.
 pub const WORKER_LIFETIME_MS: i64 = DAY;
+/// When something seen at `now` with `lifetime` expires: rounded up to the hour, so that the
+/// frequent writes of a worker (its claimed runs) leave its `worker-expiry` entry alone and
+/// cost that index nothing; only about one write an hour moves it.
+pub fn expiry_after(now: Ts, lifetime: i64) -> Ts {
+    let t = now.plus(lifetime).millis();
+    Ts(t + (HOUR - t.rem_euclid(HOUR)) % HOUR)
+}
+
 /// What a worker's `quarantineUntil` reads before it was ever quarantined, as upstream's
 /// default: ten years before it was first seen.
 const NEVER_QUARANTINED_MS: i64 = 10 * 365 * DAY;
@@ -221,7 +229,7 @@ impl WorkerRecord {
     /// to at least a day on, so that a worker let out of quarantine does not vanish at once.
     pub fn quarantine(&mut self, until: Ts, info: &str, client_id: &str, now: Ts) {
         self.quarantine_until = Some(until);
-        self.expires = self.expires.max(now.plus(WORKER_LIFETIME_MS));
+        self.expires = self.expires.max(expiry_after(now, WORKER_LIFETIME_MS));
         self.quarantine_details.push(json!({
             "clientId": client_id,
             "updatedAt": now,
@@ -330,6 +338,13 @@ mod tests {
         );
         assert!(r.list_json(Ts(2)).get("quarantineUntil").is_some());
         assert!(r.list_json(Ts(11 * DAY)).get("quarantineUntil").is_none());
+    }
+
+    #[test]
+    fn expiry_is_rounded_up_to_the_hour() {
+        assert_eq!(expiry_after(Ts(1), DAY), Ts(DAY + HOUR));
+        assert_eq!(expiry_after(Ts(HOUR), DAY), Ts(DAY + HOUR));
+        assert_eq!(expiry_after(Ts(HOUR - 1), DAY), Ts(DAY + HOUR));
     }
 
     #[test]
