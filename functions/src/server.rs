@@ -16,6 +16,7 @@ use shared::error::{ApiError, ErrorCode};
 use shared::events::{EventSink, FanoutSink};
 use shared::hints::LocalHints;
 use shared::jobs::{self, Publisher};
+use shared::queue::workers::Flush;
 use shared::queue::Queue;
 use shared::scheduler::SchedulerSink;
 use shared::store::sqlite::SqliteStore;
@@ -321,13 +322,13 @@ async fn reaper_loop(queue: Arc<Queue>, every: Duration, mut stop: watch::Receiv
             jobs::deadlines(&queue, pass_budget()).await,
         );
         // Claimed runs held back for workers' recentTasks (see shared::queue::workers).
-        queue.flush_seen(Ts::now(), false).await;
+        queue.flush_seen(Ts::now(), Flush::Due).await;
         let stopping = tokio::select! {
             _ = tokio::time::sleep(every) => false,
             _ = stop.wait_for(|s| *s) => true,
         };
         if stopping {
-            queue.flush_seen(Ts::now(), true).await;
+            queue.flush_seen(Ts::now(), Flush::All).await;
             return;
         }
     }

@@ -50,8 +50,10 @@ pub async fn handle(api: &Api, serves: Serves, req: Request) -> Response<Body> {
     let out = api.handle(serves, req).await;
     // The container is frozen once it answers: wake-ups for other processes leave first.
     api.queue.signal.flush(super::WAKEUP_FLUSH).await;
-    // Claimed runs held back for workers' recentTasks, once due, while the container runs.
-    api.queue.flush_seen(shared::time::Ts::now(), false).await;
+    // Claimed runs held back for workers' recentTasks the whole delay, while the container
+    // runs (what a claim makes due goes out at the next claimWork's start).
+    let aged = shared::queue::workers::Flush::Aged;
+    api.queue.flush_seen(shared::time::Ts::now(), aged).await;
     let mut resp = Response::builder().status(out.status);
     for (k, v) in out.headers {
         resp = resp.header(k, v);

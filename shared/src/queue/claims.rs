@@ -2,6 +2,7 @@
 //! handing the worker temporary credentials for the run.
 
 use super::core::{backoff, Queue, MAX_ATTEMPTS};
+use super::workers::Flush;
 use crate::creds;
 use crate::error::{ApiError, ApiResult};
 use crate::ids::{TaskId, TaskQueueId};
@@ -92,7 +93,7 @@ impl Queue {
         let key = (tq.as_str(), worker_group, worker_id);
         let (quarantined, read) = self.quarantined(key, now).await?;
         if quarantined {
-            self.record_seen(&tq, None, &[], None, now).await;
+            self.record_seen(&tq, None, &[], None, now, false).await;
             return Err(ApiError::conflict(format!(
                 "Worker {worker_group}/{worker_id} is quarantined: it claims nothing until \
                  its quarantine ends"
@@ -106,7 +107,7 @@ impl Queue {
             .await?;
         let claim = self.finish_claim(rec, run_id, now).await?;
         let worker = Some((worker_group, worker_id));
-        self.record_seen(&tq, worker, &[claim.task_run()], Some(read), now)
+        self.record_seen(&tq, worker, &[claim.task_run()], Some(read), now, true)
             .await;
         Ok(claim)
     }
@@ -122,7 +123,7 @@ impl Queue {
         let claim = self.finish_claim(rec, run_id, now).await?;
         let (tq, run) = (&claim.record.task_queue_id, &claim.run);
         let worker = run.worker_group.as_deref().zip(run.worker_id.as_deref());
-        self.record_seen(tq, worker, &[], None, now).await;
+        self.record_seen(tq, worker, &[], None, now, false).await;
         Ok(claim)
     }
 
@@ -262,11 +263,17 @@ impl Queue {
     ) -> ApiResult<Vec<Claim>> {
         let key = (q.as_str(), worker_group, worker_id);
         let worker = Some((worker_group, worker_id));
-        let (quarantined, read) = self.quarantined(key, clock()).await?;
+        // What earlier claims left to record goes out beside the quarantine read, before
+        // this call waits, so that no claim's answer waits for a metadata write.
+        let (checked, ()) = tokio::join!(
+            self.quarantined(key, clock()),
+            self.flush_seen(clock(), Flush::Due)
+        );
+        let (quarantined, read) = checked?;
         if quarantined {
             // Seen, but given nothing, and only after the whole wait: a quarantined worker
             // must not spin.
-            self.record_seen(q.as_str(), worker, &[], Some(read), clock())
+            self.record_seen(q.as_str(), worker, &[], Some(read), clock(), false)
                 .await;
             let wait = self.cfg.claim_work_timeout_ms.max(0) as u64;
             tokio::time::sleep(Duration::from_millis(wait)).await;
@@ -284,7 +291,8 @@ impl Queue {
         }
         if let Ok(claims) = &out {
             let runs: Vec<TaskRun> = claims.iter().map(Claim::task_run).collect();
-            self.record_seen(q.as_str(), worker, &runs, Some(read), clock())
+            let defer = !runs.is_empty();
+            self.record_seen(q.as_str(), worker, &runs, Some(read), clock(), defer)
                 .await;
         }
         out

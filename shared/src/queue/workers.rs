@@ -5,11 +5,13 @@
 //! when this process has not written it for [`QueueConfig::worker_info_throttle_ms`]
 //! (30 minutes), or never. The runs a worker claims in between wait in the process and go
 //! out together, once [`QueueConfig::recent_tasks_batch`] of them are waiting or the oldest
-//! has waited [`QueueConfig::recent_tasks_delay_ms`], on the worker's next claim or on
-//! [`Queue::flush_seen`] (after every Lambda invocation, on every background tick of the
-//! local server). So one write carries several claims: `recentTasks` may lag by that delay,
-//! and a process that dies loses what it held (metadata only; no task or claim depends on it).
-//! A failed recording is logged and never fails the claim that caused it.
+//! has waited [`QueueConfig::recent_tasks_delay_ms`]. A claim that hands out work never
+//! writes before it answers (the worker is waiting for that answer): what it makes due is
+//! written by [`Queue::flush_seen`], at the start of the process's next claimWork (beside its
+//! quarantine read, before it waits), on every background tick of the local server, and, once
+//! held for the delay, after any Lambda invocation of the same instance. So `recentTasks` may
+//! lag, and a process that dies loses what it held (metadata only; no task or claim depends on
+//! it). A failed recording is logged and never fails the claim that caused it.
 //!
 //! [`QueueConfig::worker_info_throttle_ms`]: super::QueueConfig::worker_info_throttle_ms
 //! [`QueueConfig::recent_tasks_batch`]: super::QueueConfig::recent_tasks_batch
@@ -25,7 +27,7 @@ use crate::records::worker::{
 };
 use crate::store::{Cond, Item, SkRange, WriteOp};
 use crate::time::Ts;
-use futures_util::future::try_join_all;
+use futures_util::future::{join_all, try_join_all};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 
@@ -40,7 +42,20 @@ const MEMO_WORKERS: usize = 10_000;
 #[derive(Default)]
 pub(crate) struct SeenMemo {
     queues: HashMap<String, Ts>,
+    /// Task queues seen by a claim that answered before writing them.
+    queues_due: std::collections::HashSet<String>,
     workers: HashMap<String, WorkerMemo>,
+}
+
+/// What [`Queue::flush_seen`] writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flush {
+    /// Only held runs that waited the whole delay (cheap to check after every invocation).
+    Aged,
+    /// Everything due: new or stale task queues and workers, full batches, aged runs.
+    Due,
+    /// Everything held (at shutdown).
+    All,
 }
 
 #[derive(Default)]
@@ -84,7 +99,8 @@ impl Queue {
 
     /// Records that `worker` (if any) was seen on `task_queue_id` at `now`, having claimed
     /// `runs` (see the module's notes). `read`: the worker's record as the caller just read
-    /// it, which spares a read.
+    /// it, which spares a read. `defer`: write nothing now, leave what is due to
+    /// [`Queue::flush_seen`] (a claim that hands out work).
     pub async fn record_seen(
         &self,
         task_queue_id: &str,
@@ -92,25 +108,22 @@ impl Queue {
         runs: &[TaskRun],
         read: Option<Option<(WorkerRecord, u64)>>,
         now: Ts,
+        defer: bool,
     ) {
         let throttle = self.cfg.worker_info_throttle_ms;
         let queue_due = {
-            let memo = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-            memo.queues
+            let mut memo = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+            let due = memo
+                .queues
                 .get(task_queue_id)
-                .is_none_or(|t| now.millis() - t.millis() >= throttle)
+                .is_none_or(|t| now.millis() - t.millis() >= throttle);
+            if due && defer {
+                memo.queues_due.insert(task_queue_id.to_string());
+            }
+            due && !defer
         };
         if queue_due {
-            let expires = expiry_after(now, TASK_QUEUE_LIFETIME_MS);
-            match self.task_queue_seen(task_queue_id, expires, now).await {
-                Ok(()) => {
-                    let mut memo = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-                    memo.queues.insert(task_queue_id.to_string(), now);
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, task_queue_id, "could not record a task queue")
-                }
-            }
+            self.write_task_queue_seen(task_queue_id, now).await;
         }
         let Some((wg, wid)) = worker else { return };
         let key = (task_queue_id, wg, wid);
@@ -140,8 +153,21 @@ impl Queue {
             m.waiting.extend(runs.iter().cloned());
             self.worker_write_due(m, now)
         };
-        if due {
+        if due && !defer {
             self.write_worker_seen(key, &mkey, now).await;
+        }
+    }
+
+    /// Writes a task queue as seen at `now` (expiring five days on), and remembers it.
+    async fn write_task_queue_seen(&self, task_queue_id: &str, now: Ts) {
+        let expires = expiry_after(now, TASK_QUEUE_LIFETIME_MS);
+        match self.task_queue_seen(task_queue_id, expires, now).await {
+            Ok(()) => {
+                let mut memo = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+                memo.queues_due.remove(task_queue_id);
+                memo.queues.insert(task_queue_id.to_string(), now);
+            }
+            Err(e) => tracing::warn!(error = %e, task_queue_id, "could not record a task queue"),
         }
     }
 
@@ -158,18 +184,34 @@ impl Queue {
             || (!m.waiting.is_empty() && waited >= self.cfg.recent_tasks_delay_ms)
     }
 
-    /// Writes every worker whose held-back runs are due at `now` (all of them with `all`).
-    pub async fn flush_seen(&self, now: Ts, all: bool) {
-        let due: Vec<String> = {
+    /// Writes what this process holds and `what` selects (see [`Flush`]).
+    pub async fn flush_seen(&self, now: Ts, what: Flush) {
+        let (queues, workers): (Vec<String>, Vec<String>) = {
             let memo = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-            memo.workers
+            let queues = match what {
+                Flush::Aged => vec![],
+                Flush::Due | Flush::All => memo.queues_due.iter().cloned().collect(),
+            };
+            let delay = self.cfg.recent_tasks_delay_ms;
+            let workers = memo
+                .workers
                 .iter()
-                .filter(|(_, m)| !m.waiting.is_empty() && (all || self.worker_write_due(m, now)))
+                .filter(|(_, m)| match what {
+                    Flush::Aged => {
+                        !m.waiting.is_empty() && now.millis() - m.waiting_since.millis() >= delay
+                    }
+                    Flush::Due => self.worker_write_due(m, now),
+                    Flush::All => !m.waiting.is_empty() || m.written.is_none(),
+                })
                 .map(|(k, _)| k.clone())
-                .collect()
+                .collect();
+            (queues, workers)
         };
-        for chunk in due.chunks(PARALLEL) {
-            futures_util::future::join_all(chunk.iter().map(|mkey| async move {
+        for chunk in queues.chunks(PARALLEL) {
+            join_all(chunk.iter().map(|tq| self.write_task_queue_seen(tq, now))).await;
+        }
+        for chunk in workers.chunks(PARALLEL) {
+            join_all(chunk.iter().map(|mkey| async move {
                 let mut parts = mkey.splitn(3, '|');
                 if let (Some(tq), Some(wg), Some(wid)) = (parts.next(), parts.next(), parts.next())
                 {

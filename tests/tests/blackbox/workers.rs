@@ -20,9 +20,24 @@ fn from_now(v: &Value) -> i64 {
     t.millis() - Ts::now().millis()
 }
 
-/// A server whose every claimed run reaches its worker's recentTasks at once.
+/// A server whose every claimed run reaches its worker's recentTasks at its next background
+/// tick (a claim that hands out work answers before it records anything).
 async fn recording_app() -> TestServer {
     spawn_app_with(|c| c.queue.recent_tasks_batch = 1).await
+}
+
+/// The worker once its recentTasks holds `n` runs.
+async fn recorded(q: &taskcluster::Queue, tq: &str, worker: (&str, &str), n: usize) -> Value {
+    let (prov, wt) = split(tq);
+    poll(
+        Duration::from_secs(20),
+        "the worker's recording",
+        || async {
+            let w = q.getWorker(prov, wt, worker.0, worker.1).await.ok()?;
+            (w["recentTasks"].as_array()?.len() == n).then_some(w)
+        },
+    )
+    .await
 }
 
 #[tokio::test]
@@ -45,6 +60,9 @@ async fn claims_record_the_task_queue_and_the_worker() {
         .map(|c| c["status"]["taskId"].as_str().unwrap())
         .collect();
     assert_eq!(claimed, vec![first.as_str(), second.as_str()]);
+
+    let wa = recorded(&q, &tq, ("grp", "wa"), 2).await;
+    let wb = recorded(&q, &tq, ("grp", "wb"), 1).await;
 
     // The task queue, and the provisioner and worker type read off it.
     let got = q.getTaskQueue(&tq).await.expect("getTaskQueue");
@@ -79,7 +97,6 @@ async fn claims_record_the_task_queue_and_the_worker() {
     assert_eq!(types["workerTypes"], json!([t]));
 
     // The workers, and what each claimed.
-    let wa = q.getWorker(prov, wt, "grp", "wa").await.expect("getWorker");
     assert_eq!(
         wa["recentTasks"],
         json!([{"taskId": first, "runId": 0}, {"taskId": second, "runId": 0}])
@@ -95,7 +112,6 @@ async fn claims_record_the_task_queue_and_the_worker() {
         "never quarantined: {wa}"
     );
     assert_dates(&wa);
-    let wb = q.getWorker(prov, wt, "grp", "wb").await.expect("getWorker");
     assert_eq!(wb["recentTasks"], json!([{"taskId": third, "runId": 0}]));
     let workers = q
         .listWorkers(prov, wt, None, None, None)
@@ -170,7 +186,16 @@ async fn recent_tasks_hold_the_last_twenty_claims() {
             claimed.push(t["status"]["taskId"].as_str().unwrap().to_string());
         }
     }
-    let w = q.getWorker(prov, wt, "grp", "w").await.expect("getWorker");
+    let w = poll(
+        Duration::from_secs(20),
+        "the last claims recorded",
+        || async {
+            let w = q.getWorker(prov, wt, "grp", "w").await.ok()?;
+            let last = w["recentTasks"].as_array()?.last()?["taskId"].clone();
+            (last == json!(claimed.last())).then_some(w)
+        },
+    )
+    .await;
     let recent: Vec<Value> = claimed[3..]
         .iter()
         .map(|id| json!({"taskId": id, "runId": 0}))
@@ -198,8 +223,15 @@ async fn claimed_runs_are_held_back_and_written_together() {
         claimed.push(json!({"taskId": c["status"]["taskId"], "runId": 0}));
     }
     // The first claim created the worker; the next five went out together; the last waits.
-    let w = q.getWorker(prov, wt, "grp", "w").await.expect("getWorker");
+    let w = recorded(&q, &tq, ("grp", "w"), 6).await;
     assert_eq!(w["recentTasks"], json!(claimed[..6]));
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let w = q.getWorker(prov, wt, "grp", "w").await.expect("getWorker");
+    assert_eq!(
+        w["recentTasks"],
+        json!(claimed[..6]),
+        "the seventh is held back"
+    );
     // Then the delay passes and the background tick writes it.
     let all = json!(claimed);
     poll(Duration::from_secs(20), "the held-back run", || async {
@@ -273,6 +305,7 @@ async fn a_quarantined_worker_gets_nothing_and_another_worker_gets_the_task() {
                 .collect::<Vec<_>>()
         }
     };
+    recorded(&q, &tq, ("grp", "good"), 1).await;
     assert_eq!(listing(Some("true")).await, vec!["bad"]);
     assert_eq!(listing(Some("false")).await, vec!["good"]);
     assert_eq!(listing(None).await, vec!["bad", "good"]);
