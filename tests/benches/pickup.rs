@@ -29,14 +29,13 @@
 //! `/proc`. `BENCH_SETUPS` (comma-separated names: local, old, poll, broker, lambda) picks
 //! setups; `BENCH_IDLE=0` skips the idle measurement.
 
+use blackbox::release::ReleaseServer;
 use blackbox::shape::{lambda::rss_kib, Shape, ShapeConfig};
 use serde_json::json;
 use shared::ids::TaskQueueId;
 use shared::queue::{Queue, QueueConfig};
 use shared::signal::{amqp::AmqpSignal, LocalSignal, WorkSignal};
 use shared::store::dynamodb::{self, DynamoStore};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -60,49 +59,6 @@ fn env_num<T: std::str::FromStr>(name: &str, default: T) -> T {
         .ok()
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(default)
-}
-
-fn target_dir() -> PathBuf {
-    std::env::var("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"))
-}
-
-/// A `tc-queue` process, killed when dropped.
-struct Server {
-    child: Child,
-    root: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn server(dir: &Path, envs: &[(&str, String)]) -> Server {
-    let bin = std::env::var("BENCH_SERVER_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| target_dir().join("release/tc-queue"));
-    let port = blackbox::free_port();
-    let child = Command::new(&bin)
-        .env("TCQ_PORT", port.to_string())
-        .env("TCQ_DATA_DIR", dir)
-        .env("TCQ_ROOT_ACCESS_TOKEN", blackbox::ROOT_ACCESS_TOKEN)
-        .env("RUST_LOG", "warn,lapin=off")
-        .envs(envs.iter().map(|(k, v)| (*k, v.as_str())))
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{}: {e} (cargo build --release first)", bin.display()));
-    let root = format!("http://127.0.0.1:{port}");
-    assert!(
-        blackbox::wait_until_up(&root, Duration::from_secs(60)).await,
-        "{} did not come up",
-        bin.display()
-    );
-    Server { child, root }
 }
 
 /// One setup: where claimWork waits and where createTask goes.
@@ -269,11 +225,11 @@ fn main() {
             .take(8)
             .collect::<String>()
             .to_ascii_lowercase();
-        let mut servers: Vec<Server> = vec![];
+        let mut servers: Vec<ReleaseServer> = vec![];
         let mut list: Vec<Setup> = vec![];
         if on("local") {
             let d = dir.path().join("local");
-            let s = server(&d, &[("TCQ_BACKEND", "embedded".into())]).await;
+            let s = ReleaseServer::start(&d, &[("TCQ_BACKEND", "embedded".into())]).await;
             list.push(Setup::new("local, embedded, 1 process", &s.root, &s.root));
             servers.push(s);
         }
@@ -310,8 +266,8 @@ fn main() {
             let mut envs = aws(&prefix);
             envs.extend(extra);
             let d = dir.path().join(key);
-            let a = server(&d, &envs).await;
-            let b = server(&d, &envs).await;
+            let a = ReleaseServer::start(&d, &envs).await;
+            let b = ReleaseServer::start(&d, &envs).await;
             list.push(Setup::new(name, &b.root, &a.root));
             servers.push(a);
             servers.push(b);

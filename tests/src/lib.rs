@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 pub mod amqp;
 pub mod burst;
+pub mod release;
 pub mod runtime_api;
 pub mod scheduler;
 pub mod shape;

@@ -1,0 +1,90 @@
+//! The release `tc-queue` binary as a process of its own, for benches that measure what users
+//! run (`cargo build --release -p functions --bin tc-queue` first).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// The workspace's target directory (`CARGO_TARGET_DIR`, else `target/`).
+pub fn target_dir() -> PathBuf {
+    std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"))
+}
+
+/// A `tc-queue` process (`BENCH_SERVER_BIN`, else the release build), killed when dropped.
+pub struct ReleaseServer {
+    child: Child,
+    /// Its root URL.
+    pub root: String,
+}
+
+impl ReleaseServer {
+    /// Starts one on a free port over `dir`, with the suite's root token and `envs`, and waits
+    /// until it answers.
+    pub async fn start(dir: &Path, envs: &[(&str, String)]) -> ReleaseServer {
+        let bin = std::env::var("BENCH_SERVER_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| target_dir().join("release/tc-queue"));
+        let port = crate::free_port();
+        let child = Command::new(&bin)
+            .env("TCQ_PORT", port.to_string())
+            .env("TCQ_DATA_DIR", dir)
+            .env("TCQ_ROOT_ACCESS_TOKEN", crate::ROOT_ACCESS_TOKEN)
+            .env("RUST_LOG", "warn,lapin=off")
+            .envs(envs.iter().map(|(k, v)| (*k, v.as_str())))
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{}: {e} (cargo build --release first)", bin.display()));
+        let root = format!("http://127.0.0.1:{port}");
+        assert!(
+            crate::wait_until_up(&root, Duration::from_secs(60)).await,
+            "{} did not come up",
+            bin.display()
+        );
+        ReleaseServer { child, root }
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for ReleaseServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// CPU time (user + system) a process has used, from `/proc/<pid>/stat`; `None` where there
+/// is no procfs.
+pub fn cpu_time(pid: &str) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command (which may hold spaces) start after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ticks * 1000 / clock_ticks()))
+}
+
+/// Busy and total CPU time of the whole machine, from `/proc/stat`.
+pub fn machine_cpu() -> Option<(Duration, Duration)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().next()?.strip_prefix("cpu ")?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let total: u64 = v.iter().take(8).sum();
+    let idle = v.get(3)? + v.get(4)?;
+    let ms = |t: u64| Duration::from_millis(t * 1000 / clock_ticks());
+    Some((ms(total - idle), ms(total)))
+}
+
+/// Linux's `USER_HZ`, which /proc's times count in (100 on every Linux ABI in use).
+fn clock_ticks() -> u64 {
+    100
+}
