@@ -727,6 +727,10 @@ fn runtime(name: &'static str, threads: usize) -> tokio::runtime::Runtime {
         .expect("tokio runtime")
 }
 
+/// The allocator `tc-queue` ships with, so that counts and rates are the binary's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let clients: usize = env_num("BENCH_CLIENTS", 16usize).max(1);
     let total: usize = env_num("BENCH_LIFECYCLES", 5000usize);
