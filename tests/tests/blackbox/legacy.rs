@@ -21,6 +21,8 @@ const FAILED: &str = "v1/queue:task-failed";
 /// short names of today's messages about the plain task, in order.
 struct Seen {
     legacy: Vec<(String, String, Value)>,
+    /// The CC keys of each legacy message.
+    ccs: Vec<Vec<String>>,
     today: Vec<String>,
 }
 
@@ -48,7 +50,8 @@ async fn life_cycles(broker: &Broker, legacy: bool) -> (Seen, [String; 4], Strin
     let today = bind_full(broker, &queue_exchanges(), &format!("primary.{a}.#")).await;
 
     // a: completed; b: cancelled while pending; graph task A: completed.
-    q.createTask(&a, &task_def(&tq)).await.expect("create a");
+    let routed = def_with(&tq, json!({ "routes": ["notify.legacy"] }));
+    q.createTask(&a, &routed).await.expect("create a");
     claim_one(&app, &tq, "wg", "wi").await;
     complete(&app, &a, 0).await;
     q.createTask(&b, &task_def(&tq)).await.expect("create b");
@@ -74,6 +77,7 @@ async fn life_cycles(broker: &Broker, legacy: bool) -> (Seen, [String; 4], Strin
     }
     let seen_today = broker.rest(&today, Duration::from_secs(2)).await;
     let seen = Seen {
+        ccs: got.iter().map(|m| m.cc.clone()).collect(),
         legacy: got
             .into_iter()
             .map(|m| (m.exchange.clone(), m.routing_key.clone(), m.payload.clone()))
@@ -118,6 +122,11 @@ async fn the_legacy_mode_publishes_seed_003s_layout_beside_todays() {
         shared::schema::check(&schema, body).unwrap_or_else(|e| panic!("{schema}: {e:?}"));
         assert_eq!(body["version"], 1);
     }
+    // The task's routes are CC'ed on its legacy messages too.
+    for cc in &on.ccs[..3] {
+        assert_eq!(cc, &vec!["route.notify.legacy".to_string()]);
+    }
+    assert!(on.ccs[3].is_empty());
     let (_, _, running) = &on.legacy[1];
     assert_eq!(
         (&running["workerGroup"], &running["workerId"]),
