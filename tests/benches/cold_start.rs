@@ -19,17 +19,11 @@
 //! The page cache is warm after the first start, so this is process init on this machine, not
 //! Lambda's Init Duration (which adds fetching the code and starting the sandbox).
 
+use blackbox::env_num;
 use blackbox::runtime_api::{apigw_v2_event, localstack_tables, RuntimeApi};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn env_num<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(default)
-}
 
 fn default_binary() -> PathBuf {
     let target = std::env::var("CARGO_TARGET_DIR")

@@ -12,6 +12,7 @@
 //!    from the createTask response to the consumer receiving that task's message.
 
 use blackbox::amqp::{Broker, ALL};
+use blackbox::env_num;
 use futures_util::StreamExt;
 use lapin::options::BasicConsumeOptions;
 use lapin::types::{FieldTable, ShortString};
@@ -21,13 +22,6 @@ use shared::events::{Event, EventSink};
 use std::time::{Duration, Instant};
 
 const URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
-
-fn env_num(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(default)
-}
 
 fn pct(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {

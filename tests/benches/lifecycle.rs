@@ -34,6 +34,7 @@
 //! the shared deadline until no task is left due.
 
 use blackbox::burst::{burst_deadline, due, seed};
+use blackbox::env_num;
 use serde_json::{json, Value};
 use shared::events::{Event, EventSink};
 use shared::records::task::index;
@@ -59,13 +60,6 @@ impl EventSink for NullSink {
     {
         Box::pin(async { Ok(()) })
     }
-}
-
-fn env_num<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(default)
 }
 
 /// Latency samples in microseconds.

@@ -36,6 +36,7 @@
 //! printed and used). `BENCH_WAIT_FOR=<path>` waits after seeding until `<path>` exists, so
 //! that a long seeding run can overlap other work and the claims still run on a quiet machine.
 
+use blackbox::env_num;
 use futures_util::stream::{self, StreamExt};
 use serde_json::{json, Value};
 use shared::creds::IssuerCredentials;
@@ -51,13 +52,6 @@ use shared::time::Ts;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-fn env_num<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(default)
-}
 
 #[derive(Clone, Copy, Default)]
 struct Snap {

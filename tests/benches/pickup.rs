@@ -29,6 +29,7 @@
 //! `/proc`. `BENCH_SETUPS` (comma-separated names: local, old, poll, broker, lambda) picks
 //! setups; `BENCH_IDLE=0` skips the idle measurement.
 
+use blackbox::env_num;
 use blackbox::release::ReleaseServer;
 use blackbox::shape::{lambda::rss_kib, Shape, ShapeConfig};
 use serde_json::json;
@@ -52,13 +53,6 @@ mod prices {
     pub const READ_UNIT: f64 = 0.125 / 1e6;
     /// DynamoDB on-demand, per write request unit.
     pub const WRITE_UNIT: f64 = 0.625 / 1e6;
-}
-
-fn env_num<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(default)
 }
 
 /// One setup: where claimWork waits and where createTask goes.

@@ -12,17 +12,11 @@
 //! second, each call's p50/p99, the server's CPU per life cycle (utime + stime of its process
 //! over the measured window), the load generator's, and the rest of the machine's.
 
+use blackbox::env_num;
 use blackbox::release::{cpu_time, machine_cpu, ReleaseServer};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-fn env_num<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(default)
-}
 
 /// Per-call latencies (ms) of the measured window.
 #[derive(Default)]

@@ -445,6 +445,14 @@ pub fn status_of(err: &anyhow::Error) -> Option<u16> {
     taskcluster::err_status_code(err).map(|s| s.as_u16())
 }
 
+/// A number from the environment variable `name` (benches' knobs), else `default`.
+pub fn env_num<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+}
+
 /// A fresh task queue per test, so that pending work never leaks between tests.
 pub fn task_queue_id() -> String {
     let suffix: String = slugid()
