@@ -77,23 +77,21 @@ impl Queue {
         })
     }
 
-    /// claimTask (deprecated): claims one specific run.
+    /// claimTask (deprecated): claims one specific run of a task of `tq` (the caller read
+    /// the task to authorise the claim; the claim itself is conditioned on the stored record).
     pub async fn claim_task(
         &self,
         task_id: &TaskId,
         run_id: u32,
+        tq: &str,
         worker_group: &str,
         worker_id: &str,
         now: Ts,
     ) -> ApiResult<Claim> {
-        let tq = match self.load(task_id.as_str()).await? {
-            Some((r, _)) => r.task_queue_id,
-            None => return Err(ApiError::not_found(format!("Task {task_id} not found"))),
-        };
-        let key = (tq.as_str(), worker_group, worker_id);
+        let key = (tq, worker_group, worker_id);
         let (quarantined, read) = self.quarantined(key, now).await?;
         if quarantined {
-            self.record_seen(&tq, None, &[], None, now, false).await;
+            self.record_seen(tq, None, &[], None, now, false).await;
             return Err(ApiError::conflict(format!(
                 "Worker {worker_group}/{worker_id} is quarantined: it claims nothing until \
                  its quarantine ends"
@@ -107,7 +105,7 @@ impl Queue {
             .await?;
         let claim = self.finish_claim(rec, run_id, now).await?;
         let worker = Some((worker_group, worker_id));
-        self.record_seen(&tq, worker, &[claim.task_run()], Some(read), now, true)
+        self.record_seen(tq, worker, &[claim.task_run()], Some(read), now, true)
             .await;
         Ok(claim)
     }

@@ -44,7 +44,7 @@ pub(crate) struct SeenMemo {
     queues: HashMap<String, Ts>,
     /// Task queues seen by a claim that answered before writing them.
     queues_due: std::collections::HashSet<String>,
-    workers: HashMap<String, WorkerMemo>,
+    workers: HashMap<MemoKey, WorkerMemo>,
 }
 
 /// What [`Queue::flush_seen`] writes.
@@ -69,8 +69,11 @@ struct WorkerMemo {
 /// A worker: `(taskQueueId, workerGroup, workerId)`.
 pub type WorkerKey<'a> = (&'a str, &'a str, &'a str);
 
-fn memo_key((tq, wg, wid): WorkerKey) -> String {
-    format!("{tq}|{wg}|{wid}")
+/// A worker's key as the memo owns it.
+type MemoKey = (String, String, String);
+
+fn memo_key((tq, wg, wid): WorkerKey) -> MemoKey {
+    (tq.to_string(), wg.to_string(), wid.to_string())
 }
 
 impl Queue {
@@ -92,9 +95,7 @@ impl Queue {
         now: Ts,
     ) -> ApiResult<Option<TaskQueueRecord>> {
         let item = self.store.get(TABLE, PK_TASK_QUEUES, task_queue_id).await?;
-        Ok(item
-            .and_then(|i| TaskQueueRecord::from_item(&i))
-            .filter(|r| r.expires > now))
+        Ok(item.and_then(|i| TaskQueueRecord::live(&i, now)))
     }
 
     /// Records that `worker` (if any) was seen on `task_queue_id` at `now`, having claimed
@@ -171,7 +172,7 @@ impl Queue {
         }
     }
 
-    fn memo_written(&self, mkey: &str) -> Option<Ts> {
+    fn memo_written(&self, mkey: &MemoKey) -> Option<Ts> {
         let memo = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         memo.workers.get(mkey).and_then(|m| m.written)
     }
@@ -186,7 +187,7 @@ impl Queue {
 
     /// Writes what this process holds and `what` selects (see [`Flush`]).
     pub async fn flush_seen(&self, now: Ts, what: Flush) {
-        let (queues, workers): (Vec<String>, Vec<String>) = {
+        let (queues, workers): (Vec<String>, Vec<MemoKey>) = {
             let memo = self.seen.lock().unwrap_or_else(|p| p.into_inner());
             let queues = match what {
                 Flush::Aged => vec![],
@@ -211,12 +212,9 @@ impl Queue {
             join_all(chunk.iter().map(|tq| self.write_task_queue_seen(tq, now))).await;
         }
         for chunk in workers.chunks(PARALLEL) {
-            join_all(chunk.iter().map(|mkey| async move {
-                let mut parts = mkey.splitn(3, '|');
-                if let (Some(tq), Some(wg), Some(wid)) = (parts.next(), parts.next(), parts.next())
-                {
-                    self.write_worker_seen((tq, wg, wid), mkey, now).await;
-                }
+            join_all(chunk.iter().map(|mkey| {
+                let (tq, wg, wid) = mkey;
+                self.write_worker_seen((tq, wg, wid), mkey, now)
             }))
             .await;
         }
@@ -224,7 +222,7 @@ impl Queue {
 
     /// Writes a worker as seen at `now` with the runs the memo holds; on failure they stay
     /// held for the next try.
-    async fn write_worker_seen(&self, key: WorkerKey<'_>, mkey: &str, now: Ts) {
+    async fn write_worker_seen(&self, key: WorkerKey<'_>, mkey: &MemoKey, now: Ts) {
         let runs = {
             let mut memo = self.seen.lock().unwrap_or_else(|p| p.into_inner());
             memo.workers
@@ -239,11 +237,11 @@ impl Queue {
             })
             .await;
         let mut memo = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        let m = memo.workers.entry(mkey.to_string()).or_default();
+        let m = memo.workers.entry(mkey.clone()).or_default();
         match out {
             Ok(_) => m.written = Some(now),
             Err(e) => {
-                tracing::warn!(error = %e, worker = mkey, "could not record a worker");
+                tracing::warn!(error = %e, worker = ?mkey, "could not record a worker");
                 let mut back = runs;
                 back.append(&mut m.waiting);
                 m.waiting = back;
@@ -346,8 +344,7 @@ impl Queue {
             out.extend(
                 page.items
                     .iter()
-                    .filter_map(TaskQueueRecord::from_item)
-                    .filter(|r| r.expires > now),
+                    .filter_map(|i| TaskQueueRecord::live(i, now)),
             );
             match page.next {
                 Some(next) => after = Some(next),
@@ -371,8 +368,7 @@ impl Queue {
         let (items, token) = self.query_page(TABLE, PK_TASK_QUEUES, &range, page).await?;
         let queues = items
             .iter()
-            .filter_map(TaskQueueRecord::from_item)
-            .filter(|r| r.expires > now)
+            .filter_map(|i| TaskQueueRecord::live(i, now))
             .collect();
         Ok((queues, token))
     }

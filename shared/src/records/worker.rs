@@ -80,6 +80,11 @@ impl TaskQueueRecord {
         serde_json::from_value(item.data.clone()).ok()
     }
 
+    /// Decodes a stored item if the task queue lives at `now` (reads hide expired ones).
+    pub fn live(item: &Item, now: Ts) -> Option<Self> {
+        Self::from_item(item).filter(|r| r.expires > now)
+    }
+
     /// The item to store.
     pub fn to_item(&self) -> Item {
         Item::new(

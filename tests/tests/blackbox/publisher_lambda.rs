@@ -215,7 +215,7 @@ async fn resolutions_reach_the_resolver(from_stream: bool) {
         .await
         .expect("create dependent");
     let claimed = queue
-        .claim_task(&dep, 0, "g", "w", now())
+        .claim_task(&dep, 0, tq.as_str(), "g", "w", now())
         .await
         .expect("claim");
     assert_eq!(claimed.run.run_id, 0);
@@ -299,7 +299,7 @@ async fn resolutions_reach_the_resolver(from_stream: bool) {
             .await
             .expect("create dependent");
         queue
-            .claim_task(&dep, 0, "g", "w", now())
+            .claim_task(&dep, 0, tq.as_str(), "g", "w", now())
             .await
             .expect("claim");
         queue
@@ -472,7 +472,7 @@ async fn the_stream_carries_each_writes_events_and_a_failed_batch_is_left_to_the
     );
     let tid = shared::ids::TaskId::parse(&id).expect("id");
     queue
-        .claim_task(&tid, 0, "g", "w", shared::time::Ts::now())
+        .claim_task(&tid, 0, &tq, "g", "w", shared::time::Ts::now())
         .await
         .expect("claim");
     let (records, _) = read_until(next, |rs| covers(rs, std::slice::from_ref(&id))).await;

@@ -72,7 +72,11 @@ async fn claim_task(api: &Api, call: &mut Call) -> ApiResult<Reply> {
     let rec = api.queue.status(&id, call.now).await?;
     call.authorize(&worker_params(call, &rec.task_queue_id))?;
     let (wg, wid) = (call.body_str("workerGroup"), call.body_str("workerId"));
-    let claim = api.queue.claim_task(&id, run, wg, wid, call.now).await?;
+    let tq = &rec.task_queue_id;
+    let claim = api
+        .queue
+        .claim_task(&id, run, tq, wg, wid, call.now)
+        .await?;
     Reply::ok(claim.to_json())
 }
 
