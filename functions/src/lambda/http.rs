@@ -50,10 +50,10 @@ pub async fn handle(api: &Api, serves: Serves, req: Request) -> Response<Body> {
     let out = api.handle(serves, req).await;
     // The container is frozen once it answers: wake-ups for other processes leave first.
     api.queue.signal.flush(super::WAKEUP_FLUSH).await;
-    // Claimed runs held back for workers' recentTasks the whole delay, while the container
-    // runs (what a claim makes due goes out at the next claimWork's start).
-    let aged = shared::queue::workers::Flush::Aged;
-    api.queue.flush_seen(shared::time::Ts::now(), aged).await;
+    // Worker metadata a claim made due goes out before the answer: once the container is
+    // frozen (or recycled) nothing would write it (held-back runs below the batch wait on).
+    let due = shared::queue::workers::Flush::Due;
+    api.queue.flush_seen(shared::time::Ts::now(), due).await;
     let mut resp = Response::builder().status(out.status);
     for (k, v) in out.headers {
         resp = resp.header(k, v);

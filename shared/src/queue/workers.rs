@@ -5,13 +5,13 @@
 //! when this process has not written it for [`QueueConfig::worker_info_throttle_ms`]
 //! (30 minutes), or never. The runs a worker claims in between wait in the process and go
 //! out together, once [`QueueConfig::recent_tasks_batch`] of them are waiting or the oldest
-//! has waited [`QueueConfig::recent_tasks_delay_ms`]. A claim that hands out work never
-//! writes before it answers (the worker is waiting for that answer): what it makes due is
-//! written by [`Queue::flush_seen`], at the start of the process's next claimWork (beside its
-//! quarantine read, before it waits), on every background tick of the local server, and, once
-//! held for the delay, after any Lambda invocation of the same instance. So `recentTasks` may
-//! lag, and a process that dies loses what it held (metadata only; no task or claim depends on
-//! it). A failed recording is logged and never fails the claim that caused it.
+//! has waited [`QueueConfig::recent_tasks_delay_ms`]. A claim that hands out work does not
+//! write itself: what it makes due is written by [`Queue::flush_seen`] — on the local server
+//! at its next background tick or the start of its next claimWork (so no answer waits for
+//! it), in a Lambda function after the handler and before the answer (a frozen or recycled
+//! container would never write it). So `recentTasks` may lag, and a process that dies loses
+//! the runs it held below a batch (metadata only; no task or claim depends on it). A failed
+//! recording is logged and never fails the claim that caused it.
 //!
 //! [`QueueConfig::worker_info_throttle_ms`]: super::QueueConfig::worker_info_throttle_ms
 //! [`QueueConfig::recent_tasks_batch`]: super::QueueConfig::recent_tasks_batch
@@ -50,8 +50,6 @@ pub(crate) struct SeenMemo {
 /// What [`Queue::flush_seen`] writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flush {
-    /// Only held runs that waited the whole delay (cheap to check after every invocation).
-    Aged,
     /// Everything due: new or stale task queues and workers, full batches, aged runs.
     Due,
     /// Everything held (at shutdown).
@@ -189,18 +187,11 @@ impl Queue {
     pub async fn flush_seen(&self, now: Ts, what: Flush) {
         let (queues, workers): (Vec<String>, Vec<MemoKey>) = {
             let memo = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-            let queues = match what {
-                Flush::Aged => vec![],
-                Flush::Due | Flush::All => memo.queues_due.iter().cloned().collect(),
-            };
-            let delay = self.cfg.recent_tasks_delay_ms;
+            let queues = memo.queues_due.iter().cloned().collect();
             let workers = memo
                 .workers
                 .iter()
                 .filter(|(_, m)| match what {
-                    Flush::Aged => {
-                        !m.waiting.is_empty() && now.millis() - m.waiting_since.millis() >= delay
-                    }
                     Flush::Due => self.worker_write_due(m, now),
                     Flush::All => !m.waiting.is_empty() || m.written.is_none(),
                 })
@@ -208,16 +199,23 @@ impl Queue {
                 .collect();
             (queues, workers)
         };
-        for chunk in queues.chunks(PARALLEL) {
-            join_all(chunk.iter().map(|tq| self.write_task_queue_seen(tq, now))).await;
-        }
-        for chunk in workers.chunks(PARALLEL) {
-            join_all(chunk.iter().map(|mkey| {
-                let (tq, wg, wid) = mkey;
-                self.write_worker_seen((tq, wg, wid), mkey, now)
-            }))
-            .await;
-        }
+        // Task queues and workers at once: a first claim's two records cost one round trip
+        // of writes, not two.
+        let queues = async {
+            for chunk in queues.chunks(PARALLEL) {
+                join_all(chunk.iter().map(|tq| self.write_task_queue_seen(tq, now))).await;
+            }
+        };
+        let workers = async {
+            for chunk in workers.chunks(PARALLEL) {
+                join_all(chunk.iter().map(|mkey| {
+                    let (tq, wg, wid) = mkey;
+                    self.write_worker_seen((tq, wg, wid), mkey, now)
+                }))
+                .await;
+            }
+        };
+        tokio::join!(queues, workers);
     }
 
     /// Writes a worker as seen at `now` with the runs the memo holds; on failure they stay
