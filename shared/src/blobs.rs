@@ -62,6 +62,54 @@ pub trait BlobStore: Send + Sync + 'static {
     ) -> Result<String, BlobError>;
     /// Deletes objects (missing ones are not an error), in batches the backend accepts.
     async fn delete(&self, bucket: Bucket, keys: &[String]) -> Result<(), BlobError>;
+    /// Stores `bytes` at `key` at once (PutObject), for data small enough to arrive inline.
+    async fn put(
+        &self,
+        bucket: Bucket,
+        key: &str,
+        content_type: &str,
+        bytes: Vec<u8>,
+    ) -> Result<(), BlobError>;
+    /// The length and hashes of the bytes at `key`, read through once; `None` if there is no
+    /// object (GetObject, hashed as it streams).
+    async fn digest(&self, bucket: Bucket, key: &str) -> Result<Option<BlobDigest>, BlobError>;
+}
+
+/// The length and hashes of an object's bytes, as the object service records them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlobDigest {
+    /// Bytes.
+    pub len: u64,
+    /// SHA-256, lowercase hex.
+    pub sha256: String,
+    /// SHA-512, lowercase hex.
+    pub sha512: String,
+}
+
+/// Hashes bytes as they arrive, into a [`BlobDigest`].
+#[derive(Default)]
+pub struct Digester {
+    len: u64,
+    sha256: Sha256,
+    sha512: sha2::Sha512,
+}
+
+impl Digester {
+    /// Adds the next bytes.
+    pub fn update(&mut self, chunk: &[u8]) {
+        self.len += chunk.len() as u64;
+        self.sha256.update(chunk);
+        self.sha512.update(chunk);
+    }
+
+    /// The digest of everything added.
+    pub fn finish(self) -> BlobDigest {
+        BlobDigest {
+            len: self.len,
+            sha256: hex(&self.sha256.finalize()),
+            sha512: hex(&self.sha512.finalize()),
+        }
+    }
 }
 
 /// Characters kept as they are in a key placed in a URL path (`/` separates segments).
@@ -99,6 +147,12 @@ impl BlobStore for NoBlobs {
         Err(BlobError("no artifact storage is configured".into()))
     }
     async fn delete(&self, _: Bucket, _: &[String]) -> Result<(), BlobError> {
+        Err(BlobError("no artifact storage is configured".into()))
+    }
+    async fn put(&self, _: Bucket, _: &str, _: &str, _: Vec<u8>) -> Result<(), BlobError> {
+        Err(BlobError("no artifact storage is configured".into()))
+    }
+    async fn digest(&self, _: Bucket, _: &str) -> Result<Option<BlobDigest>, BlobError> {
         Err(BlobError("no artifact storage is configured".into()))
     }
 }
@@ -264,25 +318,7 @@ impl LocalBlobs {
         let file = self.path(bucket, &key);
         if method == "PUT" {
             let ct = content_type.unwrap_or("application/octet-stream");
-            let write = async {
-                if let Some(parent) = file.parent() {
-                    tokio::fs::create_dir_all(parent).await?;
-                }
-                // Write then rename, so that a reader never sees half an object.
-                let tmp = file.with_extension(format!("tmp{}", crate::ids::new_slugid()));
-                tokio::fs::write(&tmp, body).await?;
-                let mut meta = serde_json::Map::new();
-                meta.insert("content-type".into(), ct.into());
-                for (k, v) in stored {
-                    let k = k.to_ascii_lowercase();
-                    if STORED_HEADERS.contains(&k.as_str()) {
-                        meta.insert(k, (*v).into());
-                    }
-                }
-                tokio::fs::write(file.with_extension("meta"), serde_json::to_vec(&meta)?).await?;
-                tokio::fs::rename(&tmp, &file).await
-            };
-            return match write.await {
+            return match store_file(&file, ct, stored, body).await {
                 Ok(()) => BlobResponse::text(200, ""),
                 Err(e) => BlobResponse::text(500, &format!("write failed: {e}")),
             };
@@ -311,6 +347,31 @@ impl LocalBlobs {
             Err(_) => BlobResponse::text(404, "no such key"),
         }
     }
+}
+
+/// Writes an object and the headers it is stored with, then renames it into place, so that a
+/// reader never sees half an object.
+async fn store_file(
+    file: &std::path::Path,
+    content_type: &str,
+    stored: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<()> {
+    if let Some(parent) = file.parent() {
+        tokio::fs::create_dir_all(parent).await?;
+    }
+    let tmp = file.with_extension(format!("tmp{}", crate::ids::new_slugid()));
+    tokio::fs::write(&tmp, body).await?;
+    let mut meta = serde_json::Map::new();
+    meta.insert("content-type".into(), content_type.into());
+    for (k, v) in stored {
+        let k = k.to_ascii_lowercase();
+        if STORED_HEADERS.contains(&k.as_str()) {
+            meta.insert(k, (*v).into());
+        }
+    }
+    tokio::fs::write(file.with_extension("meta"), serde_json::to_vec(&meta)?).await?;
+    tokio::fs::rename(&tmp, file).await
 }
 
 /// The headers an object was stored with: its `.meta` file, or the Content-Type alone of an
@@ -385,6 +446,41 @@ impl BlobStore for LocalBlobs {
             }
         }
         Ok(())
+    }
+
+    async fn put(
+        &self,
+        bucket: Bucket,
+        key: &str,
+        content_type: &str,
+        bytes: Vec<u8>,
+    ) -> Result<(), BlobError> {
+        let file = self.path(bucket_dir(bucket), key);
+        store_file(&file, content_type, &[], &bytes)
+            .await
+            .map_err(|e| BlobError(e.to_string()))
+    }
+
+    async fn digest(&self, bucket: Bucket, key: &str) -> Result<Option<BlobDigest>, BlobError> {
+        use tokio::io::AsyncReadExt;
+        let file = self.path(bucket_dir(bucket), key);
+        let mut f = match tokio::fs::File::open(&file).await {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(BlobError(e.to_string())),
+        };
+        let mut d = Digester::default();
+        let mut buf = vec![0u8; 256 * 1024];
+        loop {
+            let n = f
+                .read(&mut buf)
+                .await
+                .map_err(|e| BlobError(e.to_string()))?;
+            if n == 0 {
+                return Ok(Some(d.finish()));
+            }
+            d.update(&buf[..n]);
+        }
     }
 }
 
@@ -566,6 +662,51 @@ mod s3 {
                 }
             }
             Ok(())
+        }
+
+        async fn put(
+            &self,
+            bucket: Bucket,
+            key: &str,
+            content_type: &str,
+            bytes: Vec<u8>,
+        ) -> Result<(), BlobError> {
+            self.client
+                .put_object()
+                .bucket(self.name(bucket))
+                .key(key)
+                .content_type(content_type)
+                .body(bytes.into())
+                .send()
+                .await
+                .map_err(|e| BlobError(format!("{e:?}")))?;
+            Ok(())
+        }
+
+        async fn digest(&self, bucket: Bucket, key: &str) -> Result<Option<BlobDigest>, BlobError> {
+            let got = self
+                .client
+                .get_object()
+                .bucket(self.name(bucket))
+                .key(key)
+                .send()
+                .await;
+            let mut body = match got {
+                Ok(o) => o.body,
+                Err(e) if e.as_service_error().is_some_and(|s| s.is_no_such_key()) => {
+                    return Ok(None)
+                }
+                Err(e) => return Err(BlobError(format!("{e:?}"))),
+            };
+            let mut d = Digester::default();
+            while let Some(chunk) = body
+                .try_next()
+                .await
+                .map_err(|e| BlobError(e.to_string()))?
+            {
+                d.update(&chunk);
+            }
+            Ok(Some(d.finish()))
         }
     }
 }

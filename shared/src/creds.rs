@@ -40,6 +40,16 @@ impl TempCredentials {
     pub fn to_json(&self) -> serde_json::Value {
         json!({ "clientId": self.client_id, "accessToken": self.access_token, "certificate": self.certificate })
     }
+
+    /// [`TempCredentials::to_json`], plus the same under `client_id` and `access_token`: the
+    /// Rust download crate reads those names from an object artifact's credentials, the
+    /// Python and JavaScript clients the camelCase ones.
+    pub fn to_json_both_spellings(&self) -> serde_json::Value {
+        let mut v = self.to_json();
+        v["client_id"] = json!(self.client_id);
+        v["access_token"] = json!(self.access_token);
+        v
+    }
 }
 
 fn hmac(key: &str, msg: &str) -> Vec<u8> {
@@ -115,6 +125,71 @@ pub fn for_claim(
     ];
     scopes.extend(task_scopes.iter().cloned());
     issue(issuer, &client_id, &scopes, now, taken_until)
+}
+
+/// How long the credentials to download an object artifact are valid.
+const OBJECT_DOWNLOAD_TTL_MS: i64 = crate::time::HOUR;
+/// The longest the credentials to upload an object artifact are valid.
+const OBJECT_UPLOAD_MAX_MS: i64 = crate::time::DAY;
+
+/// `s` with every character a clientId may not hold replaced by `_` (artifact names may hold
+/// spaces and quotes; a Hawk id may not hold quotes).
+fn client_id_part(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "!@/:.+|_-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// The credentials a worker gets with an object artifact: they may upload that one object,
+/// until the artifact expires or a day has passed.
+pub fn for_object_upload(
+    issuer: &IssuerCredentials,
+    task_id: &str,
+    run: &Run,
+    project_id: &str,
+    object_name: &str,
+    expires: Ts,
+    now: Ts,
+) -> TempCredentials {
+    let client_id = format!(
+        "artifact-upload/{task_id}/{}/on/{}/{}",
+        run.run_id,
+        client_id_part(run.worker_group.as_deref().unwrap_or_default()),
+        client_id_part(run.worker_id.as_deref().unwrap_or_default()),
+    );
+    let scopes = [format!("object:upload:{project_id}:{object_name}")];
+    let until = expires.min(now.plus(OBJECT_UPLOAD_MAX_MS));
+    issue(issuer, &client_id, &scopes, now, until)
+}
+
+/// The credentials a reader of an object artifact gets: they may download that one object
+/// for an hour.
+pub fn for_object_download(
+    issuer: &IssuerCredentials,
+    task_id: &str,
+    run_id: u32,
+    artifact: &str,
+    object_name: &str,
+    now: Ts,
+) -> TempCredentials {
+    let client_id = format!(
+        "artifact-download/{task_id}/{run_id}/{}",
+        client_id_part(artifact)
+    );
+    let scopes = [format!("object:download:{object_name}")];
+    issue(
+        issuer,
+        &client_id,
+        &scopes,
+        now,
+        now.plus(OBJECT_DOWNLOAD_TTL_MS),
+    )
 }
 
 #[cfg(test)]

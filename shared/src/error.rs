@@ -28,6 +28,8 @@ pub enum ErrorCode {
     ResourceExpired,
     /// The body or a stored item is too large.
     InputTooLarge,
+    /// None of the methods the caller accepts is available (the object service's).
+    NoMatchingMethod,
     /// A bug or an infrastructure failure; details are logged, not returned.
     InternalServerError,
 }
@@ -45,6 +47,7 @@ impl ErrorCode {
             ErrorCode::ResourceNotFound => 404,
             ErrorCode::RequestConflict => 409,
             ErrorCode::ResourceExpired => 410,
+            ErrorCode::NoMatchingMethod => 406,
             ErrorCode::InputTooLarge => 413,
             ErrorCode::InternalServerError => 500,
         }
@@ -63,6 +66,7 @@ impl ErrorCode {
             ErrorCode::RequestConflict => "RequestConflict",
             ErrorCode::ResourceExpired => "ResourceExpired",
             ErrorCode::InputTooLarge => "InputTooLarge",
+            ErrorCode::NoMatchingMethod => "NoMatchingMethod",
             ErrorCode::InternalServerError => "InternalServerError",
         }
     }

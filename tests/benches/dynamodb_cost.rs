@@ -169,13 +169,7 @@ async fn main() {
         *last = now;
     };
     for _ in 0..n {
-        let id = TaskId::parse(&blackbox::slugid()).expect("id");
-        let mut body = blackbox::task_def(tq.as_str());
-        shared::schema::validate_input("create-task-request", &mut body).expect("valid");
-        queue
-            .create_task(&id, body, false, Ts::now())
-            .await
-            .expect("create");
+        let id = new_task(&queue, &tq, false).await;
         step(0, &mut last);
         drain(&queue, &images, &sink, &id).await;
         step(3, &mut last);
@@ -358,13 +352,7 @@ async fn main() {
     // is the edge alone (its reads, its item and its index entry).
     let base = snap(&usage);
     for _ in 0..k {
-        let id = TaskId::parse(&blackbox::slugid()).expect("id");
-        let mut body = blackbox::task_def(tq.as_str());
-        shared::schema::validate_input("create-task-request", &mut body).expect("valid");
-        queue
-            .create_task(&id, body, true, Ts::now())
-            .await
-            .expect("define");
+        new_task(&queue, &tq, true).await;
     }
     let before = snap(&usage);
     for _ in 0..k {
@@ -407,4 +395,127 @@ async fn main() {
     println!(
         "| satisfying the edge (worker; dependent becomes pending) | {sr:.2} | {sw:.2} | {sq:.2} |"
     );
+
+    // A queue of their own, where the dependents above are not pending.
+    let tq = TaskQueueId::parse(&blackbox::task_queue_id()).expect("queue id");
+    object_artifacts(&queue, &images, &sink, &usage, &tq).await;
+}
+
+/// A new task on `tq` (unscheduled if `define`), created as the endpoint creates it.
+async fn new_task(queue: &Queue, tq: &TaskQueueId, define: bool) -> TaskId {
+    let id = TaskId::parse(&blackbox::slugid()).expect("id");
+    let mut body = blackbox::task_def(tq.as_str());
+    shared::schema::validate_input("create-task-request", &mut body).expect("valid");
+    queue
+        .create_task(&id, body, define, Ts::now())
+        .await
+        .expect("create");
+    id
+}
+
+/// One object artifact of a running task, per step: createArtifact (artifact and object in one
+/// transaction), createUpload (putUrl: a repeat of the upload createArtifact began),
+/// finishUpload, finishArtifact (with its `artifact-created` event) and delivering the
+/// event. The bytes go to a local blob store: S3 requests are not DynamoDB's.
+async fn object_artifacts(
+    queue: &Queue,
+    images: &DynamoStore,
+    sink: &RecordingSink,
+    usage: &Usage,
+    tq: &TaskQueueId,
+) {
+    use serde_json::json;
+    use shared::blobs::{BlobStore, Bucket, LocalBlobs};
+    let k = 20;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let blobs = LocalBlobs::new(dir.path().to_path_buf(), "http://127.0.0.1:1", "secret");
+    let mut ids = vec![];
+    for _ in 0..k {
+        let id = new_task(queue, tq, false).await;
+        let claims = queue
+            .claim_work(tq, "g", "w", 1, &Ts::now)
+            .await
+            .expect("claim");
+        assert_eq!(claims.len(), 1);
+        drain(queue, images, sink, &id).await;
+        ids.push(id);
+    }
+    let mut at = vec![snap(usage)];
+    let expires = Ts::now().plus(shared::time::DAY);
+    let mut replies = vec![];
+    for id in &ids {
+        let body = json!({"storageType": "object", "expires": expires, "contentType": "a/b"});
+        let r = queue
+            .create_artifact(&blobs, id, 0, "public/out.bin", &body, Ts::now())
+            .await
+            .expect("createArtifact");
+        replies.push(r);
+    }
+    at.push(snap(usage));
+    for r in &replies {
+        let name = r["name"].as_str().expect("name");
+        let body = json!({
+            "projectId": r["projectId"], "uploadId": r["uploadId"], "expires": r["expires"],
+            "proposedUploadMethods": {"putUrl": {"contentType": "a/b", "contentLength": 3}},
+        });
+        queue
+            .create_upload(&blobs, name, &body, Ts::now())
+            .await
+            .expect("createUpload");
+        let key = shared::records::object::blob_key(name);
+        blobs
+            .put(Bucket::Private, &key, "a/b", b"abc".to_vec())
+            .await
+            .expect("bytes");
+    }
+    at.push(snap(usage));
+    for r in &replies {
+        let name = r["name"].as_str().expect("name");
+        let body = json!({"projectId": r["projectId"], "uploadId": r["uploadId"]});
+        queue
+            .finish_upload(&blobs, name, &body)
+            .await
+            .expect("finishUpload");
+    }
+    at.push(snap(usage));
+    for (id, r) in ids.iter().zip(&replies) {
+        let upload_id = r["uploadId"].as_str().expect("uploadId");
+        queue
+            .finish_artifact(id, 0, "public/out.bin", upload_id)
+            .await
+            .expect("finishArtifact");
+    }
+    at.push(snap(usage));
+    for id in &ids {
+        drain(queue, images, sink, id).await;
+    }
+    at.push(snap(usage));
+    println!();
+    println!("One object artifact ({k} of them), per artifact");
+    println!(
+        "| step | read units | write units | DynamoDB requests | write units by table/index |"
+    );
+    println!("|---|---|---|---|---|");
+    let steps = [
+        "createArtifact (object)",
+        "createUpload (putUrl)",
+        "finishUpload",
+        "finishArtifact",
+        "delivering artifact-created",
+    ];
+    let (mut tr, mut tw, mut tq_) = (0.0, 0.0, 0.0);
+    for (i, step) in steps.iter().enumerate() {
+        let (r, w, q) = delta(&at[i], &at[i + 1], k as f64);
+        let mut targets = BTreeMap::new();
+        for (name, v) in &at[i + 1].by_target {
+            let before = at[i].by_target.get(name).copied().unwrap_or(0);
+            targets.insert(name.clone(), v - before);
+        }
+        println!(
+            "| {step} | {r:.2} | {w:.2} | {q:.2} | {} |",
+            per_target(&targets, k as f64)
+        );
+        (tr, tw, tq_) = (tr + r, tw + w, tq_ + q);
+    }
+    println!("| **total** | {tr:.2} | {tw:.2} | {tq_:.2} | |");
 }

@@ -15,26 +15,14 @@ import os
 import requests
 import taskcluster
 import taskcluster.download
+from running_task import running_task
 
 root_url = os.environ["TASKCLUSTER_ROOT_URL"]
 tq = os.environ["TASK_QUEUE_ID"]
 root_queue = taskcluster.Queue(taskcluster.optionsFromEnvironment({"maxRetries": 0}))
 
 now = datetime.datetime.utcnow()
-task_id = taskcluster.slugId()
-root_queue.createTask(task_id, {
-    "taskQueueId": tq,
-    "created": taskcluster.stringDate(now),
-    "deadline": taskcluster.stringDate(now + datetime.timedelta(hours=1)),
-    "payload": {},
-    "metadata": {"name": "python artifacts", "description": "artifact upload flow",
-                 "owner": "tests@example.com", "source": "https://example.com/tests"},
-})
-
-claims = root_queue.claimWork(tq, {"workerGroup": "py", "workerId": "w1", "tasks": 1})["tasks"]
-assert len(claims) == 1, claims
-claim = claims[0]
-worker = taskcluster.Queue({"rootUrl": root_url, "maxRetries": 0, "credentials": claim["credentials"]})
+task_id, _, worker = running_task(root_queue, root_url, tq, "python artifacts")
 
 body = b"hello from python\n"
 reply = worker.createArtifact(task_id, "0", "public/logs/hello.txt", {

@@ -1,10 +1,12 @@
-//! The HTTP API of the three services (queue, auth, task-graph scheduler), independent of any
-//! server: the local server (axum) and the Lambda functions (`lambda_http`) both turn their
-//! request into an [`ApiRequest`] and send back the [`ApiResponse`].
+//! The HTTP API of the four services (queue, auth, task-graph scheduler, object),
+//! independent of any server: the local server (axum) and the Lambda functions
+//! (`lambda_http`) both turn their request into an [`ApiRequest`] and send back the
+//! [`ApiResponse`].
 //!
 //! Each endpoint is one declaration ([`declare::Endpoint`]) in the file of its resource under
-//! [`endpoints`] (the queue's), [`scheduler`] or [`auth_service`]; [`SERVICES`] lists them all,
-//! and the router, the Lambda functions and the SAM template read that list.
+//! [`endpoints`] (the queue's), [`scheduler`], [`auth_service`] or [`object_service`];
+//! [`SERVICES`] lists them all, and the router, the Lambda functions and the SAM template
+//! read that list.
 //!
 //! Request pipeline, as upstream: match the route → parse the body → authenticate → URL
 //! parameters → query → input schema (defaults filled) → handler (which authorises with the
@@ -14,6 +16,7 @@ pub mod auth_service;
 pub mod caller;
 pub mod declare;
 pub mod endpoints;
+pub mod object_service;
 pub mod references;
 pub mod router;
 pub mod scheduler;
@@ -40,6 +43,7 @@ pub static SERVICES: &[&Service] = &[
     &endpoints::QUEUE,
     &auth_service::AUTH,
     &scheduler::SCHEDULER,
+    &object_service::OBJECT,
 ];
 
 /// A request, as any server hands it over.

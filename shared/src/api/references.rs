@@ -229,7 +229,7 @@ mod tests {
         let root = "https://tc.example.com";
         let manifest = document("/references/manifest.json", root).unwrap();
         let refs = manifest["references"].as_array().unwrap();
-        assert_eq!(refs.len(), 5, "three APIs, two exchange sets");
+        assert_eq!(refs.len(), 6, "four APIs, two exchange sets");
         for r in refs {
             let doc = document(r.as_str().unwrap(), root).unwrap_or_else(|| panic!("{r}"));
             let service = doc["serviceName"].as_str().unwrap();

@@ -8,12 +8,17 @@
 
 use super::core::{backoff, Pass, Queue, MAX_ATTEMPTS, PARALLEL};
 use crate::blobs::{BlobStore, Bucket};
+use crate::creds::{for_object_download, for_object_upload, TempCredentials};
 use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::ids::TaskId;
 use crate::page::PageReq;
 use crate::records::artifact::{
     artifact_run_prefix, artifact_sk, check_name, check_run, compatible, decode, from_request,
     Artifact, ARTIFACTS, ARTIFACT_EXPIRY,
+};
+use crate::records::object::{
+    blob_key, decode as decode_object, is_object_item, object_pk, ObjectRecord, OBJECT_SK,
+    UPLOAD_TTL_MS,
 };
 use crate::records::task::TASKS;
 use crate::store::shard::{due_upto, shard_pk, SHARDS};
@@ -42,6 +47,16 @@ pub enum Download {
         storage_type: String,
         /// Where to go.
         url: String,
+    },
+    /// An object artifact: 303 to `url` (getArtifact), or its object's name and credentials
+    /// to download it from the object service (artifact).
+    Object {
+        /// The object's name.
+        name: String,
+        /// A URL to GET its bytes.
+        url: String,
+        /// Credentials that may download the object.
+        credentials: TempCredentials,
     },
     /// An error artifact: 424 with `{reason, message}`.
     Error {
@@ -122,7 +137,27 @@ impl Queue {
                 return Err(ApiError::input(format!("Task {task_id} not found")));
             };
             check_run(&rec, run_id, art.expires, now)?;
-            let cond = match self.load_artifact(task_id.as_str(), run_id, name).await? {
+            let old = self.load_artifact(task_id.as_str(), run_id, name).await?;
+            let mut object_write = None;
+            if art.storage_type == "object" {
+                art.details["projectId"] = json!(rec.project_id);
+                if let Some((o, _)) = &old {
+                    if o.storage_type == "object" && !o.present {
+                        // A repeat: the same upload, if nothing else changed.
+                        art.details["uploadId"] = o.details["uploadId"].clone();
+                    }
+                }
+                // The object is written with its artifact, so neither exists alone: with no
+                // artifact there is no object, unless a first attempt found one after all.
+                let upload = Self::object_upload(&art, now);
+                let existing = if old.is_some() || attempt > 0 {
+                    self.load_object(&upload.name).await?
+                } else {
+                    None
+                };
+                object_write = Self::upload_write(existing, &upload)?;
+            }
+            let cond = match old {
                 Some((old, _)) if !compatible(&old, &art) => {
                     return Err(ApiError::conflict(format!(
                         "Artifact {name} already exists with different properties"
@@ -137,28 +172,14 @@ impl Queue {
                 cond,
             };
             let written = if art.announced() {
-                let run = rec.runs.get(run_id as usize).cloned().ok_or_else(|| {
-                    ApiError::input(format!("Task {task_id} has no run {run_id}"))
-                })?;
-                let mut extra = Map::new();
-                extra.insert("artifact".into(), art.metadata());
-                rec.emit("artifact-created", Some(&run), true, extra);
-                let status = WriteOp::Put {
-                    table: TASKS,
-                    item: Self::status_item(&rec)?,
-                    cond: Cond::Version(status_version),
-                };
-                let r = self.store.transact(vec![status, put]).await;
-                if r.is_ok() {
-                    // The store bumps a version by one per write.
-                    self.after_write(&rec, status_version + 1);
-                }
-                r
+                self.announce(&mut rec, status_version, &art, put).await?
+            } else if let Some(object) = object_write {
+                self.store.transact(vec![put, object]).await
             } else {
                 self.store.write(put).await.map(|_| ())
             };
             match written {
-                Ok(()) => return self.create_reply(blobs, &art, now).await,
+                Ok(()) => return self.create_reply(blobs, &rec, &art, now).await,
                 Err(e) if e.is_condition_failed() => backoff(attempt).await,
                 Err(e) => return Err(e.into()),
             }
@@ -168,12 +189,140 @@ impl Queue {
         )))
     }
 
+    /// Writes `put` (an artifact) with its `artifact-created` event in the task's outbox, in
+    /// one transaction conditioned on the status item read at `status_version`.
+    async fn announce(
+        &self,
+        rec: &mut crate::records::task::TaskRecord,
+        status_version: u64,
+        art: &Artifact,
+        put: WriteOp,
+    ) -> ApiResult<Result<(), crate::store::StoreError>> {
+        let run = rec.runs.get(art.run_id as usize).cloned().ok_or_else(|| {
+            ApiError::input(format!("Task {} has no run {}", art.task_id, art.run_id))
+        })?;
+        let mut extra = Map::new();
+        extra.insert("artifact".into(), art.metadata());
+        rec.emit("artifact-created", Some(&run), true, extra);
+        let status = WriteOp::Put {
+            table: TASKS,
+            item: Self::status_item(rec)?,
+            cond: Cond::Version(status_version),
+        };
+        let r = self.store.transact(vec![status, put]).await;
+        if r.is_ok() {
+            // The store bumps a version by one per write.
+            self.after_write(rec, status_version + 1);
+        }
+        Ok(r)
+    }
+
+    /// finishArtifact: marks an object artifact present once its object is finished with the
+    /// artifact's uploadId, and announces it (again on every repeat, as upstream: at least
+    /// once).
+    pub async fn finish_artifact(
+        &self,
+        task_id: &TaskId,
+        run_id: u32,
+        name: &str,
+        upload_id: &str,
+    ) -> ApiResult<()> {
+        for attempt in 0..MAX_ATTEMPTS {
+            let not_found = || {
+                ApiError::not_found(format!(
+                    "Artifact {name} not found for run {run_id} of task {task_id}"
+                ))
+            };
+            let Some((mut rec, status_version)) = self.load(task_id.as_str()).await? else {
+                return Err(not_found());
+            };
+            let Some((mut art, v)) = self.load_artifact(task_id.as_str(), run_id, name).await?
+            else {
+                return Err(not_found());
+            };
+            if art.storage_type != "object" {
+                return Err(ApiError::input(format!(
+                    "Only object artifacts can be finished; {name} is {}",
+                    art.storage_type
+                )));
+            }
+            if !art.present {
+                if art.details["uploadId"].as_str() != Some(upload_id) {
+                    return Err(ApiError::input(format!(
+                        "Artifact {name} was not created with uploadId {upload_id}"
+                    )));
+                }
+                if !self.object_finished(&art.object_name(), upload_id).await? {
+                    return Err(ApiError::input(format!(
+                        "The object storing artifact {name} does not exist or is not finished"
+                    )));
+                }
+                art.present = true;
+            }
+            let put = WriteOp::Put {
+                table: ARTIFACTS,
+                item: art.item()?,
+                cond: Cond::Version(v),
+            };
+            match self.announce(&mut rec, status_version, &art, put).await? {
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_condition_failed() => backoff(attempt).await,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(ApiError::conflict(format!(
+            "Artifact {name} is changing too fast; try again"
+        )))
+    }
+
+    /// The object an object artifact's bytes go to: named after it, with its project, upload
+    /// and expiry.
+    fn object_upload(art: &Artifact, now: Ts) -> ObjectRecord {
+        ObjectRecord {
+            name: art.object_name(),
+            project_id: art.details["projectId"].as_str().unwrap_or_default().into(),
+            upload_id: art.details["uploadId"].as_str().unwrap_or_default().into(),
+            expires: art.expires,
+            upload_expires: now.plus(UPLOAD_TTL_MS),
+            finished: false,
+            hashes: Default::default(),
+        }
+    }
+
     async fn create_reply(
         &self,
         blobs: &dyn BlobStore,
+        rec: &crate::records::task::TaskRecord,
         art: &Artifact,
         now: Ts,
     ) -> ApiResult<Value> {
+        if art.storage_type == "object" {
+            let run = rec
+                .runs
+                .get(art.run_id as usize)
+                .ok_or_else(|| ApiError::internal("the artifact's run vanished"))?;
+            let (project_id, name) = (
+                art.details["projectId"].as_str().unwrap_or_default(),
+                art.object_name(),
+            );
+            let creds = for_object_upload(
+                &self.issuer,
+                &art.task_id,
+                run,
+                project_id,
+                &name,
+                art.expires,
+                now,
+            );
+            return Ok(json!({
+                "storageType": "object",
+                "name": name,
+                "projectId": project_id,
+                "uploadId": art.details["uploadId"],
+                "expires": art.expires,
+                "credentials": creds.to_json(),
+            }));
+        }
         if art.storage_type != "s3" {
             return Ok(json!({ "storageType": art.storage_type }));
         }
@@ -231,8 +380,8 @@ impl Queue {
                 .load_artifact(task_id.as_str(), run_id, &current)
                 .await?
             {
-                Some((a, _)) => a,
-                None => {
+                Some((a, _)) if a.present => a,
+                _ => {
                     return Err(ApiError::not_found(format!(
                         "Artifact {current} not found for run {run_id} of task {task_id}"
                     )))
@@ -264,6 +413,21 @@ impl Queue {
                     return Ok(Download::Url {
                         storage_type: "s3".into(),
                         url,
+                    });
+                }
+                "object" => {
+                    let name = art.object_name();
+                    return Ok(Download::Object {
+                        url: self.simple_url(blobs, &name, now).await?,
+                        credentials: for_object_download(
+                            &self.issuer,
+                            task_id.as_str(),
+                            run_id,
+                            &current,
+                            &name,
+                            now,
+                        ),
+                        name,
                     });
                 }
                 "reference" => {
@@ -299,8 +463,8 @@ impl Queue {
             None => self.latest_run(task_id).await?,
         };
         match self.load_artifact(task_id.as_str(), run_id, name).await? {
-            Some((a, _)) => Ok(a.metadata()),
-            None => Err(ApiError::not_found(format!(
+            Some((a, _)) if a.present => Ok(a.metadata()),
+            _ => Err(ApiError::not_found(format!(
                 "Artifact {name} not found for run {run_id} of task {task_id}"
             ))),
         }
@@ -332,16 +496,20 @@ impl Queue {
         let (got, token) = self
             .query_page(ARTIFACTS, task_id.as_str(), &range, page)
             .await?;
+        // Unfinished object artifacts are left out (a page may then hold fewer than `limit`).
         let items = got
             .into_iter()
-            .map(|i| decode(i).map(|a| a.metadata()))
+            .map(decode)
+            .filter(|a| a.as_ref().map_or(true, |a| a.present))
+            .map(|a| a.map(|a| a.metadata()))
             .collect::<ApiResult<Vec<_>>>()?;
         Ok((items, token))
     }
 
-    /// One pass of the artifact expiry reaper: deletes up to `batch` artifacts per shard that
-    /// expired before `cutoff`, objects first (so that no object outlives its row unseen),
-    /// then rows, each only if unchanged since read. Safe to run twice or concurrently.
+    /// One pass of the artifact expiry reaper: deletes up to `batch` artifacts and objects per
+    /// shard that expired before `cutoff` (unfinished uploads a day on), bytes first (so
+    /// that no bytes outlive their row unseen), then rows, each only if unchanged since read.
+    /// Safe to run twice or concurrently.
     /// Returns how many rows it deleted.
     pub async fn expire_artifacts_once(
         &self,
@@ -351,6 +519,7 @@ impl Queue {
     ) -> ApiResult<Pass> {
         let mut more = false;
         let mut due: Vec<(Artifact, u64)> = Vec::new();
+        let mut objects: Vec<(ObjectRecord, u64)> = Vec::new();
         for shard in 0..SHARDS {
             let range = SkRange {
                 upto: Some(due_upto(cutoff)),
@@ -364,18 +533,38 @@ impl Queue {
             more |= page.items.len() >= batch;
             for item in page.items {
                 let v = item.version;
+                // The index is only a hint: an item may be due later now.
+                if is_object_item(&item) {
+                    let o = decode_object(item)?;
+                    if o.due() <= cutoff {
+                        objects.push((o, v));
+                    }
+                    continue;
+                }
                 let a = decode(item)?;
-                // The index is only a hint: a re-created artifact may expire later now.
                 if a.expires <= cutoff {
                     due.push((a, v));
                 }
             }
         }
-        for bucket in [Bucket::Public, Bucket::Private] {
-            let keys: Vec<String> = due
+        let mut gone: Vec<(Bucket, String)> = due
+            .iter()
+            .filter(|(a, _)| a.storage_type == "s3")
+            .map(|(a, _)| {
+                let key = Artifact::object_key(&a.task_id, a.run_id, &a.name);
+                (Bucket::for_name(&a.name), key)
+            })
+            .collect();
+        gone.extend(
+            objects
                 .iter()
-                .filter(|(a, _)| a.storage_type == "s3" && Bucket::for_name(&a.name) == bucket)
-                .map(|(a, _)| Artifact::object_key(&a.task_id, a.run_id, &a.name))
+                .map(|(o, _)| (Bucket::Private, blob_key(&o.name))),
+        );
+        for bucket in [Bucket::Public, Bucket::Private] {
+            let keys: Vec<String> = gone
+                .iter()
+                .filter(|(b, _)| *b == bucket)
+                .map(|(_, k)| k.clone())
                 .collect();
             if !keys.is_empty() {
                 blobs
@@ -384,13 +573,22 @@ impl Queue {
                     .map_err(ApiError::caused_by)?;
             }
         }
+        let rows: Vec<(String, String, u64)> = due
+            .iter()
+            .map(|(a, v)| (a.task_id.clone(), artifact_sk(a.run_id, &a.name), *v))
+            .chain(
+                objects
+                    .iter()
+                    .map(|(o, v)| (object_pk(&o.name), OBJECT_SK.to_string(), *v)),
+            )
+            .collect();
         let mut done = 0;
-        for chunk in due.chunks(PARALLEL) {
-            let deleted = try_join_all(chunk.iter().map(|(a, v)| async move {
+        for chunk in rows.chunks(PARALLEL) {
+            let deleted = try_join_all(chunk.iter().map(|(pk, sk, v)| async move {
                 let op = WriteOp::Delete {
                     table: ARTIFACTS,
-                    pk: a.task_id.clone(),
-                    sk: artifact_sk(a.run_id, &a.name),
+                    pk: pk.clone(),
+                    sk: sk.clone(),
                     cond: Cond::Version(*v),
                 };
                 match self.store.write(op).await {

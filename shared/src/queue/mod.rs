@@ -7,7 +7,7 @@
 //! - [`tasks`], [`resolution`], [`claims`], [`task_queues`]: a task's life cycle.
 //! - [`groups`] (with its unresolved-task [`counter`]), [`deps`]: task groups and
 //!   dependencies.
-//! - [`artifacts`]: artifact rows and where their bytes are.
+//! - [`artifacts`]: artifact rows and where their bytes are; [`objects`]: the object service.
 //! - [`workers`]: the task queues and workers claims show, and quarantine.
 //! - [`reapers`], [`expiry`]: what the background passes do per item.
 
@@ -18,6 +18,7 @@ mod counter;
 pub mod deps;
 pub mod expiry;
 pub mod groups;
+pub mod objects;
 pub mod reapers;
 pub mod resolution;
 #[cfg(test)]

@@ -52,7 +52,7 @@ pub struct Artifact {
     pub run_id: u32,
     /// Name (printable ASCII, may contain `/`).
     pub name: String,
-    /// `s3`, `reference`, `link` or `error`.
+    /// `s3`, `object`, `reference`, `link` or `error`.
     pub storage_type: String,
     /// Content-Type.
     pub content_type: String,
@@ -62,8 +62,15 @@ pub struct Artifact {
     /// After this, downloads answer 410; the reaper deletes it after a grace period.
     pub expires: Ts,
     /// Per type: s3 `{bucket, prefix}`, reference `{url}`, link `{artifact}`, error
-    /// `{reason, message}`.
+    /// `{reason, message}`, object `{projectId, uploadId}`.
     pub details: Value,
+    /// False for an object artifact until finishArtifact: not listed, not downloadable.
+    #[serde(default = "yes")]
+    pub present: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl Artifact {
@@ -102,7 +109,13 @@ impl Artifact {
         ))
     }
 
-    /// True for the types whose creation is announced on `artifact-created` (never s3).
+    /// The object holding an object artifact's bytes.
+    pub fn object_name(&self) -> String {
+        super::object::artifact_object_name(&self.task_id, self.run_id, &self.name)
+    }
+
+    /// True for the types whose creation is announced on `artifact-created` (never s3; object
+    /// artifacts when they are finished).
     pub fn announced(&self) -> bool {
         matches!(self.storage_type.as_str(), "reference" | "link" | "error")
     }
@@ -133,6 +146,10 @@ pub fn compatible(old: &Artifact, new: &Artifact) -> bool {
     }
     match (old.storage_type.as_str(), new.storage_type.as_str()) {
         ("reference", "reference") | ("reference", "link") => true,
+        // A repeat of an unfinished upload, whose object already holds these fields.
+        ("object", "object") => {
+            !old.present && old.details == new.details && old.expires == new.expires
+        }
         (a, b) => a == b && old.details == new.details,
     }
 }
@@ -170,12 +187,15 @@ pub fn from_request(task_id: &str, run_id: u32, name: &str, body: &Value) -> Api
             json!({ "artifact": target })
         }
         "error" => json!({ "reason": body["reason"], "message": body["message"] }),
+        // The project is the task's, filled in once the task is read.
+        "object" => json!({ "uploadId": crate::ids::new_slugid() }),
         other => return Err(ApiError::input(format!("unknown storageType {other:?}"))),
     };
     Ok(Artifact {
         task_id: task_id.to_string(),
         run_id,
         name: name.to_string(),
+        present: storage_type != "object",
         storage_type,
         content_type,
         content_length: body["contentLength"].as_u64(),
@@ -235,6 +255,7 @@ mod tests {
             content_length: None,
             expires: Ts(expires),
             details,
+            present: true,
         }
     }
 

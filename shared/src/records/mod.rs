@@ -7,7 +7,7 @@
 //! | `tasks`       | [`task`] definitions and statuses, [`edge`] dependency edges     |
 //! | `task-groups` | [`group`] groups, members, unresolved-task counter shares; [`wait_slot`] claimWork's wait slots; [`worker`] task queues and workers |
 //! | `task-graphs` | [`graph`] the scheduler's graphs and their task nodes            |
-//! | `artifacts`   | [`artifact`] artifacts                                           |
+//! | `artifacts`   | [`artifact`] artifacts; [`object`] the object service's objects   |
 //! | `auth`        | [`auth`] clients and roles                                       |
 //!
 //! On DynamoDB only `pending` projects whole items; every other index is KEYS_ONLY (see
@@ -25,6 +25,7 @@ pub mod auth;
 pub mod edge;
 pub mod graph;
 pub mod group;
+pub mod object;
 pub mod outbox;
 pub mod task;
 pub mod transitions;

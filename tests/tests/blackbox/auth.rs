@@ -12,16 +12,6 @@ fn strings(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
 }
 
-/// Credentials from a claim or reclaim reply.
-fn claim_credentials(claim: &Value) -> Credentials {
-    let c = &claim["credentials"];
-    Credentials::new_with_certificate(
-        c["clientId"].as_str().expect("clientId"),
-        c["accessToken"].as_str().expect("accessToken"),
-        c["certificate"].as_str().expect("certificate"),
-    )
-}
-
 /// A worker loop with the given worker credentials: claim, reclaim and resolve with the
 /// claim's temporary credentials, which also carry the task's scopes.
 async fn worker_loop(app: &TestServer, creds: Credentials) {
@@ -34,7 +24,7 @@ async fn worker_loop(app: &TestServer, creds: Credentials) {
         .expect("claimWork");
     let claim = &claimed["tasks"][0];
     assert_eq!(claim["status"]["taskId"], id.as_str());
-    let temp = claim_credentials(claim);
+    let temp = credentials_of(claim);
     assert!(temp
         .client_id
         .starts_with(&format!("task-client/{id}/0/on/grp/wkr/until/")));
@@ -71,7 +61,7 @@ async fn worker_loop(app: &TestServer, creds: Credentials) {
         .reclaimTask(&id, "0")
         .await
         .expect("reclaim with claim creds");
-    let fresh = claim_credentials(&reclaimed);
+    let fresh = credentials_of(&reclaimed);
     // Old credentials keep working until they expire; resolve with the fresh ones.
     assert_eq!(
         tq_temp
@@ -160,7 +150,7 @@ async fn authorized_scopes_narrow_what_a_client_may_do() {
     .await;
     let claim = claim_one(&app, &claim_tq, "grp", "wkr").await;
     let proxy = taskcluster::Queue::new(
-        builder(&app.root_url(), Some(claim_credentials(&claim)))
+        builder(&app.root_url(), Some(credentials_of(&claim)))
             .authorized_scopes(["queue:status:*"]),
     )
     .unwrap();

@@ -442,3 +442,19 @@ pub async fn client_with(app: &TestServer, scopes: &[String]) -> taskcluster::Cr
     assert_eq!(r["clientId"], id.as_str());
     taskcluster::Credentials::new(id, r["accessToken"].as_str().expect("accessToken"))
 }
+
+/// The temporary credentials of a reply that carries them (a claim, a reclaim, an object
+/// artifact's createArtifact or artifact).
+pub fn credentials_of(reply: &Value) -> taskcluster::Credentials {
+    let c = &reply["credentials"];
+    taskcluster::Credentials::new_with_certificate(
+        c["clientId"].as_str().expect("clientId"),
+        c["accessToken"].as_str().expect("accessToken"),
+        c["certificate"].as_str().expect("certificate"),
+    )
+}
+
+/// The HTTP status of a failed client call without a reply body, asserting that it failed.
+pub fn unit_err_status(r: anyhow::Result<()>) -> u16 {
+    err_status(r.map(|()| Value::Null))
+}

@@ -1624,13 +1624,16 @@ fn policies_grant_only_what_each_function_needs() {
                 "{id} cannot authenticate"
             );
         }
-        // Buckets: artifact endpoints that hand out URLs, and the artifact reaper only.
+        // Buckets: artifact endpoints that hand out URLs, the object service's that touch
+        // bytes (not `object`, metadata only, nor ping), and the artifact reaper only.
         let buckets = policies
             .iter()
             .any(|p| p.get("S3CrudPolicy").or(p.get("S3ReadPolicy")).is_some());
         let artifacts = handler == "artifactReaper"
             || matches!(function, Function::Endpoint(_, e) if e.route.contains("/artifacts/")
-                || e.route.contains("/artifact-content/"));
+                || e.route.contains("/artifact-content/"))
+            || matches!(function, Function::Endpoint(s, e) if s.name == "object"
+                && e.route.contains("load/<"));
         assert_eq!(buckets, artifacts, "{id}");
         // The task graphs: the scheduler's functions and the publishers of their events.
         let graphs = policies

@@ -26,6 +26,7 @@ mod lambda_secrets;
 mod legacy;
 mod lifecycle;
 mod localstack_store;
+mod objects;
 mod priority;
 mod publisher_lambda;
 mod queues;

@@ -6,12 +6,15 @@ use crate::api::declare::{Call, Endpoint, Reply, Verb};
 use crate::api::Api;
 use crate::error::ApiResult;
 use crate::handler;
+use crate::ids::TaskId;
 use crate::queue::artifacts::Download;
 use crate::scopes::{Params, Template};
 use serde_json::json;
 
 const STORAGE_TYPE_HEADER: &str = "x-taskcluster-artifact-storage-type";
 
+/// Creating or finishing an artifact of a run.
+static CREATE_SCOPES: Template = Template::Scope("queue:create-artifact:<taskId>/<runId>");
 /// Downloading needs this for every name reached, the requested one and each link target.
 static GET_SCOPES: Template = Template::Scope("queue:get-artifact:<name>");
 /// Listing a run's artifacts, or reading one's metadata.
@@ -28,9 +31,19 @@ pub static ENDPOINTS: &[Endpoint] = &[
         handler!(create),
     )
     .title("Create an artifact of a running run (s3: with a URL to upload to)")
-    .scopes(Template::Scope("queue:create-artifact:<taskId>/<runId>"))
+    .scopes(CREATE_SCOPES)
     .input("post-artifact-request")
     .output("post-artifact-response")
+    .needs(WRITE_ARTIFACTS),
+    Endpoint::new(
+        "finishArtifact",
+        Verb::Put,
+        "/task/<taskId>/runs/<runId>/artifacts/<*name>",
+        handler!(finish),
+    )
+    .title("Mark an object artifact present once its upload is finished")
+    .scopes(CREATE_SCOPES)
+    .input("finish-artifact-request")
     .needs(WRITE_ARTIFACTS),
     Endpoint::new(
         "getArtifact",
@@ -132,13 +145,19 @@ fn list_params(call: &Call) -> ApiResult<Params> {
     })
 }
 
-async fn create(api: &Api, call: &mut Call) -> ApiResult<Reply> {
+/// The task and run of the route, once the caller may create artifacts for them.
+fn authorize_run(call: &mut Call) -> ApiResult<(TaskId, u32)> {
     let (task_id, run) = (call.task_id()?, call.run_id()?);
     call.authorize(
         &Params::new()
             .one("taskId", task_id.as_str())
             .one("runId", run.to_string()),
     )?;
+    Ok((task_id, run))
+}
+
+async fn create(api: &Api, call: &mut Call) -> ApiResult<Reply> {
+    let (task_id, run) = authorize_run(call)?;
     let name = call.param("name").to_string();
     let out = api
         .queue
@@ -152,6 +171,15 @@ async fn create(api: &Api, call: &mut Call) -> ApiResult<Reply> {
         )
         .await?;
     Reply::ok(out)
+}
+
+/// `finishArtifact`: 204.
+async fn finish(api: &Api, call: &mut Call) -> ApiResult<Reply> {
+    let (task_id, run) = authorize_run(call)?;
+    api.queue
+        .finish_artifact(&task_id, run, call.param("name"), call.body_str("uploadId"))
+        .await?;
+    Reply::no_content()
 }
 
 /// `listArtifacts` and `listLatestArtifacts`.
@@ -203,6 +231,26 @@ fn render(dl: Download, redirect: bool) -> Reply {
                 headers.push(("location", url));
             }
             (if redirect { 303 } else { 200 }, body, headers)
+        }
+        Download::Object {
+            name,
+            url,
+            credentials,
+        } => {
+            let headers = vec![(STORAGE_TYPE_HEADER, "object".to_string())];
+            if redirect {
+                let body = json!({ "storageType": "object", "url": url });
+                let mut headers = headers;
+                headers.push(("location", url));
+                (303, body, headers)
+            } else {
+                let body = json!({
+                    "storageType": "object",
+                    "name": name,
+                    "credentials": credentials.to_json_both_spellings(),
+                });
+                (200, body, headers)
+            }
         }
         Download::Error { reason, message } => {
             let headers = vec![(STORAGE_TYPE_HEADER, "error".to_string())];
