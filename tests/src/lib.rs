@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 pub mod amqp;
 pub mod burst;
+pub mod crash_loop;
+pub mod race;
 pub mod release;
 pub mod runtime_api;
 pub mod scheduler;

@@ -12,7 +12,25 @@ pub fn target_dir() -> PathBuf {
         .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"))
 }
 
-/// A `tc-queue` process (`BENCH_SERVER_BIN`, else the release build), killed when dropped.
+/// Starts a `tc-queue` process (`BENCH_SERVER_BIN`, else the release build) on `port` over
+/// `dir`, with the suite's root token and `envs`.
+pub fn spawn(port: u16, dir: &Path, envs: &[(&str, String)]) -> Child {
+    let bin = std::env::var("BENCH_SERVER_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| target_dir().join("release/tc-queue"));
+    Command::new(&bin)
+        .env("TCQ_PORT", port.to_string())
+        .env("TCQ_DATA_DIR", dir)
+        .env("TCQ_ROOT_ACCESS_TOKEN", crate::ROOT_ACCESS_TOKEN)
+        .env("RUST_LOG", "warn,lapin=off")
+        .envs(envs.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e} (cargo build --release first)", bin.display()))
+}
+
+/// A `tc-queue` process (see [`spawn`]), killed when dropped.
 pub struct ReleaseServer {
     child: Child,
     /// Its root URL.
@@ -23,25 +41,12 @@ impl ReleaseServer {
     /// Starts one on a free port over `dir`, with the suite's root token and `envs`, and waits
     /// until it answers.
     pub async fn start(dir: &Path, envs: &[(&str, String)]) -> ReleaseServer {
-        let bin = std::env::var("BENCH_SERVER_BIN")
-            .map(PathBuf::from)
-            .unwrap_or_else(|_| target_dir().join("release/tc-queue"));
         let port = crate::free_port();
-        let child = Command::new(&bin)
-            .env("TCQ_PORT", port.to_string())
-            .env("TCQ_DATA_DIR", dir)
-            .env("TCQ_ROOT_ACCESS_TOKEN", crate::ROOT_ACCESS_TOKEN)
-            .env("RUST_LOG", "warn,lapin=off")
-            .envs(envs.iter().map(|(k, v)| (*k, v.as_str())))
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("{}: {e} (cargo build --release first)", bin.display()));
+        let child = spawn(port, dir, envs);
         let root = format!("http://127.0.0.1:{port}");
         assert!(
             crate::wait_until_up(&root, Duration::from_secs(60)).await,
-            "{} did not come up",
-            bin.display()
+            "tc-queue did not come up"
         );
         ReleaseServer { child, root }
     }

@@ -30,6 +30,7 @@ mod objects;
 mod priority;
 mod publisher_lambda;
 mod queues;
+mod reliability;
 mod retries;
 mod scheduler;
 mod scheduler_lambda;

@@ -1,0 +1,328 @@
+//! The crash loop: clients run task life cycles against a server process that a seeded
+//! schedule SIGKILLs and restarts on the same data (SQLite directory or LocalStack tables),
+//! while a real RabbitMQ consumer records every event. Used by the bounded test
+//! (`reliability::`, 3 kills) and the bench (`cargo bench --bench crash_loop`, 25 or more).
+//!
+//! Afterwards it checks, from the clients' records, the server's statuses and the messages:
+//! every createTask that got a 200 exists and reaches a resolution (claim-expired retries
+//! included); no run was handed to two claimWork replies; every state change (each run's
+//! pending, running and resolution) has at least one message; and no message describes a
+//! state the task never had.
+
+use crate::amqp::{amqp_url, broker_addr, Broker, ALL};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::process::Child;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How a crash loop is run.
+#[derive(Debug, Clone)]
+pub struct CrashSpec {
+    /// Concurrent clients running life cycles.
+    pub clients: usize,
+    /// SIGKILLs.
+    pub kills: usize,
+    /// Seed of the kill schedule (the time each kill waits after the previous restart).
+    pub seed: u64,
+    /// Longest wait between a restart and the next kill, in ms (the shortest is a fifth).
+    pub max_gap_ms: u64,
+}
+
+/// What a crash loop found.
+#[derive(Debug, Clone, Default)]
+pub struct CrashReport {
+    /// Tasks whose createTask got a 200.
+    pub tasks: usize,
+    /// SIGKILLs done.
+    pub kills: usize,
+    /// Acknowledged tasks the server no longer knows (must be 0).
+    pub lost_tasks: usize,
+    /// Acknowledged tasks not resolved by the end (must be 0).
+    pub unresolved: usize,
+    /// Runs handed to two claimWork replies (must be 0).
+    pub double_claims: usize,
+    /// State changes without any message (must be 0).
+    pub lost_messages: usize,
+    /// Messages about a state the task never had (must be 0).
+    pub phantom_messages: usize,
+    /// Messages delivered more than once (allowed: at least once).
+    pub duplicates: usize,
+    /// Messages received in all.
+    pub messages: usize,
+    /// Runs in all (retries after claim expiry included).
+    pub runs: usize,
+    /// Seconds from each SIGKILL to the restarted server answering `ping`.
+    pub recovery_secs: Vec<f64>,
+}
+
+impl CrashReport {
+    /// The report on one line.
+    pub fn line(&self) -> String {
+        let rec =
+            |f: fn(f64, f64) -> f64, init: f64| self.recovery_secs.iter().copied().fold(init, f);
+        let mean = rec(|a, b| a + b, 0.0) / self.recovery_secs.len().max(1) as f64;
+        format!(
+            "{} tasks, {} runs, {} kills: lost tasks {}, unresolved {}, double claims {}, lost messages {}, phantom messages {}, duplicates delivered {} of {} messages; recovery after a kill {:.2} s mean, {:.2} s max",
+            self.tasks, self.runs, self.kills, self.lost_tasks, self.unresolved,
+            self.double_claims, self.lost_messages, self.phantom_messages, self.duplicates,
+            self.messages, mean, rec(f64::max, 0.0)
+        )
+    }
+
+    /// True if every must-be-0 figure is 0.
+    pub fn passed(&self) -> bool {
+        self.lost_tasks == 0
+            && self.unresolved == 0
+            && self.double_claims == 0
+            && self.lost_messages == 0
+            && self.phantom_messages == 0
+    }
+}
+
+/// A small deterministic generator for the kill schedule (SplitMix64).
+fn next(seed: &mut u64) -> u64 {
+    *seed = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *seed;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The server settings a crash loop needs besides the broker's: short claims, so that a run
+/// whose worker lost its reportCompleted to a kill expires and is retried soon.
+pub fn server_envs() -> Vec<(&'static str, String)> {
+    vec![
+        ("TCQ_CLAIM_TIMEOUT", "3".to_string()),
+        ("TCQ_REAPER_INTERVAL_MS", "200".to_string()),
+        ("TCQ_CLAIM_WORK_TIMEOUT_MS", "300".to_string()),
+    ]
+}
+
+#[derive(Default)]
+struct Records {
+    created: Vec<String>,
+    claims: Vec<(String, u64)>,
+}
+
+/// Runs a crash loop. `spawn(port, envs)` starts the server process on `port` with `envs`
+/// (the broker's and [`server_envs`]) over the same data every time.
+pub async fn crash_loop(
+    spec: &CrashSpec,
+    spawn: impl Fn(u16, &[(&str, String)]) -> Child,
+) -> CrashReport {
+    let broker = Broker::connect().await;
+    let queue = format!("tcq-crash-{}", crate::slugid());
+    broker.bind_durable(&ALL, "primary.#", &queue).await;
+    let mut envs = server_envs();
+    envs.push(("TCQ_AMQP_URL", amqp_url(&broker_addr())));
+    envs.push(("TCQ_EXCHANGE_PREFIX", broker.prefix.clone()));
+    let port = crate::free_port();
+    let root = format!("http://127.0.0.1:{port}");
+    let mut child = spawn(port, &envs);
+    assert!(
+        crate::wait_until_up(&root, Duration::from_secs(60)).await,
+        "server up"
+    );
+    let tq = crate::task_queue_id();
+    let records = Arc::new(Mutex::new(Records::default()));
+    let (creating, running) = (
+        Arc::new(AtomicBool::new(true)),
+        Arc::new(AtomicBool::new(true)),
+    );
+    let clients: Vec<_> = (0..spec.clients)
+        .map(|c| {
+            let (root, tq, records) = (root.clone(), tq.clone(), records.clone());
+            let (creating, running) = (creating.clone(), running.clone());
+            tokio::spawn(async move { client(c, &root, &tq, records, creating, running).await })
+        })
+        .collect();
+
+    let mut seed = spec.seed;
+    let mut recovery = vec![];
+    for _ in 0..spec.kills {
+        let gap = spec.max_gap_ms / 5 + next(&mut seed) % (spec.max_gap_ms * 4 / 5).max(1);
+        tokio::time::sleep(Duration::from_millis(gap)).await;
+        let _ = child.kill();
+        let _ = child.wait();
+        let t = Instant::now();
+        child = spawn(port, &envs);
+        assert!(
+            crate::wait_until_up(&root, Duration::from_secs(60)).await,
+            "server back"
+        );
+        recovery.push(t.elapsed().as_secs_f64());
+    }
+    // Stop creating; let the clients claim and complete until every task is resolved (runs
+    // lost to a kill expire and are retried), or give up after two minutes.
+    creating.store(false, Ordering::Relaxed);
+    let q = crate::queue_client(&root);
+    let until = Instant::now() + Duration::from_secs(120);
+    let statuses = loop {
+        let created = records
+            .lock()
+            .map(|r| r.created.clone())
+            .unwrap_or_default();
+        let statuses = fetch_statuses(&q, &created).await;
+        let done = statuses.values().all(|s| {
+            ["completed", "failed", "exception"].contains(&s["state"].as_str().unwrap_or(""))
+        });
+        if (done && statuses.len() == created.len()) || Instant::now() > until {
+            break statuses;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    running.store(false, Ordering::Relaxed);
+    for c in clients {
+        let _ = c.await;
+    }
+    let msgs = broker.rest(&queue, Duration::from_secs(3)).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    broker.delete_queue(&queue).await;
+
+    let records = records
+        .lock()
+        .map(|mut r| std::mem::take(&mut *r))
+        .unwrap_or_default();
+    let mut report = CrashReport {
+        tasks: records.created.len(),
+        kills: spec.kills,
+        recovery_secs: recovery,
+        messages: msgs.len(),
+        ..Default::default()
+    };
+    report.lost_tasks = records
+        .created
+        .iter()
+        .filter(|id| !statuses.contains_key(*id))
+        .count();
+    report.unresolved = statuses
+        .values()
+        .filter(|s| {
+            !["completed", "failed", "exception"].contains(&s["state"].as_str().unwrap_or(""))
+        })
+        .count();
+    let mut handed: HashMap<&(String, u64), usize> = HashMap::new();
+    for c in &records.claims {
+        *handed.entry(c).or_default() += 1;
+    }
+    report.double_claims = handed.values().filter(|n| **n > 1).count();
+
+    // Every state change that must have a message, and every message seen.
+    let mut expected: HashSet<(String, String, Option<u64>)> = HashSet::new();
+    for (id, s) in &statuses {
+        expected.insert((id.clone(), "task-defined".into(), None));
+        for run in s["runs"].as_array().cloned().unwrap_or_default() {
+            report.runs += 1;
+            let r = run["runId"].as_u64();
+            expected.insert((id.clone(), "task-pending".into(), r));
+            if run["workerId"].is_string() {
+                expected.insert((id.clone(), "task-running".into(), r));
+            }
+            let resolution = match run["state"].as_str().unwrap_or_default() {
+                "completed" => Some("task-completed"),
+                "failed" => Some("task-failed"),
+                "exception" => Some("task-exception"),
+                _ => None,
+            };
+            if let Some(kind) = resolution {
+                expected.insert((id.clone(), kind.into(), r));
+            }
+        }
+    }
+    let mut seen: HashMap<(String, String, Option<u64>), usize> = HashMap::new();
+    for m in &msgs {
+        let kind = broker.short(m).to_string();
+        if !kind.starts_with("task-") || kind.starts_with("task-group") {
+            continue;
+        }
+        let id = m.payload["status"]["taskId"].as_str().unwrap_or_default();
+        let run = if kind == "task-defined" {
+            None
+        } else {
+            m.payload["runId"].as_u64()
+        };
+        *seen.entry((id.to_string(), kind, run)).or_default() += 1;
+    }
+    report.lost_messages = expected.iter().filter(|e| !seen.contains_key(*e)).count();
+    report.phantom_messages = seen.keys().filter(|k| !expected.contains(*k)).count();
+    report.duplicates = seen.values().map(|n| n - 1).sum();
+    report
+}
+
+async fn fetch_statuses(q: &taskcluster::Queue, ids: &[String]) -> BTreeMap<String, Value> {
+    let mut out = BTreeMap::new();
+    for chunk in ids.chunks(500) {
+        if let Ok(r) = q.statuses(&json!({ "taskIds": chunk }), None, None).await {
+            for s in r["statuses"].as_array().cloned().unwrap_or_default() {
+                let id = s["taskId"].as_str().unwrap_or_default().to_string();
+                out.insert(id, s["status"].clone());
+            }
+        }
+    }
+    out
+}
+
+/// Retries `f` while the server is down (connection errors and 5xx), up to a minute.
+async fn retrying<F, Fut>(mut f: F) -> anyhow::Result<Value>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Value>>,
+{
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        match f().await {
+            Ok(v) => return Ok(v),
+            Err(e) => {
+                let transient = crate::status_of(&e).is_none_or(|s| s >= 500);
+                if !transient || Instant::now() > until {
+                    return Err(e);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// One client: creates a task, claims one, completes what it claimed; every call retried
+/// while the server is down.
+async fn client(
+    c: usize,
+    root: &str,
+    tq: &str,
+    records: Arc<Mutex<Records>>,
+    creating: Arc<AtomicBool>,
+    running: Arc<AtomicBool>,
+) {
+    let q = crate::queue_client(root);
+    let body = json!({"workerGroup": "crash", "workerId": format!("c{c}"), "tasks": 1});
+    while running.load(Ordering::Relaxed) {
+        if creating.load(Ordering::Relaxed) {
+            let id = crate::slugid();
+            let mut def = crate::task_def(tq);
+            def["retries"] = json!(5);
+            if retrying(|| q.createTask(&id, &def)).await.is_ok() {
+                if let Ok(mut r) = records.lock() {
+                    r.created.push(id);
+                }
+            }
+        }
+        let Ok(claimed) = retrying(|| q.claimWork(tq, &body)).await else {
+            continue;
+        };
+        for t in claimed["tasks"].as_array().cloned().unwrap_or_default() {
+            let id = t["status"]["taskId"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let run = t["runId"].as_u64().unwrap_or(u64::MAX);
+            if let Ok(mut r) = records.lock() {
+                r.claims.push((id.clone(), run));
+            }
+            // A 409 means the claim expired meanwhile (its run was retried): nothing to do.
+            let _ = retrying(|| async { q.reportCompleted(&id, &run.to_string()).await }).await;
+        }
+    }
+}
