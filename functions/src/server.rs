@@ -229,12 +229,7 @@ pub async fn start(cfg: ServerConfig, sink: Arc<dyn EventSink>) -> Result<Runnin
         let shutdown = async move {
             let _ = stop_rx.wait_for(|s| *s).await;
         };
-        if let Err(e) = axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await
-        {
-            tracing::error!(error = %e, "server failed");
-        }
+        serve_http(listener, app, shutdown).await;
     });
     let every = Duration::from_millis(cfg.reaper_interval_ms.max(10));
     let reapers = tokio::spawn(reaper_loop(queue.clone(), every, stopped.clone()));
@@ -360,7 +355,11 @@ const MAX_BLOB_BYTES: usize = 1 << 30;
 /// Answers a local blob URL (the embedded stand-in for S3).
 async fn serve_blob(blobs: Arc<LocalBlobs>, req: Request<Body>) -> Response<Body> {
     let (parts, body) = req.into_parts();
-    let Ok(body) = axum::body::to_bytes(body, MAX_BLOB_BYTES).await else {
+    let read = tokio::time::timeout(
+        BLOB_BODY_TIMEOUT,
+        axum::body::to_bytes(body, MAX_BLOB_BYTES),
+    );
+    let Ok(Ok(body)) = read.await else {
         return Response::builder()
             .status(StatusCode::PAYLOAD_TOO_LARGE)
             .body(Body::empty())
@@ -432,12 +431,90 @@ async fn publisher_loop(
     }
 }
 
+/// How long a client may take to send a request's headers: a slow-loris client that trickles
+/// them holds its connection no longer than this.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client may take to send an API request's body (at most 10 MB).
+const BODY_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a client may take to send a blob's body (up to 1 GiB, through a signed URL).
+const BLOB_BODY_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+/// Serves `app` on `listener` until `shutdown`, then waits for open connections to finish
+/// their requests. As `axum::serve`, but with a header read timeout (axum sets no timer, so
+/// hyper's would never fire).
+async fn serve_http(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use tower_service::Service;
+    let (closing_tx, closing_rx) = watch::channel(());
+    let (open_tx, open_rx) = watch::channel(());
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors, say: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let app = app.clone();
+        let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+            // A Router's future owns what it needs: one clone per request, as axum::serve.
+            app.clone().call(req.map(Body::new))
+        });
+        let (mut closing, open) = (closing_rx.clone(), open_rx.clone());
+        tokio::spawn(async move {
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service)
+                .with_upgrades();
+            tokio::pin!(conn);
+            tokio::select! {
+                r = conn.as_mut() => {
+                    if let Err(e) = r {
+                        tracing::debug!(error = %e, "connection ended");
+                    }
+                }
+                _ = closing.changed() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+            drop(open);
+        });
+    }
+    drop(listener);
+    let _ = closing_tx.send(());
+    drop(open_rx);
+    open_tx.closed().await;
+}
+
 /// The axum fallback: every request goes to the shared API.
 async fn serve(State(api): State<Arc<Api>>, req: Request<Body>) -> Response<Body> {
     let (parts, body) = req.into_parts();
-    let body = match axum::body::to_bytes(body, MAX_BODY_BYTES + 1).await {
-        Ok(b) if b.len() <= MAX_BODY_BYTES => b,
-        _ => {
+    let read = tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY_BYTES + 1));
+    let body = match read.await {
+        Ok(Ok(b)) if b.len() <= MAX_BODY_BYTES => b,
+        Err(_) => {
+            let e = ApiError::new(
+                ErrorCode::RequestTimeout,
+                format!("The request body did not arrive within {BODY_TIMEOUT:?}"),
+            );
+            let info =
+                json!({ "method": "unknown", "params": {}, "payload": {}, "time": Ts::now() });
+            return to_http(error_response(&e, &parts.method, info));
+        }
+        Ok(_) => {
             let e = ApiError::new(
                 ErrorCode::InputTooLarge,
                 format!("Request body exceeds {MAX_BODY_BYTES} bytes"),

@@ -30,6 +30,8 @@ pub enum ErrorCode {
     InputTooLarge,
     /// None of the methods the caller accepts is available (the object service's).
     NoMatchingMethod,
+    /// The request did not arrive in time (the local server's body timeout).
+    RequestTimeout,
     /// A bug or an infrastructure failure; details are logged, not returned.
     InternalServerError,
 }
@@ -48,6 +50,7 @@ impl ErrorCode {
             ErrorCode::RequestConflict => 409,
             ErrorCode::ResourceExpired => 410,
             ErrorCode::NoMatchingMethod => 406,
+            ErrorCode::RequestTimeout => 408,
             ErrorCode::InputTooLarge => 413,
             ErrorCode::InternalServerError => 500,
         }
@@ -67,6 +70,7 @@ impl ErrorCode {
             ErrorCode::ResourceExpired => "ResourceExpired",
             ErrorCode::InputTooLarge => "InputTooLarge",
             ErrorCode::NoMatchingMethod => "NoMatchingMethod",
+            ErrorCode::RequestTimeout => "RequestTimeout",
             ErrorCode::InternalServerError => "InternalServerError",
         }
     }

@@ -1,6 +1,7 @@
 //! The reliability suite's bounded parts (RELIABILITY.md has the full runs and their figures):
 //! racing claimers and the crash loop, on both backends.
 
+use crate::common::*;
 use blackbox::crash_loop::{crash_loop, CrashSpec};
 use blackbox::race::{bounded, print, race};
 use blackbox::*;
@@ -60,4 +61,108 @@ async fn a_crash_loop_loses_nothing_acknowledged() {
     assert!(report.tasks > 0, "{}", report.line());
     assert_eq!(report.kills, spec.kills);
     assert!(report.passed(), "{}", report.line());
+}
+
+/// Resident memory of a process, in KiB (`VmRSS`).
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Clients that send half a request and then nothing (slow loris) are cut off after the
+/// header timeout (10 s), and meanwhile the server answers everyone else at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_loris_clients_are_cut_off_and_do_not_block_others() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    if not_in_shape("API Gateway, not our server, holds the connections there") {
+        return;
+    }
+    let app = spawn_app().await;
+    let addr = app.root_url().trim_start_matches("http://").to_string();
+    let mut slow = vec![];
+    for _ in 0..300 {
+        let mut s = tokio::net::TcpStream::connect(&addr)
+            .await
+            .expect("connect");
+        s.write_all(b"GET /api/queue/v1/ping HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .expect("half a request");
+        slow.push(s);
+    }
+    let t = std::time::Instant::now();
+    let ping = reqwest::get(format!("{}/api/queue/v1/ping", app.root_url()))
+        .await
+        .expect("ping");
+    assert_eq!(ping.status().as_u16(), 200);
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(2),
+        "{:?}",
+        t.elapsed()
+    );
+    // Every slow connection is closed by the server within the timeout (and some slack).
+    let closed = futures_util::future::join_all(slow.iter_mut().map(|s| async move {
+        let mut buf = [0u8; 256];
+        tokio::time::timeout(std::time::Duration::from_secs(20), s.read(&mut buf))
+            .await
+            .is_ok()
+    }))
+    .await;
+    assert!(
+        closed.iter().all(|c| *c),
+        "a slow client kept its connection"
+    );
+}
+
+/// 2,000 idle claimWork long polls (200 on LocalStack, whose every wait slot is a request)
+/// stay within 160 KiB each of the server's resident memory (debug build; the figure is
+/// printed), and all end with `{tasks: []}` when their wait does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn idle_long_polls_stay_within_a_memory_bound() {
+    if not_in_shape("it reads one server process's memory") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let envs = [("TCQ_CLAIM_WORK_TIMEOUT_MS", "8000".to_string())];
+    let server = ChildServer::start("reliability::child_server", dir.path(), &envs).await;
+    let n = env_num("TCQ_IDLE_POLLS", if on_localstack() { 200 } else { 2_000 });
+    let q = queue_client(&server.root);
+    q.ping().await.expect("ping");
+    let before = rss_kib(server.pid());
+    let tq = task_queue_id();
+    // One client (one connection) per poll, as workers have, built before any connects:
+    // building a client takes CPU, and one that connected but waited its turn to send its
+    // headers would rightly be cut off by the header timeout.
+    let clients: Vec<_> = (0..n).map(|_| queue_client(&server.root)).collect();
+    let polls: Vec<_> = clients
+        .into_iter()
+        .enumerate()
+        .map(|(i, q)| {
+            let tq = tq.clone();
+            tokio::spawn(
+                async move { q.claimWork(&tq, &worker("idle", &format!("w{i}"), 1)).await },
+            )
+        })
+        .collect();
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    let during = rss_kib(server.pid());
+    let mut empty = 0;
+    for p in polls {
+        match p.await.expect("join") {
+            Ok(r) if r["tasks"] == serde_json::json!([]) => empty += 1,
+            Ok(r) => panic!("{r}"),
+            Err(e) => panic!("claimWork: {e:?}"),
+        }
+    }
+    let per = (during.saturating_sub(before)) as f64 / n as f64;
+    eprintln!(
+        "{n} idle long polls: server RSS {before} KiB idle, {during} KiB while they wait ({per:.1} KiB each)"
+    );
+    assert_eq!(empty, n);
+    assert!(per < 160.0, "{per:.1} KiB per idle long poll");
 }
