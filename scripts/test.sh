@@ -3,8 +3,8 @@
 # Usage: bash scripts/test.sh   (from the repo root, on a fresh machine with rustup, Python,
 # Java 17+ and npm; see localstack/localstack.sh for what it installs)
 #   1. cfn-lint on infra/template.yaml; unit tests, the store conformance suite and the
-#      black-box suite on the embedded backend (with RabbitMQ, started if needed, and the
-#      official Python client in a venv);
+#      black-box suite on the embedded backend (with RabbitMQ, started if needed, the
+#      official Python client in a venv and the official npm client in tests/node);
 #   2. LocalStack (host mode without Docker), then the whole black-box suite again with every
 #      server on DynamoDB, the conformance suite against DynamoDB, and real Lambda binaries
 #      run through a Runtime API emulator.
@@ -25,6 +25,10 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 "$VENV/bin/pip" install --quiet --disable-pip-version-check taskcluster cfn-lint
 export TCQ_PYTHON="$PWD/$VENV/bin/python"
+# The official npm client, for the object upload/download helpers' test (tests/node).
+command -v npm >/dev/null || { echo "npm is required (Node.js 18+)" >&2; exit 1; }
+npm ci --prefix tests/node --no-audit --no-fund --loglevel=error
+export TCQ_NODE_CLIENT="$PWD/tests/node"
 # The SAM template, offline: cfn-lint checks it against the CloudFormation and SAM specs (the
 # tests below check that it is the one generated from the code and resources.json).
 "$VENV/bin/cfn-lint" infra/template.yaml

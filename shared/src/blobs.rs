@@ -120,9 +120,20 @@ const KEY_ENCODE: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'~')
     .remove(b'/');
 
-/// A key as a URL path (each byte outside the unreserved set and `/` percent-encoded).
+/// Characters kept as they are when `/` must be encoded too.
+const KEY_ENCODE_SLASHES: &AsciiSet = &KEY_ENCODE.add(b'/');
+
+/// A key as a URL path (each byte outside the unreserved set and `/` percent-encoded). A key
+/// with a `.` or `..` segment has its `/` encoded too: clients resolve dot segments (even
+/// percent-encoded ones) before they send a path, which would change the key.
 pub fn encode_key(key: &str) -> String {
-    utf8_percent_encode(key, KEY_ENCODE).to_string()
+    let dot_segment = key.split('/').any(|seg| seg == "." || seg == "..");
+    let set = if dot_segment {
+        KEY_ENCODE_SLASHES
+    } else {
+        KEY_ENCODE
+    };
+    utf8_percent_encode(key, set).to_string()
 }
 
 /// A stand-in for deployments without artifact storage: every call fails.
@@ -787,6 +798,14 @@ mod tests {
             .unwrap()
             .count();
         assert_eq!(left, 0);
+    }
+
+    #[test]
+    fn keys_with_dot_segments_keep_their_slashes_encoded() {
+        assert_eq!(encode_key("t/0/a b.txt"), "t/0/a%20b.txt");
+        assert_eq!(encode_key("a..b/c"), "a..b/c");
+        assert_eq!(encode_key("a/../b"), "a%2F..%2Fb");
+        assert_eq!(encode_key("./x"), ".%2Fx");
     }
 
     #[tokio::test]

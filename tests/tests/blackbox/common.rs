@@ -338,31 +338,57 @@ pub async fn run_python(app: &TestServer, script: &str, envs: &[(&str, String)])
         return None;
     };
     let script = format!("{}/python/{script}", env!("CARGO_MANIFEST_DIR"));
+    Some(run_client_script(app, &python, &script, envs).await)
+}
+
+/// Runs `tests/node/<script>` with the official npm client (installed by scripts/test.sh in
+/// `TCQ_NODE_CLIENT`) as root against `app`, with `envs` besides, and returns the one JSON
+/// line it prints; `None` (and a note) when `TCQ_NODE_CLIENT` is not set.
+pub async fn run_node(app: &TestServer, script: &str, envs: &[(&str, String)]) -> Option<Value> {
+    let Ok(dir) = std::env::var("TCQ_NODE_CLIENT") else {
+        eprintln!(
+            "TCQ_NODE_CLIENT is not set: run through scripts/test.sh, which installs the npm client"
+        );
+        return None;
+    };
+    Some(run_client_script(app, "node", &format!("{dir}/{script}"), envs).await)
+}
+
+/// Runs `program script` with the root credentials and `app`'s rootUrl in the environment
+/// (as the official clients read them), and `envs`; asserts that it succeeds and returns the
+/// one JSON line it prints.
+async fn run_client_script(
+    app: &TestServer,
+    program: &str,
+    script: &str,
+    envs: &[(&str, String)],
+) -> Value {
+    let (program, path) = (program.to_string(), script.to_string());
     let envs: Vec<(String, String)> = envs
         .iter()
         .map(|(k, v)| (k.to_string(), v.clone()))
         .collect();
     let root_url = app.root_url();
     let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(python)
-            .arg(script)
+        std::process::Command::new(&program)
+            .arg(&path)
             .env("TASKCLUSTER_ROOT_URL", root_url)
             .env("TASKCLUSTER_CLIENT_ID", ROOT_CLIENT_ID)
             .env("TASKCLUSTER_ACCESS_TOKEN", ROOT_ACCESS_TOKEN)
             .env_remove("TASKCLUSTER_CERTIFICATE")
             .envs(envs)
             .output()
-            .expect("python runs")
+            .unwrap_or_else(|e| panic!("{program} runs: {e}"))
     })
     .await
     .expect("join");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
-        "python failed: {stdout}\n{}",
+        "{script} failed: {stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    Some(serde_json::from_str(stdout.trim()).expect("one JSON line"))
+    serde_json::from_str(stdout.trim()).expect("one JSON line")
 }
 
 /// A child server process (see `spawn_child_server`), killed when dropped.

@@ -1,6 +1,7 @@
 //! The object service and object artifacts, end to end: the official upload and download
 //! helpers (Python `taskcluster.upload` / `taskcluster.download`, the Rust crates
-//! `taskcluster-upload` / `taskcluster-download`) round-trip bytes with their hashes checked;
+//! `taskcluster-upload` / `taskcluster-download`, the npm client's `upload` / `download` /
+//! `downloadArtifact`) round-trip bytes with their hashes checked;
 //! a worker creates, uploads and finishes an object artifact that readers then download;
 //! every error of the list; expiry. With `TCQ_TEST_BACKEND=localstack` the bytes
 //! live in S3 on LocalStack (signature validation on).
@@ -118,6 +119,32 @@ async fn the_python_helpers_round_trip_objects_and_object_artifacts() {
             .expect("object");
         assert_eq!(meta["hashes"]["sha256"], a["sent"]);
         assert_eq!(meta["projectId"], "none");
+    }
+}
+
+/// The npm client's `upload`, `download` and `downloadArtifact` (`tests/node/object_flow.js`).
+#[tokio::test]
+async fn the_npm_helpers_round_trip_objects_and_object_artifacts() {
+    let app = spawn_app().await;
+    let sizes = [0, 1024, 20 * MIB];
+    let envs = [
+        ("TASK_QUEUE_ID", task_queue_id()),
+        ("PREFIX", format!("node/{}", slugid())),
+        ("SIZES", sizes.map(|s| s.to_string()).join(",")),
+    ];
+    let Some(out) = run_node(&app, "object_flow.js", &envs).await else {
+        return;
+    };
+    let id = out["taskId"].as_str().expect("taskId");
+    for size in sizes {
+        let o = &out["objects"][size.to_string()];
+        assert_eq!(o["sent"], o["got"], "{size} bytes: {o}");
+        assert_eq!(o["contentType"], "application/x-test");
+        let a = &out["artifacts"][size.to_string()];
+        assert_eq!(a["sent"], a["latest"], "{size} bytes: {a}");
+        assert_eq!(a["sent"], a["run0"], "{size} bytes: {a}");
+        assert_eq!(a["contentType"], "application/x-test");
+        assert_eq!(a["objectName"], format!("t/{id}/0/public/build/{size}.bin"));
     }
 }
 

@@ -166,3 +166,96 @@ async fn idle_long_polls_stay_within_a_memory_bound() {
     assert_eq!(empty, n);
     assert!(per < 160.0, "{per:.1} KiB per idle long poll");
 }
+
+/// Security: temporary credentials whose certificate lists scopes its issuer does not hold
+/// are refused (401), through the official client's own minting; the same certificate within
+/// the issuer's scopes works.
+#[tokio::test]
+async fn a_certificate_cannot_widen_its_issuers_scopes() {
+    let app = spawn_app().await;
+    let limited = client_with(
+        &app,
+        &[
+            "queue:status:*".to_string(),
+            "auth:create-client:temp/*".to_string(),
+        ],
+    )
+    .await;
+    let id = create(&app, &task_def(&task_queue_id())).await;
+    let mint = |scopes: &[&str]| {
+        limited
+            .create_named_temp_creds(
+                &format!("temp/{}", slugid()),
+                std::time::Duration::from_secs(600),
+                scopes.iter().copied(),
+            )
+            .expect("mint")
+    };
+    let narrow = app.queue_as(Some(mint(&["queue:status:*"])));
+    narrow
+        .status(&id)
+        .await
+        .expect("within the issuer's scopes");
+    let wide = app.queue_as(Some(mint(&["queue:*"])));
+    assert_eq!(err_status(wide.status(&id).await), 401);
+    assert_eq!(err_status(wide.task(&id).await), 401);
+}
+
+/// Security: blob URLs on the local store cannot reach outside its directory, however the
+/// key or the path is spelled: objects are files named by their key's hash, and a path with
+/// `..` segments is a key like any other (unsigned: 403; signed: stored inside).
+#[tokio::test]
+async fn local_blob_urls_cannot_reach_outside_their_directory() {
+    if on_localstack() || in_shape() {
+        eprintln!("the local blob store only");
+        return;
+    }
+    let app = spawn_app().await;
+    let root = app.root_url();
+    for path in [
+        "/__blobs/private/../../../../etc/passwd",
+        "/__blobs/private/..%2F..%2F..%2F..%2Fetc%2Fpasswd",
+        "/__blobs/public/..%2f..%2f..%2fCargo.toml",
+        "/__blobs/../Cargo.toml",
+        "/__blobs/public/%2e%2e/%2e%2e/Cargo.toml",
+    ] {
+        let r = reqwest::get(format!("{root}{path}")).await.expect("GET");
+        let status = r.status().as_u16();
+        let body = r.text().await.unwrap_or_default();
+        assert!(matches!(status, 403 | 404), "{path}: {status} {body:.200}");
+        assert!(
+            !body.contains("root:") && !body.contains("[workspace]"),
+            "{path}: {body:.200}"
+        );
+    }
+    // A signed URL for a key full of `..` stores inside the store and reads back.
+    let blobs = app.domain_blobs().await;
+    let key = "../../../../tmp/escaped";
+    let now = shared::time::Ts::now();
+    let put = blobs
+        .put_url(shared::blobs::Bucket::Private, key, "a/b", now, 60_000)
+        .await
+        .expect("put_url");
+    let r = reqwest::Client::new()
+        .put(&put)
+        .header("content-type", "a/b")
+        .body("inside")
+        .send()
+        .await
+        .expect("PUT");
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(!std::path::Path::new("/tmp/escaped").exists());
+    let get = blobs
+        .get_url(shared::blobs::Bucket::Private, key, now, 60_000)
+        .await
+        .expect("get_url");
+    assert_eq!(
+        reqwest::get(&get)
+            .await
+            .expect("GET")
+            .text()
+            .await
+            .unwrap_or_default(),
+        "inside"
+    );
+}
