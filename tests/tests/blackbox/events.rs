@@ -295,8 +295,8 @@ async fn claim_expiry_publishes_exception_and_pending() {
 
 #[tokio::test]
 async fn every_message_of_a_busy_queue_matches_its_schema() {
-    // Long enough for the resolutions below to land first, even on LocalStack.
-    let app = spawn_app_with(|c| c.queue.claim_timeout_secs = 5).await;
+    // Long enough for the resolutions below to land first, even on a loaded LocalStack.
+    let app = spawn_app_with(|c| c.queue.claim_timeout_secs = 15).await;
     let q = app.queue();
     let tq = task_queue_id();
     let group = slugid();
@@ -367,7 +367,7 @@ async fn every_message_of_a_busy_queue_matches_its_schema() {
         .filter(|id| !claimed.iter().any(|(c, _)| c == *id))
         .collect();
     q.cancelTask(unclaimed[0]).await.unwrap();
-    wait_status(&app, &claimed[4].0, Duration::from_secs(20), |s| {
+    wait_status(&app, &claimed[4].0, Duration::from_secs(60), |s| {
         s["runs"].as_array().is_some_and(|r| r.len() == 2)
     })
     .await;

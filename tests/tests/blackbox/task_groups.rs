@@ -188,7 +188,7 @@ fn group_events(app: &TestServer, group: &str, short: &str) -> Vec<Event> {
 /// Waits for at least `n` such events.
 async fn wait_group_events(app: &TestServer, group: &str, short: &str, n: usize) -> Vec<Event> {
     poll(
-        Duration::from_secs(15),
+        Duration::from_secs(60),
         &format!("{n} {short} event(s) for group {group}"),
         || async {
             let got = group_events(app, group, short);
