@@ -1240,6 +1240,33 @@ fn every_route_reaches_its_own_function_encoded_or_decoded() {
     }
 }
 
+/// The published documents (schemas, references, every service's OpenAPI document) reach
+/// the auth function, which serves them whatever its route; no endpoint's route takes them.
+#[test]
+fn published_documents_reach_the_auth_function() {
+    let t = template();
+    let keys = route_keys(&t);
+    let auth = function_id("auth");
+    let mut paths = vec![
+        "/schemas/queue/v1/task-status-response.json".to_string(),
+        "/references/manifest.json".to_string(),
+        "/references/scheduler/v1/api.json".to_string(),
+    ];
+    paths.extend(SERVICES.iter().map(|s| shared::api::openapi::path(s)));
+    for path in &paths {
+        assert_eq!(
+            gateway_select(&keys, "GET", path),
+            Some(auth.as_str()),
+            "GET {path}"
+        );
+        assert!(
+            find(&lambda_http::http::Method::GET, path).is_none(),
+            "{path} is a route"
+        );
+        assert!(shared::api::references::is_document_path(path), "{path}");
+    }
+}
+
 #[test]
 fn every_function_has_a_handler_in_the_binary() {
     let t = template();

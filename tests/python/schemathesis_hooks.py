@@ -1,0 +1,88 @@
+"""Schemathesis hooks for our OpenAPI documents (SCHEMATHESIS_HOOKS=<this file>).
+
+Every request is signed with Hawk as the official clients sign it (mohawk, which the official
+Python client uses), with the credentials in TASKCLUSTER_CLIENT_ID and TASKCLUSTER_ACCESS_TOKEN,
+over the exact URL and body that go out. One check is added: every error reply is Taskcluster's
+`{code, message, requestInfo}` with a code of its status, and a request that the document says is
+valid is never refused as malformed (see `refusable`).
+"""
+
+import os
+
+import mohawk
+import requests
+import schemathesis
+
+# Upstream's codes, by status (upstream's libraries/api error codes).
+CODES = {
+    400: {"MalformedPayload", "InvalidRequestArguments", "InputValidationError", "InputError"},
+    401: {"AuthenticationFailed"},
+    403: {"InsufficientScopes"},
+    404: {"ResourceNotFound"},
+    406: {"NoMatchingMethod"},
+    408: {"RequestTimeout"},
+    409: {"RequestConflict"},
+    410: {"ResourceExpired"},
+    413: {"InputTooLarge"},
+    500: {"InternalServerError"},
+}
+
+def refusable(body):
+    """Whether a request the document says is valid may still be refused with this 400: by a
+    rule no schema expresses (InputError), or for a continuationToken that no earlier page gave
+    (the document can only say it is a string)."""
+    return body["code"] == "InputError" or (
+        body["code"] == "InvalidRequestArguments"
+        and body["message"].startswith("continuationToken ")
+    )
+
+
+
+class Hawk(requests.auth.AuthBase):
+    """Signs the prepared request: method, URL as sent, body hash with its content type."""
+
+    def __init__(self):
+        self.credentials = {
+            "id": os.environ["TASKCLUSTER_CLIENT_ID"],
+            "key": os.environ["TASKCLUSTER_ACCESS_TOKEN"],
+            "algorithm": "sha256",
+        }
+
+    def __call__(self, r):
+        body = r.body or b""
+        if isinstance(body, str):
+            body = body.encode()
+        sender = mohawk.Sender(
+            credentials=self.credentials,
+            url=r.url,
+            method=r.method,
+            content=body,
+            content_type=r.headers.get("Content-Type", ""),
+        )
+        r.headers["Authorization"] = sender.request_header
+        return r
+
+
+schemathesis.auth.set_from_requests(Hawk())
+
+
+@schemathesis.check
+def taskcluster_errors(ctx, response, case):
+    status = response.status_code
+    # 424 is an error artifact's reply (`{reason, message}`), documented as such.
+    if status < 400 or status == 424:
+        return None
+    body = response.json()
+    assert isinstance(body, dict), f"error body is not an object: {body!r}"
+    assert set(body) == {"code", "message", "requestInfo"}, f"error body keys: {sorted(body)}"
+    assert body["code"] in CODES.get(status, ()), f"{status} with code {body['code']}"
+    assert isinstance(body["message"], str)
+    info = body["requestInfo"]
+    assert isinstance(info, dict) and {"method", "params", "payload", "time"} <= set(info), info
+    meta = case.meta
+    if status == 400 and meta is not None and meta.generation.mode.is_positive:
+        assert refusable(body), (
+            f"a request the document says is valid was refused: {body['code']}: "
+            f"{body['message'].split(chr(10))[0]}"
+        )
+    return None
