@@ -2,7 +2,7 @@
 //! operation, requests signed with Hawk as the root client by `tests/python/schemathesis_hooks.py`
 //! (which also checks every error body), the checks of `tests/schemathesis.toml`. Used by the
 //! bounded black-box test (`openapi::schemathesis_finds_nothing_on_any_service`) and the longer
-//! bench (`cargo bench -p blackbox --bench schemathesis`).
+//! script (`scripts/schemathesis.sh`).
 
 use serde_json::Value;
 use std::path::Path;

@@ -8,6 +8,7 @@
 use super::declare::{Authn, Endpoint, Scopes, Service, Success, Verb};
 use super::references::route_and_args;
 use crate::error::ErrorCode;
+use crate::store::MAX_KEY_PART_BYTES;
 use serde_json::{json, Map, Value};
 
 /// Where a component schema's `$ref` points.
@@ -146,11 +147,16 @@ fn param_schema(name: &str) -> Value {
         "provisionerId" => common("provisionerId"),
         "workerType" => common("workerType"),
         "workerGroup" | "workerId" => common("identifier"),
-        "clientId" => json!({ "type": "string", "pattern": "^[A-Za-z0-9!@/:.+|_-]+$" }),
-        "roleId" => json!({ "type": "string", "pattern": "^[\\x20-\\x7e]+$" }),
+        "clientId" => json!({
+            "type": "string", "maxLength": MAX_KEY_PART_BYTES, "pattern": "^[A-Za-z0-9!@/:.+|_-]+$",
+        }),
+        "roleId" => json!({
+            "type": "string", "maxLength": MAX_KEY_PART_BYTES, "pattern": "^[\\x20-\\x7e]+$",
+        }),
         // Printable ASCII, not starting with `/`, without a `..` segment.
         "name" => json!({
             "type": "string",
+            "maxLength": MAX_KEY_PART_BYTES,
             "pattern": "^(\\.|\\.?[\\x20-\\x2d\\x30-\\x7e][\\x20-\\x2e\\x30-\\x7e]*|\\.\\.[\\x20-\\x2e\\x30-\\x7e]+)\
                         (/(\\.?([\\x20-\\x2d\\x30-\\x7e][\\x20-\\x2e\\x30-\\x7e]*)?|\\.\\.[\\x20-\\x2e\\x30-\\x7e]+))*$",
         }),
@@ -164,6 +170,7 @@ fn query_schema(name: &str) -> Value {
         // Any digits (clamped to 1..1000).
         "limit" => json!({ "type": "integer", "minimum": 0 }),
         "quarantined" => json!({ "type": "string", "enum": ["true", "false"] }),
+        "prefix" => json!({ "type": "string", "maxLength": MAX_KEY_PART_BYTES }),
         _ => json!({ "type": "string" }),
     }
 }
@@ -298,25 +305,30 @@ fn rewrite(v: &mut Value, file: &str, todo: &mut Vec<String>) {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Every `$ref` under `v`.
-    fn refs<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
+/// Every `$ref` in `v` (a document, or part of one).
+pub fn refs(v: &Value) -> Vec<&str> {
+    fn walk<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
         match v {
             Value::Object(m) => {
                 for (k, x) in m {
                     match x.as_str() {
                         Some(r) if k == "$ref" => out.push(r),
-                        _ => refs(x, out),
+                        _ => walk(x, out),
                     }
                 }
             }
-            Value::Array(a) => a.iter().for_each(|x| refs(x, out)),
+            Value::Array(a) => a.iter().for_each(|x| walk(x, out)),
             _ => {}
         }
     }
+    let mut out = vec![];
+    walk(v, &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
 
     #[test]
     fn every_ref_resolves_and_every_endpoint_is_there_once() {
@@ -327,8 +339,7 @@ mod tests {
                 format!("https://tc.example.com{}", service.prefix)
             );
             let schemas = doc["components"]["schemas"].as_object().unwrap();
-            let mut all = vec![];
-            refs(&doc, &mut all);
+            let all = refs(&doc);
             assert!(all.len() > 10, "{}", service.name);
             for r in all {
                 let name = r.strip_prefix(SCHEMAS).unwrap_or_else(|| panic!("{r}"));

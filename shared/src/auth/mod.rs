@@ -561,6 +561,13 @@ impl AuthService {
     /// by clientId; static clients are paged with the stored ones, as upstream pages all
     /// clients alike.
     pub async fn list_clients(&self, prefix: Option<&str>, page: &PageReq) -> ApiResult<Value> {
+        if let Some(p) = prefix.filter(|p| p.len() > crate::store::MAX_KEY_PART_BYTES) {
+            return Err(ApiError::bad_argument(format!(
+                "prefix is {} bytes long, more than {}",
+                p.len(),
+                crate::store::MAX_KEY_PART_BYTES
+            )));
+        }
         let after = page.token.as_deref().map(decode_token).transpose()?;
         let after_id = after.as_ref().map(|c| c.0.clone());
         let range = SkRange {

@@ -29,6 +29,12 @@ pub const MAX_BATCH_GET: usize = 100;
 /// DynamoDB's item size limit (400 KB).
 pub const MAX_ITEM_BYTES: usize = 400 * 1024;
 
+/// The longest string a caller names that becomes part of a key (an artifact or object name,
+/// a clientId, a roleId, a clientId prefix): DynamoDB's sort keys and S3's object keys hold at
+/// most 1,024 bytes, the key's other parts included. Longer is refused as bad input, on every
+/// backend alike (DynamoDB would refuse the read or write itself, a 500).
+pub const MAX_KEY_PART_BYTES: usize = 900;
+
 /// One entry of a sparse secondary index, derived from the item by the domain's key module.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexEntry {

@@ -1563,6 +1563,31 @@ async fn a_decoded_gateway_path_is_served_as_the_client_signed_it() {
     assert_eq!(api.handle(only, raw.clone()).await.status, 401);
     raw.path = encoded;
     assert_eq!(api.handle(only, raw).await.status, 200);
+
+    // The auth function serves every service's OpenAPI document, whatever its route.
+    let auth = Serves::Service(&shared::api::auth_service::AUTH);
+    for service in SERVICES {
+        let path = shared::api::openapi::path(service);
+        let event = decoded_gateway_event("GET", &path, &format!("GET {path}"));
+        let request = lambda_http::request::from_str(&event.to_string()).expect("v2 event");
+        let reply = functions::lambda::http::handle(&api, auth, request).await;
+        let body: Value = serde_json::from_slice(reply.body().as_ref()).expect("JSON");
+        assert_eq!(reply.status(), 200, "{path}: {body}");
+        assert_eq!(
+            body["paths"]["/ping"]["get"]["operationId"], "ping",
+            "{path}"
+        );
+    }
+}
+
+/// The JSON body of a function's reply to `event`, which must be a 200.
+async fn answer_200(api: &blackbox::runtime_api::RuntimeApi, event: Value, what: &str) -> Value {
+    let reply = api
+        .invoke(event, std::time::Duration::from_secs(30))
+        .await
+        .unwrap_or_else(|e| panic!("{what} not answered: {e:?}"));
+    assert_eq!(reply["statusCode"], 200, "{what}: {reply}");
+    serde_json::from_str(reply["body"].as_str().unwrap_or_default()).expect("JSON body")
 }
 
 /// The multi-call binary itself, as Lambda runs it (`_HANDLER` from the template), against
@@ -1586,13 +1611,7 @@ async fn the_lambda_binary_serves_what_its_handler_names() {
         &encoded,
         &format!("GET {PREFIX}/pending/{{taskQueueId+}}"),
     );
-    let reply = api
-        .invoke(event, Duration::from_secs(30))
-        .await
-        .expect("pendingTasks answered");
-    assert_eq!(reply["statusCode"], 200, "{reply}");
-    let body: Value =
-        serde_json::from_str(reply["body"].as_str().unwrap_or_default()).expect("JSON body");
+    let body = answer_200(&api, event, "pendingTasks").await;
     assert_eq!(body["taskQueueId"], tq.as_str());
     f.kill().ok();
 
@@ -1603,14 +1622,14 @@ async fn the_lambda_binary_serves_what_its_handler_names() {
         &format!("{AUTH_PREFIX}/clients/static%2Ftaskcluster%2Froot"),
         &format!("ANY {AUTH_PREFIX}/{{proxy+}}"),
     );
-    let reply = api
-        .invoke(event, Duration::from_secs(30))
-        .await
-        .expect("client answered");
-    assert_eq!(reply["statusCode"], 200, "{reply}");
-    let body: Value =
-        serde_json::from_str(reply["body"].as_str().unwrap_or_default()).expect("JSON body");
+    let body = answer_200(&api, event, "client").await;
     assert_eq!(body["clientId"], "static/taskcluster/root");
+    // The same function serves the other services' OpenAPI documents, on their own routes.
+    let path = format!("{PREFIX}/openapi.json");
+    let event = decoded_gateway_event("GET", &path, &format!("GET {path}"));
+    let body = answer_200(&api, event, "openapi.json").await;
+    assert_eq!(body["openapi"], "3.1.0");
+    assert_eq!(body["info"]["title"], "The queue service");
     f.kill().ok();
 }
 

@@ -1,7 +1,7 @@
 //! Each service's OpenAPI 3.1 document (`<rootUrl>/api/<service>/v1/openapi.json`, anonymous):
 //! its shape, every declared endpoint exactly once, real requests answered as it says; and
-//! schemathesis run from it against a server, bounded (the longer run is the `schemathesis`
-//! bench).
+//! schemathesis run from it against a server, bounded (the longer run is
+//! `scripts/schemathesis.sh`).
 
 use crate::common::*;
 use blackbox::*;
@@ -22,21 +22,6 @@ fn resolve<'a>(doc: &'a Value, r: &str) -> Option<&'a Value> {
     doc.pointer(r.strip_prefix('#')?)
 }
 
-fn refs<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
-    match v {
-        Value::Object(m) => {
-            for (k, x) in m {
-                match x.as_str() {
-                    Some(r) if k == "$ref" => out.push(r),
-                    _ => refs(x, out),
-                }
-            }
-        }
-        Value::Array(a) => a.iter().for_each(|x| refs(x, out)),
-        _ => {}
-    }
-}
-
 const METHODS: [&str; 4] = ["get", "put", "post", "delete"];
 
 /// OpenAPI 3.1's required structure, as far as our documents use it.
@@ -51,9 +36,7 @@ fn assert_openapi_shape(doc: &Value, service: &Service, root: &str) {
     assert_eq!(schemes["hawk"]["type"], "http");
     assert_eq!(schemes["hawk"]["scheme"], "hawk");
     assert_eq!(schemes["bewit"]["in"], "query");
-    let mut all = vec![];
-    refs(doc, &mut all);
-    for r in all {
+    for r in shared::api::openapi::refs(doc) {
         assert!(
             r.starts_with("#/components/schemas/") && resolve(doc, r).is_some(),
             "{}: {r} does not resolve",
@@ -244,8 +227,8 @@ async fn each_service_publishes_an_openapi_document_of_every_endpoint() {
 /// seed and a few examples each; no 5xx, every response as documented (status, content type,
 /// headers, schema), schema-violating requests refused, every error body
 /// `{code, message, requestInfo}` with a code of its status (tests/schemathesis.toml and
-/// tests/python/schemathesis_hooks.py). Figures and the longer run: `cargo bench -p blackbox
-/// --bench schemathesis`.
+/// tests/python/schemathesis_hooks.py). The longer run: `scripts/schemathesis.sh`, which sets
+/// `TCQ_SCHEMATHESIS_EXAMPLES` and `TCQ_SCHEMATHESIS_SEED`.
 #[tokio::test(flavor = "multi_thread")]
 async fn schemathesis_finds_nothing_on_any_service() {
     let Some(python) = blackbox::schemathesis::python() else {
@@ -259,20 +242,21 @@ async fn schemathesis_finds_nothing_on_any_service() {
     };
     let mut outcomes = vec![];
     for service in SERVICES {
-        let o = blackbox::schemathesis::run(&python, &app.root_url(), service, budget).await;
-        let endpoints = service.endpoints().count() as u64;
+        outcomes.push(blackbox::schemathesis::run(&python, &app.root_url(), service, budget).await);
+    }
+    eprintln!("{}", blackbox::schemathesis::print(&outcomes));
+    for (o, service) in outcomes.iter().zip(SERVICES) {
         assert!(
             o.passed && o.failures == 0,
             "schemathesis found failures on {}:\n{}",
-            service.name,
+            o.service,
             o.output
         );
+        let endpoints = service.endpoints().count() as u64;
         assert_eq!(
             o.operations, endpoints,
             "{}: every operation tested",
-            service.name
+            o.service
         );
-        outcomes.push(o);
     }
-    eprintln!("{}", blackbox::schemathesis::print(&outcomes));
 }
