@@ -227,6 +227,7 @@ impl From<StoreError> for ApiError {
                 ErrorCode::InputTooLarge,
                 format!("The item is too large to store ({n} bytes; items are limited to 400 KB)"),
             ),
+            StoreError::BadCursor => ApiError::bad_argument("continuationToken is not valid"),
             other => ApiError::caused_by(other),
         }
     }

@@ -147,8 +147,10 @@ pub enum Realm {
     Tester(Vec<String>),
 }
 
+/// A store failure as the API answers it: internal, but for what a client's input caused (a
+/// made-up continuation token, an item over the size limit).
 fn store_err(e: StoreError) -> ApiError {
-    ApiError::internal(e)
+    ApiError::from(e)
 }
 
 /// The parsed `ext` of a signature.

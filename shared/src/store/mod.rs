@@ -163,6 +163,9 @@ pub enum StoreError {
     /// The item is larger than [`MAX_ITEM_BYTES`].
     #[error("item of {0} bytes exceeds the 400 KB item limit")]
     ItemTooLarge(usize),
+    /// A page's start that no page of the query could have ended at ([`check_cursor`]).
+    #[error("the continuation point does not belong to this query")]
+    BadCursor,
     /// The request breaks a rule of the API (too many items, same item twice, ...).
     #[error("invalid store request: {0}")]
     Validation(String),
@@ -201,6 +204,30 @@ pub struct SkRange {
 
 /// Where a page starts: strictly after this (index sk, item pk, item sk).
 pub type Cursor = (String, String, String);
+
+/// Refuses a cursor that no page of partition `pk` (of an index when `index`) could have
+/// ended at: a key part empty or longer than DynamoDB allows (1,024 bytes for a sort key,
+/// 2,048 for a partition key), or a base-table cursor of another partition. Cursors come back
+/// from clients as continuation tokens, which they may make up; DynamoDB refuses such a start
+/// key (a 500 before this), and every adapter checks alike.
+pub fn check_cursor(index: bool, pk: &str, after: Option<&Cursor>) -> Result<(), StoreError> {
+    let Some((isk, item_pk, item_sk)) = after else {
+        return Ok(());
+    };
+    let fits = |s: &str, max: usize| !s.is_empty() && s.len() <= max;
+    let ok = fits(item_pk, 2048)
+        && fits(item_sk, 1024)
+        && if index {
+            fits(isk, 1024)
+        } else {
+            item_pk == pk
+        };
+    if ok {
+        Ok(())
+    } else {
+        Err(StoreError::BadCursor)
+    }
+}
 
 /// One page of results.
 #[derive(Debug, Clone, Default)]

@@ -1599,7 +1599,6 @@ async fn the_lambda_binary_serves_what_its_handler_names() {
         return;
     }
     use blackbox::runtime_api::{localstack_tables, start_function, RuntimeApi};
-    use std::time::Duration;
     let prefix = localstack_tables("mc", false).await;
     let tq = blackbox::task_queue_id();
 

@@ -948,3 +948,58 @@ async fn names_and_ids_longer_than_a_key_holds_are_400_not_500() {
         (200, Some(longest_id.as_str()))
     );
 }
+
+/// A continuation token is the client's to send back, so it may be made up: one that decodes
+/// to a start no page of the listing could have ended at (an empty or over-long key, another
+/// partition) is 400 InvalidRequestArguments on every backend wherever the store pages the
+/// listing. DynamoDB refused such a start key itself, a 500; and listClients answered 500 on
+/// every backend once the store refused it (the auth service took any store failure for an
+/// internal one).
+#[tokio::test(flavor = "multi_thread")]
+async fn made_up_continuation_tokens_are_400_not_500() {
+    let app = spawn_app().await;
+    let tq = task_queue_id();
+    let id = create(&app, &task_def(&tq)).await;
+    let group = status(&app, &id).await["taskGroupId"]
+        .as_str()
+        .expect("taskGroupId")
+        .to_string();
+    let long = "k".repeat(1025);
+    let s = |v: &str| v.to_string();
+    let tokens = [
+        shared::page::encode_token(&(s(""), s(""), s(""))),
+        shared::page::encode_token(&(s("a"), s("another-partition"), s("a"))),
+        shared::page::encode_token(&(long.clone(), long.clone(), long)),
+    ];
+    let pending = format!(
+        "/api/queue/v1/task-queues/{}/pending",
+        tq.replace('/', "%2F")
+    );
+    let by_the_store = [
+        format!("/api/queue/v1/task-group/{group}/list"),
+        format!("/api/queue/v1/task/{id}/dependents"),
+        format!("/api/queue/v1/task/{id}/runs/0/artifacts"),
+        "/api/queue/v1/task-queues".to_string(),
+        "/api/auth/v1/clients/".to_string(),
+        pending.clone(),
+    ];
+    // Paged in memory (the whole listing read first): any token is harmless.
+    let in_memory = ["/api/queue/v1/provisioners", "/api/auth/v1/roleids/"];
+    let root = app.root_url();
+    for (i, token) in tokens.iter().enumerate() {
+        for path in by_the_store.iter().map(String::as_str).chain(in_memory) {
+            let url = format!("{root}{path}?continuationToken={token}");
+            let got = raw_url(&url, "GET", None, None).await;
+            // An index's cursor may name an item of another partition (the second token).
+            if in_memory.contains(&path) || (i == 1 && path == pending) {
+                assert_eq!(got.0, 200, "{path} {token}: {:#}", got.1);
+                continue;
+            }
+            let message = assert_error(&got, 400, "InvalidRequestArguments");
+            assert!(
+                message.starts_with("continuationToken"),
+                "{path}: {message}"
+            );
+        }
+    }
+}
