@@ -104,7 +104,7 @@ fn operation(service: &Service, e: &Endpoint, args: &[String]) -> Value {
         "description": format!("{}. {scopes}{authn}", e.title),
         "tags": [service.name],
         "parameters": parameters,
-        "responses": responses(e),
+        "responses": responses(service, e),
         "security": security(e.verb),
     });
     match e.scopes {
@@ -175,8 +175,8 @@ fn query_schema(name: &str) -> Value {
     }
 }
 
-/// The success reply and every error reply `e` may give.
-fn responses(e: &Endpoint) -> Value {
+/// The success reply (with its links) and every error reply `e` may give.
+fn responses(service: &Service, e: &Endpoint) -> Value {
     let body = |desc: &str| {
         let schema = e
             .output
@@ -221,6 +221,12 @@ fn responses(e: &Endpoint) -> Value {
             );
         }
     }
+    let links = links(service, e);
+    if !links.is_empty() {
+        if let Some(success) = out.values_mut().next() {
+            success["links"] = Value::Object(links);
+        }
+    }
     let codes = e.error_codes();
     for status in ErrorCode::ALL.map(ErrorCode::status) {
         let at: Vec<&str> = codes
@@ -243,6 +249,75 @@ fn responses(e: &Endpoint) -> Value {
         );
     }
     Value::Object(out)
+}
+
+/// Where a reply with each output schema holds the parameters of other routes.
+fn reply_params(output: &str) -> &'static [(&'static str, &'static str)] {
+    match output {
+        "task-status-response" => &[
+            ("taskId", "/status/taskId"),
+            ("taskGroupId", "/status/taskGroupId"),
+            ("taskQueueId", "/status/taskQueueId"),
+            ("provisionerId", "/status/provisionerId"),
+            ("workerType", "/status/workerType"),
+            ("runId", "/status/runs/0/runId"),
+        ],
+        "claim-work-response" => &[
+            ("taskId", "/tasks/0/status/taskId"),
+            ("taskGroupId", "/tasks/0/status/taskGroupId"),
+            ("runId", "/tasks/0/runId"),
+            ("workerGroup", "/tasks/0/workerGroup"),
+            ("workerId", "/tasks/0/workerId"),
+        ],
+        "task-claim-response" => &[
+            ("taskId", "/status/taskId"),
+            ("runId", "/runId"),
+            ("workerGroup", "/workerGroup"),
+            ("workerId", "/workerId"),
+        ],
+        "task-graph-status-response" => &[("taskGraphId", "/status/taskGraphId")],
+        _ => &[],
+    }
+}
+
+/// Links from a call that creates or changes something to every other operation of its
+/// service whose path parameters it provides (its own, and those its reply holds), so that a
+/// tool can chain calls on things that exist (createTask, then claimWork on its task queue,
+/// then reportCompleted of the claimed run; deleteRole, then role).
+fn links(service: &Service, e: &Endpoint) -> Map<String, Value> {
+    let mut out = Map::new();
+    if e.verb == Verb::Get {
+        return out;
+    }
+    let (_, own) = route_and_args(e.route);
+    let mut provided: Vec<(String, String)> = own
+        .into_iter()
+        .map(|p| {
+            let from = format!("$request.path.{p}");
+            (p, from)
+        })
+        .collect();
+    for (p, at) in e.output.map(reply_params).unwrap_or_default() {
+        if !provided.iter().any(|(q, _)| q == p) {
+            provided.push((p.to_string(), format!("$response.body#{at}")));
+        }
+    }
+    for t in service.endpoints().filter(|t| !std::ptr::eq(*t, e)) {
+        let (_, args) = route_and_args(t.route);
+        let from = |a: &String| provided.iter().find(|(p, _)| p == a).map(|(_, f)| f);
+        if args.is_empty() || !args.iter().all(|a| from(a).is_some()) {
+            continue;
+        }
+        let parameters: Map<String, Value> = args
+            .iter()
+            .filter_map(|a| Some((a.clone(), json!(from(a)?))))
+            .collect();
+        out.insert(
+            t.name.to_string(),
+            json!({ "operationId": t.name, "parameters": parameters }),
+        );
+    }
+    out
 }
 
 /// Every schema `roots` reach, as components: a schema file `x.json` becomes `x`, each of its
