@@ -286,6 +286,9 @@ pub async fn partition_queries_page_in_order(s: &dyn Store) {
         (String::new(), String::new(), String::new()),
         ("k1".to_string(), "q2".to_string(), "k1".to_string()),
         (long.clone(), "q".to_string(), long),
+        // Outside the range's prefix, and past its upper bound.
+        ("other".to_string(), "q".to_string(), "other".to_string()),
+        ("k5".to_string(), "q".to_string(), "k5".to_string()),
     ] {
         let got = s.query(T, "q", &range, Some(&bad), 2).await;
         assert!(matches!(got, Err(StoreError::BadCursor)), "{bad:?}");

@@ -205,23 +205,32 @@ pub struct SkRange {
 /// Where a page starts: strictly after this (index sk, item pk, item sk).
 pub type Cursor = (String, String, String);
 
-/// Refuses a cursor that no page of partition `pk` (of an index when `index`) could have
-/// ended at: a key part empty or longer than DynamoDB allows (1,024 bytes for a sort key,
-/// 2,048 for a partition key), or a base-table cursor of another partition. Cursors come back
-/// from clients as continuation tokens, which they may make up; DynamoDB refuses such a start
-/// key (a 500 before this), and every adapter checks alike.
-pub fn check_cursor(index: bool, pk: &str, after: Option<&Cursor>) -> Result<(), StoreError> {
+/// Refuses a cursor that no page of partition `pk` (of an index when `index`) in `range`
+/// could have ended at: a key part empty or longer than DynamoDB allows (1,024 bytes for a
+/// sort key, 2,048 for a partition key), a base-table cursor of another partition, or a sort
+/// key outside the range. Cursors come back from clients as continuation tokens, which they
+/// may make up or send with another query (listClients with another prefix); DynamoDB
+/// refuses such a start key (a 500 before this), and every adapter checks alike.
+pub fn check_cursor(
+    index: bool,
+    pk: &str,
+    range: &SkRange,
+    after: Option<&Cursor>,
+) -> Result<(), StoreError> {
     let Some((isk, item_pk, item_sk)) = after else {
         return Ok(());
     };
     let fits = |s: &str, max: usize| !s.is_empty() && s.len() <= max;
+    let key = if index { isk } else { item_sk };
     let ok = fits(item_pk, 2048)
         && fits(item_sk, 1024)
-        && if index {
-            fits(isk, 1024)
-        } else {
-            item_pk == pk
-        };
+        && fits(key, 1024)
+        && (index || item_pk == pk)
+        && range
+            .prefix
+            .as_ref()
+            .is_none_or(|p| key.starts_with(p.as_str()))
+        && range.upto.as_ref().is_none_or(|u| key <= u);
     if ok {
         Ok(())
     } else {

@@ -231,6 +231,11 @@ async fn each_service_publishes_an_openapi_document_of_every_endpoint() {
 /// `TCQ_SCHEMATHESIS_EXAMPLES` and `TCQ_SCHEMATHESIS_SEED`.
 #[tokio::test(flavor = "multi_thread")]
 async fn schemathesis_finds_nothing_on_any_service() {
+    if blackbox::not_in_shape(
+        "thousands of requests, each a function process there; the documents are checked above",
+    ) {
+        return;
+    }
     let Some(python) = blackbox::schemathesis::python() else {
         return;
     };

@@ -1002,4 +1002,22 @@ async fn made_up_continuation_tokens_are_400_not_500() {
             );
         }
     }
+    // A real token sent with another query: listClients' next page under another prefix
+    // (schemathesis's stateful phase found this one on DynamoDB).
+    for n in 0..2 {
+        client_with(&app, &[format!("queue:ping:{n}")]).await;
+    }
+    let clients = format!("{root}/api/auth/v1/clients/");
+    let got = raw_url(
+        &format!("{clients}?prefix=test%2F&limit=1"),
+        "GET",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(got.0, 200, "{:#}", got.1);
+    let token = got.1["continuationToken"].as_str().expect("a next page");
+    let url = format!("{clients}?prefix=static%2F&limit=1&continuationToken={token}");
+    let got = raw_url(&url, "GET", None, None).await;
+    assert_error(&got, 400, "InvalidRequestArguments");
 }
