@@ -15,6 +15,8 @@ pub struct Budget {
     pub max_examples: u32,
     /// Hypothesis's seed (`--seed`).
     pub seed: u64,
+    /// The phases to run (`--phases`), e.g. `examples,coverage,fuzzing,stateful`.
+    pub phases: &'static str,
 }
 
 /// What one service's run found.
@@ -80,6 +82,7 @@ pub async fn run(
         ])
         .args(["--max-examples", &budget.max_examples.to_string()])
         .args(["--seed", &budget.seed.to_string()])
+        .args(["--phases", budget.phases])
         .args(["--report", "json", "--report-json-path"])
         .arg(&report)
         // Nothing is written into the repository (hypothesis keeps its files in the cwd).
