@@ -18,12 +18,13 @@ THREADS="${TEST_THREADS:-4}"
 
 cargo build --workspace --all-targets --locked
 
-# The official Python client, for the black-box test that drives a worker loop with it.
+# The official Python client, for the black-box test that drives a worker loop with it;
+# schemathesis, run from our OpenAPI documents by openapi::.
 VENV="${TCQ_VENV:-target/py-venv}"
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
-"$VENV/bin/pip" install --quiet --disable-pip-version-check taskcluster cfn-lint
+"$VENV/bin/pip" install --quiet --disable-pip-version-check taskcluster cfn-lint schemathesis==4.32.5
 export TCQ_PYTHON="$PWD/$VENV/bin/python"
 # The official npm client, for the object upload/download helpers' test (tests/node).
 command -v npm >/dev/null || { echo "npm is required (Node.js 18+)" >&2; exit 1; }

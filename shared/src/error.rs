@@ -37,6 +37,23 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
+    /// Every code, in status order.
+    pub const ALL: [ErrorCode; 13] = [
+        ErrorCode::MalformedPayload,
+        ErrorCode::InvalidRequestArguments,
+        ErrorCode::InputValidationError,
+        ErrorCode::InputError,
+        ErrorCode::AuthenticationFailed,
+        ErrorCode::InsufficientScopes,
+        ErrorCode::ResourceNotFound,
+        ErrorCode::NoMatchingMethod,
+        ErrorCode::RequestTimeout,
+        ErrorCode::RequestConflict,
+        ErrorCode::ResourceExpired,
+        ErrorCode::InputTooLarge,
+        ErrorCode::InternalServerError,
+    ];
+
     /// The HTTP status for this code.
     pub fn status(self) -> u16 {
         match self {
@@ -210,6 +227,7 @@ impl From<StoreError> for ApiError {
                 ErrorCode::InputTooLarge,
                 format!("The item is too large to store ({n} bytes; items are limited to 400 KB)"),
             ),
+            StoreError::BadCursor => ApiError::bad_argument("continuationToken is not valid"),
             other => ApiError::caused_by(other),
         }
     }

@@ -16,6 +16,7 @@ pub mod race;
 pub mod release;
 pub mod runtime_api;
 pub mod scheduler;
+pub mod schemathesis;
 pub mod shape;
 
 pub use shared::ids::new_slugid as slugid;

@@ -222,6 +222,17 @@ impl Function {
                     // The deployment's schemas and references (`shared::api::references`) are
                     // served by the smallest always-deployed function.
                     triggers.extend([Trigger::Prefix("/schemas"), Trigger::Prefix("/references")]);
+                    // So are the other services' OpenAPI documents (its own is under its prefix).
+                    triggers.extend(
+                        shared::api::SERVICES
+                            .iter()
+                            .filter(|s| s.name != service.name)
+                            .map(|s| Trigger::Route {
+                                verb: Verb::Get,
+                                path: shared::api::openapi::path(s),
+                                timeout_ms: None,
+                            }),
+                    );
                 }
                 base(what, 15, 256, needs, triggers)
             }

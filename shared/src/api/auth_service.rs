@@ -1,7 +1,9 @@
 //! The auth service's endpoints (`/api/auth/v1/`): small and rarely called, so one Lambda
 //! function serves all of them. The [`crate::auth::AuthService`] does the work.
 
-use super::declare::{Access, Call, Endpoint, Functions, Need, Reply, Service, Verb};
+use super::declare::{
+    Access, Call, Endpoint, Functions, Need, Reply, Service, Success, Verb, PAGED,
+};
 use super::endpoints::monitoring;
 use super::Api;
 use crate::auth::{Outcome, Realm, RequestFacts};
@@ -26,6 +28,7 @@ pub static ENDPOINTS: &[Endpoint] = &[
     )
     .title("Clients, by clientId")
     .output("list-clients-response")
+    .query(&["prefix", "continuationToken", "limit"])
     .needs(READ),
     Endpoint::new(
         "client",
@@ -92,6 +95,7 @@ pub static ENDPOINTS: &[Endpoint] = &[
     )
     .title("Delete a client")
     .scopes(Template::Scope("auth:delete-client:<clientId>"))
+    .success(Success::NoContent)
     .needs(WRITE),
     Endpoint::new("listRoles", Verb::Get, "/roles/", handler!(list_roles))
         .title("Every role")
@@ -105,10 +109,12 @@ pub static ENDPOINTS: &[Endpoint] = &[
     )
     .title("Every roleId, a page at a time")
     .output("list-role-ids-response")
+    .query(PAGED)
     .needs(READ),
     Endpoint::new("listRoles2", Verb::Get, "/roles2/", handler!(list_roles2))
         .title("Every role, a page at a time")
         .output("list-roles2-response")
+        .query(PAGED)
         .needs(READ),
     Endpoint::new("role", Verb::Get, "/roles/<*roleId>", handler!(role))
         .title("A role")
@@ -140,6 +146,7 @@ pub static ENDPOINTS: &[Endpoint] = &[
     )
     .title("Delete a role")
     .scopes(Template::Scope("auth:delete-role:<roleId>"))
+    .success(Success::NoContent)
     .needs(WRITE),
     Endpoint::new(
         "expandScopes",
@@ -215,7 +222,7 @@ fn granting(call: &Call, name: &'static str) -> Params {
 }
 
 async fn list_clients(api: &Api, call: &mut Call) -> ApiResult<Reply> {
-    let prefix = call.query.get("prefix").map(String::as_str);
+    let prefix = call.query_arg("prefix");
     Reply::ok(api.auth.list_clients(prefix, &call.page()?).await?)
 }
 

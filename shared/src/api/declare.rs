@@ -5,7 +5,7 @@
 
 use super::caller::Caller;
 use super::Api;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::ids::{parse_run_id, TaskId, TaskQueueId};
 use crate::page::{PageReq, MAX_PAGE};
 use crate::scopes::{Params, ScopeExpr, Template};
@@ -95,6 +95,36 @@ pub enum Authn {
     TestClient,
 }
 
+/// What a successful call answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Success {
+    /// 200, with the output schema's body.
+    Ok,
+    /// 204, no body.
+    NoContent,
+    /// 303 to where the bytes are (`Location`), the body saying the same.
+    Redirect,
+    /// [`Success::Redirect`], or for an error artifact `424` with `{reason, message}` (as
+    /// upstream's getArtifact).
+    ArtifactRedirect,
+}
+
+impl Success {
+    /// True if a reply with `status` is this kind of success (an error has status ≥ 400,
+    /// except an error artifact's 424).
+    pub fn allows(self, status: u16) -> bool {
+        match self {
+            Success::Ok => status == 200,
+            Success::NoContent => status == 204,
+            Success::Redirect => status == 303,
+            Success::ArtifactRedirect => status == 303 || status == 424,
+        }
+    }
+}
+
+/// The query arguments of a paged listing.
+pub const PAGED: &[&str] = &["continuationToken", "limit"];
+
 /// One endpoint's declaration.
 #[derive(Clone, Copy)]
 pub struct Endpoint {
@@ -113,6 +143,13 @@ pub struct Endpoint {
     pub input: Option<&'static str>,
     /// Output schema name.
     pub output: Option<&'static str>,
+    /// The query arguments its handler reads ([`Call::query_arg`]).
+    pub query: &'static [&'static str],
+    /// What a successful call answers.
+    pub success: Success,
+    /// Error codes it may answer besides those every endpoint of its shape may (see
+    /// [`Endpoint::error_codes`]).
+    pub errors: &'static [ErrorCode],
     /// What its function needs in AWS.
     pub needs: &'static [Need],
     /// How callers authenticate.
@@ -148,6 +185,9 @@ impl Endpoint {
             scopes: Scopes::None,
             input: None,
             output: None,
+            query: &[],
+            success: Success::Ok,
+            errors: &[],
             needs: &[],
             authn: Authn::Deployment,
             handler,
@@ -191,6 +231,21 @@ impl Endpoint {
         }
     }
 
+    /// The query arguments its handler reads.
+    pub const fn query(self, query: &'static [&'static str]) -> Self {
+        Endpoint { query, ..self }
+    }
+
+    /// What it answers when it succeeds.
+    pub const fn success(self, success: Success) -> Self {
+        Endpoint { success, ..self }
+    }
+
+    /// Error codes it may answer besides the usual ones.
+    pub const fn errors(self, errors: &'static [ErrorCode]) -> Self {
+        Endpoint { errors, ..self }
+    }
+
     /// What its function needs in AWS.
     pub const fn needs(self, needs: &'static [Need]) -> Self {
         Endpoint { needs, ..self }
@@ -202,6 +257,38 @@ impl Endpoint {
             authn: Authn::TestClient,
             ..self
         }
+    }
+
+    /// Every error code it may answer: a body that is not JSON, a bad parameter or query
+    /// argument, a body over the limit or bad credentials, anywhere; missing scopes where it
+    /// requires some; a missing resource where the route names one; a conflict where it
+    /// changes something; and those it declares.
+    pub fn error_codes(&self) -> Vec<ErrorCode> {
+        let mut out = vec![
+            ErrorCode::MalformedPayload,
+            ErrorCode::InvalidRequestArguments,
+            ErrorCode::InputError,
+            ErrorCode::AuthenticationFailed,
+            ErrorCode::InputTooLarge,
+        ];
+        if self.input.is_some() {
+            out.push(ErrorCode::InputValidationError);
+        }
+        if !matches!(self.scopes, Scopes::None) {
+            out.push(ErrorCode::InsufficientScopes);
+        }
+        if self.route.contains('<') {
+            out.push(ErrorCode::ResourceNotFound);
+        }
+        if self.verb != Verb::Get {
+            out.push(ErrorCode::RequestConflict);
+        }
+        for c in self.errors {
+            if !out.contains(c) {
+                out.push(*c);
+            }
+        }
+        out
     }
 }
 
@@ -308,8 +395,8 @@ pub struct Call {
     pub endpoint: &'static Endpoint,
     /// Decoded URL parameters by name.
     pub(super) params: HashMap<&'static str, String>,
-    /// Query arguments.
-    pub query: HashMap<String, String>,
+    /// Query arguments (read through [`Call::query_arg`]).
+    pub(super) query: HashMap<String, String>,
     /// The validated body (or `{}`).
     pub body: Value,
     /// The authenticated caller.
@@ -349,6 +436,17 @@ impl Call {
         TaskQueueId::parse(self.param("taskQueueId"))
     }
 
+    /// The query argument `name`, which the endpoint must declare (its OpenAPI document lists
+    /// the declared ones): reading an undeclared one is a bug, caught in debug builds.
+    pub fn query_arg(&self, name: &str) -> Option<&str> {
+        debug_assert!(
+            self.endpoint.query.contains(&name),
+            "{} reads the undeclared query argument {name}",
+            self.endpoint.name
+        );
+        self.query.get(name).map(String::as_str)
+    }
+
     /// A string field of the body (`""` if absent).
     pub fn body_str(&self, key: &str) -> &str {
         self.body[key].as_str().unwrap_or_default()
@@ -357,7 +455,7 @@ impl Call {
     /// The `limit` (digits only; at most [`MAX_PAGE`]) and `continuationToken` query
     /// arguments of a listing.
     pub fn page(&self) -> ApiResult<PageReq> {
-        let limit = match self.query.get("limit") {
+        let limit = match self.query_arg("limit") {
             None => MAX_PAGE,
             Some(l) if !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit()) => {
                 l.parse::<usize>().unwrap_or(MAX_PAGE).clamp(1, MAX_PAGE)
@@ -371,10 +469,9 @@ impl Call {
         Ok(PageReq {
             limit,
             token: self
-                .query
-                .get("continuationToken")
+                .query_arg("continuationToken")
                 .filter(|t| !t.is_empty())
-                .cloned(),
+                .map(String::from),
         })
     }
 

@@ -17,6 +17,7 @@ pub mod caller;
 pub mod declare;
 pub mod endpoints;
 pub mod object_service;
+pub mod openapi;
 pub mod references;
 pub mod router;
 pub mod scheduler;
@@ -166,9 +167,7 @@ impl Api {
                 body: vec![],
             };
         }
-        if req.method == Method::GET
-            && (req.path.starts_with("/schemas/") || req.path.starts_with("/references/"))
-        {
+        if req.method == Method::GET && references::is_document_path(&req.path) {
             return match references::document(&req.path, &root_url(&req.headers)) {
                 Some(doc) => {
                     let mut r = ApiResponse::json(200, &doc);
@@ -259,6 +258,12 @@ impl Api {
             authorized: false,
         };
         let reply = (endpoint.handler)(self, &mut call).await?;
+        if !endpoint.success.allows(reply.status) {
+            return Err(ApiError::internal(format!(
+                "{} answered {}, which it does not declare",
+                endpoint.name, reply.status
+            )));
+        }
         if !call.authorized && !matches!(endpoint.scopes, Scopes::None) {
             return Err(ApiError::internal(format!(
                 "{} answered without checking its scopes",

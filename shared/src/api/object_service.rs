@@ -3,10 +3,10 @@
 //! downloads with `startDownload` (`getUrl` or `simple`), `object` metadata and `download`.
 //! One Lambda function each. The queue's object artifacts are objects of this service.
 
-use super::declare::{Access, Call, Endpoint, Functions, Need, Reply, Service, Verb};
+use super::declare::{Access, Call, Endpoint, Functions, Need, Reply, Service, Success, Verb};
 use super::endpoints::monitoring;
 use super::Api;
-use crate::error::ApiResult;
+use crate::error::{ApiResult, ErrorCode};
 use crate::handler;
 use crate::queue::objects::Accept;
 use crate::records::artifact::ARTIFACTS;
@@ -62,6 +62,7 @@ pub static ENDPOINTS: &[Endpoint] = &[
     .scopes(DOWNLOAD_SCOPES)
     .input("object-start-download-request")
     .output("object-start-download-response")
+    .errors(&[ErrorCode::NoMatchingMethod])
     .needs(DOWNLOAD_OBJECTS),
     Endpoint::new("object", Verb::Get, "/metadata/<*name>", handler!(metadata))
         .title("An object's project, expiry and hashes")
@@ -76,6 +77,7 @@ pub static ENDPOINTS: &[Endpoint] = &[
     )
     .title("Redirect to an object's bytes")
     .scopes(DOWNLOAD_SCOPES)
+    .success(Success::Redirect)
     .needs(DOWNLOAD_OBJECTS),
 ];
 

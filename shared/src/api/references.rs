@@ -2,9 +2,10 @@
 //! that read references and schemas work: `/schemas/<service>/v1/<name>.json` (each schema
 //! with `$id` set to that URL), `/references/<service>/v1/api.json` (generated from the
 //! endpoint declarations), `/references/<service>/v1/exchanges.json` (from the exchange
-//! definitions of [`crate::routing`]) and `/references/manifest.json` listing them.
+//! definitions of [`crate::routing`]), `/references/manifest.json` listing them, and each
+//! service's OpenAPI document at `/api/<service>/v1/openapi.json` ([`super::openapi`]).
 
-use super::declare::{Scopes, Service, Verb};
+use super::declare::{Scopes, Service};
 use crate::routing::{
     DEFAULT_EXCHANGE_PREFIX, EXCHANGES, SCHEDULER_EXCHANGES, SCHEDULER_EXCHANGE_PREFIX,
 };
@@ -17,6 +18,16 @@ fn exchanges_of(service: &str) -> Option<(&'static str, &'static [&'static str])
         "scheduler" => Some((SCHEDULER_EXCHANGE_PREFIX, &SCHEDULER_EXCHANGES)),
         _ => None,
     }
+}
+
+/// True if `path` is where a published document would be (answered to anyone, before any
+/// route is matched).
+pub fn is_document_path(path: &str) -> bool {
+    path.starts_with("/schemas/")
+        || path.starts_with("/references/")
+        || super::SERVICES
+            .iter()
+            .any(|s| path == super::openapi::path(s))
 }
 
 /// The document at `path` (under the root URL), for a deployment at `root_url`; `None` if
@@ -33,6 +44,12 @@ pub fn document(path: &str, root_url: &str) -> Option<Value> {
         let mut doc = crate::schema::document(name)?;
         doc["$id"] = json!(format!("{root}/schemas/{service}/v1/{name}.json#"));
         return Some(doc);
+    }
+    if let Some(svc) = super::SERVICES
+        .iter()
+        .find(|s| path == super::openapi::path(s))
+    {
+        return Some(super::openapi::document(svc, root));
     }
     let rest = path.strip_prefix("/references/")?;
     let (service, file) = rest.split_once("/v1/")?;
@@ -55,8 +72,8 @@ fn manifest() -> Value {
     json!({ "$schema": "/schemas/common/manifest-v3.json#", "references": refs })
 }
 
-/// `<param>` for every `<param>` and `<*param>` of a route.
-fn route_and_args(route: &str) -> (String, Vec<String>) {
+/// `<param>` for every `<param>` and `<*param>` of a route, and the parameters' names.
+pub(super) fn route_and_args(route: &str) -> (String, Vec<String>) {
     let mut args = vec![];
     let segs: Vec<String> = route
         .split('/')
@@ -91,8 +108,8 @@ pub fn api(service: &Service) -> Value {
                 "title": e.title,
                 "description": e.title,
             });
-            if e.verb == Verb::Get && e.output.is_some_and(|o| o.starts_with("list")) {
-                entry["query"] = json!(["continuationToken", "limit"]);
+            if !e.query.is_empty() {
+                entry["query"] = json!(e.query);
             }
             match &e.scopes {
                 Scopes::Template(t) => entry["scopes"] = t.to_json(),

@@ -147,8 +147,10 @@ pub enum Realm {
     Tester(Vec<String>),
 }
 
+/// A store failure as the API answers it: internal, but for what a client's input caused (a
+/// made-up continuation token, an item over the size limit).
 fn store_err(e: StoreError) -> ApiError {
-    ApiError::internal(e)
+    ApiError::from(e)
 }
 
 /// The parsed `ext` of a signature.
@@ -561,6 +563,13 @@ impl AuthService {
     /// by clientId; static clients are paged with the stored ones, as upstream pages all
     /// clients alike.
     pub async fn list_clients(&self, prefix: Option<&str>, page: &PageReq) -> ApiResult<Value> {
+        if let Some(p) = prefix.filter(|p| p.len() > crate::store::MAX_KEY_PART_BYTES) {
+            return Err(ApiError::bad_argument(format!(
+                "prefix is {} bytes long, more than {}",
+                p.len(),
+                crate::store::MAX_KEY_PART_BYTES
+            )));
+        }
         let after = page.token.as_deref().map(decode_token).transpose()?;
         let after_id = after.as_ref().map(|c| c.0.clone());
         let range = SkRange {

@@ -8,7 +8,7 @@
 use super::artifact::ARTIFACT_EXPIRY;
 use crate::error::{ApiError, ApiResult};
 use crate::store::shard::{shard_of, shard_pk, time_key};
-use crate::store::{IndexEntry, Item};
+use crate::store::{IndexEntry, Item, MAX_KEY_PART_BYTES};
 use crate::time::{Ts, DAY};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -135,6 +135,12 @@ pub fn check_name(name: &str) -> ApiResult<()> {
     if name.is_empty() || !name.bytes().all(|b| (0x20..0x7f).contains(&b)) {
         return Err(ApiError::bad_argument(format!(
             "object name {name:?} must match ^[\\x20-\\x7e]+$"
+        )));
+    }
+    if name.len() > MAX_KEY_PART_BYTES {
+        return Err(ApiError::bad_argument(format!(
+            "object name is {} bytes long, more than {MAX_KEY_PART_BYTES}",
+            name.len()
         )));
     }
     Ok(())

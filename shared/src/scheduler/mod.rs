@@ -190,8 +190,8 @@ impl Scheduler {
     /// taskGroupId and the graph's route set.
     fn task_definition(&self, graph: &GraphRecord, e: &Entry) -> ApiResult<Value> {
         let mut task = e.task.clone();
-        substitute(&mut task, &|label| Some(graph.task_id(label)))
-            .map_err(ApiError::bad_argument)?;
+        // A rule on the body, not a URL argument: InputError.
+        substitute(&mut task, &|label| Some(graph.task_id(label))).map_err(ApiError::input)?;
         let Some(m) = task.as_object_mut() else {
             return Err(ApiError::input(format!(
                 "task {:?}: task must be an object",

@@ -120,7 +120,7 @@ pub fn parse_entries(tasks: &Value, known: &dyn Fn(&str) -> bool) -> ApiResult<V
         subs_labels(&node["task"], &mut named);
         for r in requires.iter().chain(named.iter()) {
             if !map.contains_key(r) && !known(r) {
-                return Err(ApiError::bad_argument(format!(
+                return Err(ApiError::input(format!(
                     "task {label:?} names unknown label {r:?}"
                 )));
             }
@@ -172,7 +172,7 @@ fn check_acyclic(entries: &[Entry]) -> ApiResult<()> {
             .filter(|&i| indegree[i] > 0)
             .map(|i| entries[i].label.as_str())
             .collect();
-        return Err(ApiError::bad_argument(format!(
+        return Err(ApiError::input(format!(
             "requires forms a cycle among {stuck:?}"
         )));
     }

@@ -280,6 +280,24 @@ pub async fn partition_queries_page_in_order(s: &dyn Store) {
     let sks: Vec<_> = p2.items.iter().map(|i| i.sk.as_str()).collect();
     assert_eq!(sks, ["k3", "k4"]);
     assert!(p2.next.is_none(), "the last page has no continuation");
+    // A made-up continuation point is refused, not passed on (DynamoDB refuses it itself).
+    let long = "k".repeat(1025);
+    for bad in [
+        (String::new(), String::new(), String::new()),
+        ("k1".to_string(), "q2".to_string(), "k1".to_string()),
+        (long.clone(), "q".to_string(), long),
+        // Outside the range's prefix, and past its upper bound.
+        ("other".to_string(), "q".to_string(), "other".to_string()),
+        ("k5".to_string(), "q".to_string(), "k5".to_string()),
+    ] {
+        let got = s.query(T, "q", &range, Some(&bad), 2).await;
+        assert!(matches!(got, Err(StoreError::BadCursor)), "{bad:?}");
+        let got = s.query_index(T, IDX, "red", &range, Some(&bad), 2).await;
+        assert!(
+            matches!(got, Err(StoreError::BadCursor)) || bad.1 == "q2",
+            "{bad:?}"
+        );
+    }
 }
 
 /// Index entries appear, move and disappear with their item (eventually).

@@ -421,6 +421,7 @@ impl DynamoStore {
         count_only: bool,
         consistent: bool,
     ) -> Result<(Page, u64), StoreError> {
+        super::check_cursor(index.is_some(), pk, range, after)?;
         let (pk_attr, sk_attr) = match index {
             Some(i) => (format!("{i}_pk"), format!("{i}_sk")),
             None => ("pk".to_string(), "sk".to_string()),

@@ -29,6 +29,12 @@ pub const MAX_BATCH_GET: usize = 100;
 /// DynamoDB's item size limit (400 KB).
 pub const MAX_ITEM_BYTES: usize = 400 * 1024;
 
+/// The longest string a caller names that becomes part of a key (an artifact or object name,
+/// a clientId, a roleId, a clientId prefix): DynamoDB's sort keys and S3's object keys hold at
+/// most 1,024 bytes, the key's other parts included. Longer is refused as bad input, on every
+/// backend alike (DynamoDB would refuse the read or write itself, a 500).
+pub const MAX_KEY_PART_BYTES: usize = 900;
+
 /// One entry of a sparse secondary index, derived from the item by the domain's key module.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexEntry {
@@ -157,6 +163,9 @@ pub enum StoreError {
     /// The item is larger than [`MAX_ITEM_BYTES`].
     #[error("item of {0} bytes exceeds the 400 KB item limit")]
     ItemTooLarge(usize),
+    /// A page's start that no page of the query could have ended at ([`check_cursor`]).
+    #[error("the continuation point does not belong to this query")]
+    BadCursor,
     /// The request breaks a rule of the API (too many items, same item twice, ...).
     #[error("invalid store request: {0}")]
     Validation(String),
@@ -195,6 +204,39 @@ pub struct SkRange {
 
 /// Where a page starts: strictly after this (index sk, item pk, item sk).
 pub type Cursor = (String, String, String);
+
+/// Refuses a cursor that no page of partition `pk` (of an index when `index`) in `range`
+/// could have ended at: a key part empty or longer than DynamoDB allows (1,024 bytes for a
+/// sort key, 2,048 for a partition key), a base-table cursor of another partition, or a sort
+/// key outside the range. Cursors come back from clients as continuation tokens, which they
+/// may make up or send with another query (listClients with another prefix); DynamoDB
+/// refuses such a start key (a 500 before this), and every adapter checks alike.
+pub fn check_cursor(
+    index: bool,
+    pk: &str,
+    range: &SkRange,
+    after: Option<&Cursor>,
+) -> Result<(), StoreError> {
+    let Some((isk, item_pk, item_sk)) = after else {
+        return Ok(());
+    };
+    let fits = |s: &str, max: usize| !s.is_empty() && s.len() <= max;
+    let key = if index { isk } else { item_sk };
+    let ok = fits(item_pk, 2048)
+        && fits(item_sk, 1024)
+        && fits(key, 1024)
+        && (index || item_pk == pk)
+        && range
+            .prefix
+            .as_ref()
+            .is_none_or(|p| key.starts_with(p.as_str()))
+        && range.upto.as_ref().is_none_or(|u| key <= u);
+    if ok {
+        Ok(())
+    } else {
+        Err(StoreError::BadCursor)
+    }
+}
 
 /// One page of results.
 #[derive(Debug, Clone, Default)]

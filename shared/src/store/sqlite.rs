@@ -355,6 +355,7 @@ impl Store for SqliteStore {
         after: Option<&Cursor>,
         limit: usize,
     ) -> Result<Page, StoreError> {
+        super::check_cursor(false, pk, range, after)?;
         let pk = pk.to_string();
         // The base table's cursor is (sk, pk, sk); only the first part matters.
         let (cond, args) = range_sql("sk", range, after, ("pk", "sk"));
@@ -396,6 +397,7 @@ impl Store for SqliteStore {
         after: Option<&Cursor>,
         limit: usize,
     ) -> Result<Page, StoreError> {
+        super::check_cursor(true, pk, range, after)?;
         let ipk = pk.to_string();
         let (cond, args) = range_sql("x.isk", range, after, ("x.pk", "x.sk"));
         self.read(move |c| {

@@ -1240,6 +1240,33 @@ fn every_route_reaches_its_own_function_encoded_or_decoded() {
     }
 }
 
+/// The published documents (schemas, references, every service's OpenAPI document) reach
+/// the auth function, which serves them whatever its route; no endpoint's route takes them.
+#[test]
+fn published_documents_reach_the_auth_function() {
+    let t = template();
+    let keys = route_keys(&t);
+    let auth = function_id("auth");
+    let mut paths = vec![
+        "/schemas/queue/v1/task-status-response.json".to_string(),
+        "/references/manifest.json".to_string(),
+        "/references/scheduler/v1/api.json".to_string(),
+    ];
+    paths.extend(SERVICES.iter().map(|s| shared::api::openapi::path(s)));
+    for path in &paths {
+        assert_eq!(
+            gateway_select(&keys, "GET", path),
+            Some(auth.as_str()),
+            "GET {path}"
+        );
+        assert!(
+            find(&lambda_http::http::Method::GET, path).is_none(),
+            "{path} is a route"
+        );
+        assert!(shared::api::references::is_document_path(path), "{path}");
+    }
+}
+
 #[test]
 fn every_function_has_a_handler_in_the_binary() {
     let t = template();
@@ -1536,6 +1563,31 @@ async fn a_decoded_gateway_path_is_served_as_the_client_signed_it() {
     assert_eq!(api.handle(only, raw.clone()).await.status, 401);
     raw.path = encoded;
     assert_eq!(api.handle(only, raw).await.status, 200);
+
+    // The auth function serves every service's OpenAPI document, whatever its route.
+    let auth = Serves::Service(&shared::api::auth_service::AUTH);
+    for service in SERVICES {
+        let path = shared::api::openapi::path(service);
+        let event = decoded_gateway_event("GET", &path, &format!("GET {path}"));
+        let request = lambda_http::request::from_str(&event.to_string()).expect("v2 event");
+        let reply = functions::lambda::http::handle(&api, auth, request).await;
+        let body: Value = serde_json::from_slice(reply.body().as_ref()).expect("JSON");
+        assert_eq!(reply.status(), 200, "{path}: {body}");
+        assert_eq!(
+            body["paths"]["/ping"]["get"]["operationId"], "ping",
+            "{path}"
+        );
+    }
+}
+
+/// The JSON body of a function's reply to `event`, which must be a 200.
+async fn answer_200(api: &blackbox::runtime_api::RuntimeApi, event: Value, what: &str) -> Value {
+    let reply = api
+        .invoke(event, std::time::Duration::from_secs(30))
+        .await
+        .unwrap_or_else(|e| panic!("{what} not answered: {e:?}"));
+    assert_eq!(reply["statusCode"], 200, "{what}: {reply}");
+    serde_json::from_str(reply["body"].as_str().unwrap_or_default()).expect("JSON body")
 }
 
 /// The multi-call binary itself, as Lambda runs it (`_HANDLER` from the template), against
@@ -1547,7 +1599,6 @@ async fn the_lambda_binary_serves_what_its_handler_names() {
         return;
     }
     use blackbox::runtime_api::{localstack_tables, start_function, RuntimeApi};
-    use std::time::Duration;
     let prefix = localstack_tables("mc", false).await;
     let tq = blackbox::task_queue_id();
 
@@ -1559,13 +1610,7 @@ async fn the_lambda_binary_serves_what_its_handler_names() {
         &encoded,
         &format!("GET {PREFIX}/pending/{{taskQueueId+}}"),
     );
-    let reply = api
-        .invoke(event, Duration::from_secs(30))
-        .await
-        .expect("pendingTasks answered");
-    assert_eq!(reply["statusCode"], 200, "{reply}");
-    let body: Value =
-        serde_json::from_str(reply["body"].as_str().unwrap_or_default()).expect("JSON body");
+    let body = answer_200(&api, event, "pendingTasks").await;
     assert_eq!(body["taskQueueId"], tq.as_str());
     f.kill().ok();
 
@@ -1576,14 +1621,14 @@ async fn the_lambda_binary_serves_what_its_handler_names() {
         &format!("{AUTH_PREFIX}/clients/static%2Ftaskcluster%2Froot"),
         &format!("ANY {AUTH_PREFIX}/{{proxy+}}"),
     );
-    let reply = api
-        .invoke(event, Duration::from_secs(30))
-        .await
-        .expect("client answered");
-    assert_eq!(reply["statusCode"], 200, "{reply}");
-    let body: Value =
-        serde_json::from_str(reply["body"].as_str().unwrap_or_default()).expect("JSON body");
+    let body = answer_200(&api, event, "client").await;
     assert_eq!(body["clientId"], "static/taskcluster/root");
+    // The same function serves the other services' OpenAPI documents, on their own routes.
+    let path = format!("{PREFIX}/openapi.json");
+    let event = decoded_gateway_event("GET", &path, &format!("GET {path}"));
+    let body = answer_200(&api, event, "openapi.json").await;
+    assert_eq!(body["openapi"], "3.1.0");
+    assert_eq!(body["info"]["title"], "The queue service");
     f.kill().ok();
 }
 

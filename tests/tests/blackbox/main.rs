@@ -27,6 +27,7 @@ mod legacy;
 mod lifecycle;
 mod localstack_store;
 mod objects;
+mod openapi;
 mod priority;
 mod publisher_lambda;
 mod queues;

@@ -751,11 +751,8 @@ async fn extending_a_running_graph_adds_tasks_that_run_in_order() {
     expect_error(&s.extend(&gid, &a_changed).await, 409, "RequestConflict");
     // Unknown labels and unknown graphs.
     let unknown = json!({"tasks": {"E": node(&["nope"], 0, graph_task(&tq, "E"))}});
-    expect_error(
-        &s.extend(&gid, &unknown).await,
-        400,
-        "InvalidRequestArguments",
-    );
+    // Rules on the body: InputError (InvalidRequestArguments is for URL arguments).
+    expect_error(&s.extend(&gid, &unknown).await, 400, "InputError");
     expect_error(
         &s.extend(&slugid(), &extension).await,
         404,
@@ -941,7 +938,7 @@ async fn invalid_graphs_are_rejected_and_create_nothing() {
                 "B": node(&["A", "nope"], 0, t("B")),
             }}),
             400,
-            Some("InvalidRequestArguments"),
+            Some("InputError"),
         ),
         (
             "unknown label in $subs",
@@ -950,7 +947,7 @@ async fn invalid_graphs_are_rejected_and_create_nothing() {
                 "B": node(&[], 0, t("B")),
             }}),
             400,
-            Some("InvalidRequestArguments"),
+            Some("InputError"),
         ),
         (
             "a cycle of two",
@@ -960,7 +957,7 @@ async fn invalid_graphs_are_rejected_and_create_nothing() {
                 "C": node(&[], 0, t("C")),
             }}),
             400,
-            Some("InvalidRequestArguments"),
+            Some("InputError"),
         ),
         (
             "a cycle of three",
@@ -971,13 +968,13 @@ async fn invalid_graphs_are_rejected_and_create_nothing() {
                 "D": node(&[], 0, t("D")),
             }}),
             400,
-            Some("InvalidRequestArguments"),
+            Some("InputError"),
         ),
         (
             "a task requiring itself",
             json!({"tasks": {"A": node(&["A"], 0, t("A"))}}),
             400,
-            Some("InvalidRequestArguments"),
+            Some("InputError"),
         ),
         (
             "reruns 101",

@@ -866,3 +866,205 @@ async fn routes_answer_with_or_without_a_trailing_slash() {
         assert_eq!(status, 200, "{path}");
     }
 }
+
+/// Names and ids that become part of a key are at most `MAX_KEY_PART_BYTES` (900) bytes: an
+/// artifact or object name, a clientId, a roleId, listClients' prefix. Longer ones are 400
+/// InvalidRequestArguments on every backend; on DynamoDB they were a 500 (its sort keys hold
+/// 1,024 bytes), found by reasoning over schemathesis's long names. The longest accepted works
+/// end to end, also on DynamoDB.
+#[tokio::test(flavor = "multi_thread")]
+async fn names_and_ids_longer_than_a_key_holds_are_400_not_500() {
+    let app = spawn_app().await;
+    let max = shared::store::MAX_KEY_PART_BYTES;
+    let tq = task_queue_id();
+    let id = create(&app, &task_def(&tq)).await;
+    claim_one(&app, &tq, "grp", "wkr").await;
+    let s3 = json!({ "storageType": "s3", "expires": ts(3_600_000), "contentType": "text/plain" });
+    let longest = format!("public/{}", "n".repeat(max - "public/".len()));
+    let too_long = format!("{longest}x");
+    let artifact = |name: &str| format!("/task/{id}/runs/0/artifacts/{}", name.replace('/', "%2F"));
+    let got = raw(&app, "POST", &artifact(&longest), Some(&s3)).await;
+    assert_eq!(got.0, 200, "{:#}", got.1);
+    assert!(got.1["putUrl"].is_string(), "{:#}", got.1);
+    let got = raw(
+        &app,
+        "GET",
+        &format!(
+            "/task/{id}/runs/0/artifact-info/{}",
+            longest.replace('/', "%2F")
+        ),
+        None,
+    )
+    .await;
+    assert_eq!(got.0, 200, "{:#}", got.1);
+    for (method, path) in [
+        ("POST", artifact(&too_long)),
+        ("GET", artifact(&too_long)),
+        ("GET", format!("/task/{id}/artifact-info/{too_long}")),
+    ] {
+        let body = (method == "POST").then_some(&s3);
+        let got = raw(&app, method, &path, body).await;
+        let message = assert_error(&got, 400, "InvalidRequestArguments");
+        assert!(message.contains("more than 900"), "{message}");
+    }
+    // A link to an over-long name.
+    let link = json!({ "storageType": "link", "expires": ts(3_600_000), "contentType": "text/plain", "artifact": too_long });
+    let got = raw(&app, "POST", &artifact("public/link"), Some(&link)).await;
+    assert_error(&got, 400, "InvalidRequestArguments");
+
+    let root = app.root_url();
+    let long_id = "i".repeat(max + 1);
+    for path in [
+        format!("/api/auth/v1/clients/{long_id}"),
+        format!("/api/auth/v1/roles/{long_id}"),
+        format!("/api/auth/v1/clients/?prefix={long_id}"),
+        format!("/api/object/v1/metadata/{long_id}"),
+        format!("/api/object/v1/download/{long_id}"),
+    ] {
+        let got = raw_url(&format!("{root}{path}"), "GET", None, None).await;
+        let message = assert_error(&got, 400, "InvalidRequestArguments");
+        assert!(message.contains("more than 900"), "{path}: {message}");
+    }
+    // The longest clientId is a client like any other.
+    let longest_id = "c".repeat(max);
+    let body = json!({ "description": "long", "expires": ts(3_600_000), "scopes": [] });
+    let got = raw_url(
+        &format!("{root}/api/auth/v1/clients/{longest_id}"),
+        "PUT",
+        Some("application/json"),
+        Some(body.to_string().into_bytes()),
+    )
+    .await;
+    assert_eq!(got.0, 200, "{:#}", got.1);
+    let got = raw_url(
+        &format!("{root}/api/auth/v1/clients/{longest_id}"),
+        "GET",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (got.0, got.1["clientId"].as_str()),
+        (200, Some(longest_id.as_str()))
+    );
+}
+
+/// A continuation token is the client's to send back, so it may be made up: one that decodes
+/// to a start no page of the listing could have ended at (an empty or over-long key, another
+/// partition) is 400 InvalidRequestArguments on every backend wherever the store pages the
+/// listing. DynamoDB refused such a start key itself, a 500; and listClients answered 500 on
+/// every backend once the store refused it (the auth service took any store failure for an
+/// internal one).
+#[tokio::test(flavor = "multi_thread")]
+async fn made_up_continuation_tokens_are_400_not_500() {
+    let app = spawn_app().await;
+    let tq = task_queue_id();
+    let id = create(&app, &task_def(&tq)).await;
+    let group = status(&app, &id).await["taskGroupId"]
+        .as_str()
+        .expect("taskGroupId")
+        .to_string();
+    let long = "k".repeat(1025);
+    let s = |v: &str| v.to_string();
+    let tokens = [
+        shared::page::encode_token(&(s(""), s(""), s(""))),
+        shared::page::encode_token(&(s("a"), s("another-partition"), s("a"))),
+        shared::page::encode_token(&(long.clone(), long.clone(), long)),
+    ];
+    let pending = format!(
+        "/api/queue/v1/task-queues/{}/pending",
+        tq.replace('/', "%2F")
+    );
+    let by_the_store = [
+        format!("/api/queue/v1/task-group/{group}/list"),
+        format!("/api/queue/v1/task/{id}/dependents"),
+        format!("/api/queue/v1/task/{id}/runs/0/artifacts"),
+        "/api/queue/v1/task-queues".to_string(),
+        "/api/auth/v1/clients/".to_string(),
+        pending.clone(),
+    ];
+    // Paged in memory (the whole listing read first): any token is harmless.
+    let in_memory = ["/api/queue/v1/provisioners", "/api/auth/v1/roleids/"];
+    let root = app.root_url();
+    for (i, token) in tokens.iter().enumerate() {
+        for path in by_the_store.iter().map(String::as_str).chain(in_memory) {
+            let url = format!("{root}{path}?continuationToken={token}");
+            let got = raw_url(&url, "GET", None, None).await;
+            // An index's cursor may name an item of another partition (the second token).
+            if in_memory.contains(&path) || (i == 1 && path == pending) {
+                assert_eq!(got.0, 200, "{path} {token}: {:#}", got.1);
+                continue;
+            }
+            let message = assert_error(&got, 400, "InvalidRequestArguments");
+            assert!(
+                message.starts_with("continuationToken"),
+                "{path}: {message}"
+            );
+        }
+    }
+    // A real token sent with another query: listClients' next page under another prefix
+    // (schemathesis's stateful phase found this one on DynamoDB).
+    for n in 0..2 {
+        client_with(&app, &[format!("queue:ping:{n}")]).await;
+    }
+    let clients = format!("{root}/api/auth/v1/clients/");
+    let got = raw_url(
+        &format!("{clients}?prefix=test%2F&limit=1"),
+        "GET",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(got.0, 200, "{:#}", got.1);
+    let token = got.1["continuationToken"].as_str().expect("a next page");
+    let url = format!("{clients}?prefix=static%2F&limit=1&continuationToken={token}");
+    let got = raw_url(&url, "GET", None, None).await;
+    assert_error(&got, 400, "InvalidRequestArguments");
+}
+
+/// A contentType becomes a header (of the presigned PUT, of the download): printable ASCII
+/// only, refused by the schema (400 InputValidationError). On S3 a control or non-ASCII
+/// character made presigning fail, a 500 (schemathesis's stateful phase, createUpload on
+/// LocalStack).
+#[tokio::test(flavor = "multi_thread")]
+async fn content_types_that_cannot_be_headers_are_400_not_500() {
+    let app = spawn_app().await;
+    let tq = task_queue_id();
+    let id = create(&app, &task_def(&tq)).await;
+    claim_one(&app, &tq, "grp", "wkr").await;
+    let root = app.root_url();
+    let artifact = format!("/task/{id}/runs/0/artifacts/public%2Fct");
+    let s3 = |ct: &str| json!({ "storageType": "s3", "expires": ts(3_600_000), "contentType": ct });
+    for ct in ["text/\u{7f}plain", "tëxt/plain", "text/plain\r\nx-evil: 1"] {
+        let got = raw(&app, "POST", &artifact, Some(&s3(ct))).await;
+        // One of the storage types' shapes (oneOf): the message names the body.
+        assert_error(&got, 400, "InputValidationError");
+        for method in ["putUrl", "dataInline"] {
+            let mut upload = json!({
+                "projectId": "p", "uploadId": slugid(), "expires": ts(3_600_000),
+                "proposedUploadMethods": {},
+            });
+            upload["proposedUploadMethods"][method] = match method {
+                "putUrl" => json!({ "contentType": ct, "contentLength": 3 }),
+                _ => json!({ "contentType": ct, "objectData": "YWJj" }),
+            };
+            let url = format!("{root}/api/object/v1/upload/ct-{}", slugid());
+            let got = raw_url(
+                &url,
+                "PUT",
+                Some("application/json"),
+                Some(upload.to_string().into_bytes()),
+            )
+            .await;
+            assert_error(&got, 400, "InputValidationError");
+        }
+    }
+    let got = raw(
+        &app,
+        "POST",
+        &artifact,
+        Some(&s3("text/plain; charset=utf-8")),
+    )
+    .await;
+    assert_eq!(got.0, 200, "{:#}", got.1);
+}

@@ -2,9 +2,9 @@
 //! headers (`Location`, the storage type).
 
 use super::{DOWNLOAD_ARTIFACTS, READ_ARTIFACTS, WRITE_ARTIFACTS};
-use crate::api::declare::{Call, Endpoint, Reply, Verb};
+use crate::api::declare::{Call, Endpoint, Reply, Success, Verb, PAGED};
 use crate::api::Api;
-use crate::error::ApiResult;
+use crate::error::{ApiResult, ErrorCode};
 use crate::handler;
 use crate::ids::TaskId;
 use crate::queue::artifacts::Download;
@@ -44,6 +44,7 @@ pub static ENDPOINTS: &[Endpoint] = &[
     .title("Mark an object artifact present once its upload is finished")
     .scopes(CREATE_SCOPES)
     .input("finish-artifact-request")
+    .success(Success::NoContent)
     .needs(WRITE_ARTIFACTS),
     Endpoint::new(
         "getArtifact",
@@ -54,6 +55,8 @@ pub static ENDPOINTS: &[Endpoint] = &[
     .title("Redirect to an artifact's bytes")
     .scopes(GET_SCOPES)
     .output("get-artifact-response")
+    .success(Success::ArtifactRedirect)
+    .errors(&[ErrorCode::ResourceExpired])
     .needs(DOWNLOAD_ARTIFACTS),
     Endpoint::new(
         "getLatestArtifact",
@@ -64,6 +67,8 @@ pub static ENDPOINTS: &[Endpoint] = &[
     .title("Redirect to the bytes of an artifact of the latest run")
     .scopes(GET_SCOPES)
     .output("get-artifact-response")
+    .success(Success::ArtifactRedirect)
+    .errors(&[ErrorCode::ResourceExpired])
     .needs(DOWNLOAD_ARTIFACTS),
     Endpoint::new(
         "listArtifacts",
@@ -74,6 +79,7 @@ pub static ENDPOINTS: &[Endpoint] = &[
     .title("The artifacts of a run, in name order")
     .scopes(LIST_SCOPES)
     .output("list-artifacts-response")
+    .query(PAGED)
     .needs(READ_ARTIFACTS),
     Endpoint::new(
         "listLatestArtifacts",
@@ -84,6 +90,7 @@ pub static ENDPOINTS: &[Endpoint] = &[
     .title("The artifacts of the latest run, in name order")
     .scopes(LIST_LATEST_SCOPES)
     .output("list-artifacts-response")
+    .query(PAGED)
     .needs(READ_ARTIFACTS),
     Endpoint::new(
         "artifactInfo",
@@ -114,6 +121,7 @@ pub static ENDPOINTS: &[Endpoint] = &[
     .title("Where an artifact's bytes are")
     .scopes(GET_SCOPES)
     .output("artifact-content-response")
+    .errors(&[ErrorCode::ResourceExpired])
     .needs(DOWNLOAD_ARTIFACTS),
     Endpoint::new(
         "latestArtifact",
@@ -124,6 +132,7 @@ pub static ENDPOINTS: &[Endpoint] = &[
     .title("Where the bytes of an artifact of the latest run are")
     .scopes(GET_SCOPES)
     .output("artifact-content-response")
+    .errors(&[ErrorCode::ResourceExpired])
     .needs(DOWNLOAD_ARTIFACTS),
 ];
 

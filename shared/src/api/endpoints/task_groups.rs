@@ -1,7 +1,7 @@
 //! Task groups: read, list, seal, cancel, change priority.
 
 use super::{READ_GROUPS, WRITE_TASKS};
-use crate::api::declare::{Call, Endpoint, Reply, Verb};
+use crate::api::declare::{Call, Endpoint, Reply, Verb, PAGED};
 use crate::api::Api;
 use crate::error::{ApiError, ApiResult};
 use crate::handler;
@@ -34,6 +34,7 @@ pub static ENDPOINTS: &[Endpoint] = &[
     .title("The tasks of a task group, in taskId order")
     .scopes(LIST_SCOPES)
     .output("list-task-group-response")
+    .query(PAGED)
     .needs(READ_GROUPS),
     Endpoint::new(
         "sealTaskGroup",

@@ -1,7 +1,7 @@
 //! Task queues: what waits and what runs in each.
 
 use super::READ_TASKS;
-use crate::api::declare::{Call, Endpoint, Reply, Verb};
+use crate::api::declare::{Call, Endpoint, Reply, Verb, PAGED};
 use crate::api::Api;
 use crate::error::ApiResult;
 use crate::handler;
@@ -42,6 +42,7 @@ pub static ENDPOINTS: &[Endpoint] = &[
     .title("The pending runs of a task queue, in claim order")
     .scopes(Template::Scope("queue:pending-list:<taskQueueId>"))
     .output("list-pending-tasks-response")
+    .query(PAGED)
     .needs(READ_TASKS),
     Endpoint::new(
         "listClaimedTasks",
@@ -52,6 +53,7 @@ pub static ENDPOINTS: &[Endpoint] = &[
     .title("The claimed runs of a task queue")
     .scopes(Template::Scope("queue:claimed-list:<taskQueueId>"))
     .output("list-claimed-tasks-response")
+    .query(PAGED)
     .needs(READ_TASKS),
 ];
 

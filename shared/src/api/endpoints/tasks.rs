@@ -1,7 +1,7 @@
 //! Tasks: create, define and read them.
 
 use super::{READ_TASKS, WRITE_TASKS};
-use crate::api::declare::{Call, Endpoint, Reply, Verb};
+use crate::api::declare::{Call, Endpoint, Reply, Verb, PAGED};
 use crate::api::Api;
 use crate::error::{ApiError, ApiResult};
 use crate::handler;
@@ -44,6 +44,7 @@ pub static ENDPOINTS: &[Endpoint] = &[
         })
         .input("tasks-request")
         .output("tasks-response")
+        .query(PAGED)
         .needs(READ_TASKS),
     Endpoint::new("statuses", Verb::Post, "/tasks/status", handler!(tasks))
         .title("The statuses of many tasks")
@@ -54,6 +55,7 @@ pub static ENDPOINTS: &[Endpoint] = &[
         })
         .input("tasks-request")
         .output("tasks-statuses-response")
+        .query(PAGED)
         .needs(READ_TASKS),
     Endpoint::new("task", Verb::Get, "/task/<taskId>", handler!(task))
         .title("A task's definition")
@@ -179,6 +181,7 @@ pub static DEPENDENTS: &[Endpoint] = &[Endpoint::new(
 .title("The tasks that list a task among their dependencies")
 .scopes(Template::Scope("queue:list-dependent-tasks:<taskId>"))
 .output("list-dependent-tasks-response")
+.query(PAGED)
 .needs(READ_TASKS)];
 
 async fn list_dependents(api: &Api, call: &mut Call) -> ApiResult<Reply> {

@@ -3,7 +3,7 @@
 //! any lookup (403 before 404), as upstream's.
 
 use super::{READ_WORKERS, WRITE_WORKERS};
-use crate::api::declare::{Call, Endpoint, Reply, Verb};
+use crate::api::declare::{Call, Endpoint, Reply, Verb, PAGED};
 use crate::api::Api;
 use crate::error::{ApiError, ApiResult};
 use crate::handler;
@@ -27,6 +27,7 @@ pub static ENDPOINTS: &[Endpoint] = &[
     .title("The provisioners of the task queues that live")
     .scopes(Template::Scope("queue:list-provisioners"))
     .output("list-provisioners-response")
+    .query(PAGED)
     .needs(READ_WORKERS),
     Endpoint::new(
         "getProvisioner",
@@ -47,6 +48,7 @@ pub static ENDPOINTS: &[Endpoint] = &[
     .title("The worker types of a provisioner (its task queues)")
     .scopes(Template::Scope("queue:list-worker-types:<provisionerId>"))
     .output("list-workertypes-response")
+    .query(PAGED)
     .needs(READ_WORKERS),
     Endpoint::new(
         "getWorkerType",
@@ -71,6 +73,7 @@ pub static ENDPOINTS: &[Endpoint] = &[
         "queue:list-workers:<provisionerId>/<workerType>",
     ))
     .output("list-workers-response")
+    .query(&["continuationToken", "limit", "quarantined"])
     .needs(READ_WORKERS),
     Endpoint::new("getWorker", Verb::Get, WORKER_ROUTE, handler!(get_worker))
         .title("A worker: when it was seen, what it claimed lately, its quarantine")
@@ -122,6 +125,7 @@ pub static TASK_QUEUES: &[Endpoint] = &[
     .title("The task queues that live")
     .scopes(Template::Scope("queue:list-task-queues"))
     .output("list-taskqueues-response")
+    .query(PAGED)
     .needs(READ_WORKERS),
     Endpoint::new(
         "getTaskQueue",
@@ -205,7 +209,7 @@ async fn get_worker_type(api: &Api, call: &mut Call) -> ApiResult<Reply> {
 
 async fn list_workers(api: &Api, call: &mut Call) -> ApiResult<Reply> {
     call.authorize(&url_params(call))?;
-    let quarantined = match call.query.get("quarantined").map(String::as_str) {
+    let quarantined = match call.query_arg("quarantined") {
         None => None,
         Some("true") => Some(true),
         Some("false") => Some(false),
