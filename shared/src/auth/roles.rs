@@ -1,7 +1,7 @@
 //! Roles: `assume:<roleId>` expansion (roles ending in `*`, `<..>` parameters) and scope-set
 //! normalisation.
 
-use crate::scopes::scope_match;
+use crate::scopes::{covers, scope_match};
 
 /// Expansion stops growing a scope set past this size: a role set whose expansion does not
 /// converge (parameterised roles feeding themselves) must not take the server down.
@@ -67,7 +67,7 @@ pub fn expand(scopes: &[String], roles: &[Role]) -> Result<Vec<String>, Vec<Stri
             };
             for s in &role.scopes {
                 let s = substitute(s, &param);
-                if exact.contains(&s) || stars.iter().any(|h| scope_match(h, &s)) {
+                if exact.contains(&s) || stars.iter().any(|h| covers(h, &s)) {
                     continue;
                 }
                 if exact.len() >= MAX_EXPANDED {
@@ -93,7 +93,7 @@ pub fn normalize(mut scopes: Vec<String>) -> Vec<String> {
         .filter(|s| s.ends_with('*'))
         .cloned()
         .collect();
-    scopes.retain(|s| !stars.iter().any(|t| t != s && scope_match(t, s)));
+    scopes.retain(|s| !stars.iter().any(|t| t != s && covers(t, s)));
     scopes
 }
 
@@ -179,6 +179,20 @@ mod tests {
         assert_eq!(
             normalize(v(&["a:b", "a:*", "c", "c", "a:*"])),
             v(&["a:*", "c"])
+        );
+    }
+
+    #[test]
+    fn a_star_and_the_same_star_starred_again_keep_the_wider() {
+        // Found by fuzzing (fuzz/seeds/scopes): each of `a*` and `a**` satisfies the other as
+        // a literal scope, so both were dropped and the set lost every scope.
+        assert_eq!(normalize(v(&["a**", "a*"])), v(&["a*"]));
+        assert_eq!(normalize(v(&["x:**", "x:*", "x:a"])), v(&["x:*"]));
+        // Holding `x:**` does not cover `x:*` that a role grants.
+        let roles = [role("r", &["x:*"])];
+        assert_eq!(
+            expand(&v(&["x:**", "assume:r"]), &roles).unwrap(),
+            v(&["assume:r", "x:*"])
         );
     }
 }
