@@ -68,7 +68,13 @@ fn issuer_scopes(extra: &[&str]) -> Vec<String> {
 
 fn check(v: &Value, client_id: &str, issuer_scopes: &[String]) {
     let parsed = parse(v);
-    if v.is_object() {
+    // The object and the same object as a JSON string agree. Not for float times: serde_json
+    // may read a float literal one unit off (its fast parser), and only floats written by
+    // hand reach it (clients send integers).
+    let floats = ["version", "start", "expiry"]
+        .iter()
+        .any(|k| v.get(k).is_some_and(Value::is_f64));
+    if v.is_object() && !floats {
         assert_eq!(parse(&Value::String(v.to_string())), parsed);
     }
     let Ok(cert) = parsed else { return };
