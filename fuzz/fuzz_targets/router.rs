@@ -3,8 +3,8 @@
 //! Properties: no panic; a parameter is never empty; `check_params` refuses with `400
 //! InvalidRequestArguments` only; the canonical path (what an official client signs) is
 //! ASCII, matches the same endpoint with the same decoded parameters, and is its own
-//! canonical path; once a gateway has decoded it (parameters without `%` or, unless they
-//! span segments, `/`) it becomes the canonical path again; every spelling `signed_paths`
+//! canonical path; once a gateway has decoded it (valid parameters without `%` or, unless
+//! they span segments, `/`) it becomes the canonical path again; every spelling `signed_paths`
 //! offers decodes to the same path.
 #![no_main]
 
@@ -69,9 +69,12 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(decode(s), decode(&canonical), "{s}");
     }
 
-    let gateway_safe = params
-        .iter()
-        .all(|(n, v)| !v.contains('%') && (spans(route, n) || !v.contains('/')));
+    // Valid parameters only: with invalid ones a decoded path may pick another route, which
+    // refuses them as well.
+    let gateway_safe = check_params(&found.raw).is_ok()
+        && params
+            .iter()
+            .all(|(n, v)| !v.contains('%') && (spans(route, n) || !v.contains('/')));
     if gateway_safe {
         let gateway = decode(&canonical);
         assert_eq!(

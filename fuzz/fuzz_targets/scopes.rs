@@ -3,14 +3,15 @@
 //! Properties: `scope_order` is a total order (sorting with it never panics and is
 //! consistent); `unsatisfied` is `None` exactly when `satisfied_by` holds, and what it
 //! returns is itself unsatisfied; `normalize` and `merge_scope_sets` keep only given scopes
-//! and cover every given one; role expansion covers its input, is normalised, is closed
+//! and cover every given one (as sets too: holding the result grants all that holding the
+//! input does); role expansion covers its input, is normalised, is closed
 //! (every role a held scope assumes is already granted) and stays within its size limit.
 #![no_main]
 
 use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use shared::auth::roles::{expand, normalize, Role, MAX_EXPANDED};
-use shared::scopes::{merge_scope_sets, scope_match, scope_order, ScopeExpr};
+use shared::scopes::{covers, merge_scope_sets, scope_match, scope_order, ScopeExpr};
 
 /// Short scopes over a small alphabet, so that stars, prefixes and `assume:` meet often.
 fn scope(u: &mut Unstructured) -> arbitrary::Result<String> {
@@ -85,6 +86,11 @@ fn run(u: &mut Unstructured) -> arbitrary::Result<()> {
         held.iter().all(|s| covered(s, &norm)),
         "{held:?} -> {norm:?}"
     );
+    // As sets, too: holding `norm` grants all that holding `held` does (`a**` is not `a*`).
+    assert!(
+        held.iter().all(|s| norm.iter().any(|t| covers(t, s))),
+        "{held:?} -> {norm:?}"
+    );
     assert_eq!(normalize(norm.clone()), norm);
 
     // Merging is defined on sets sorted in scope order (any input: no panic).
@@ -115,6 +121,7 @@ fn run(u: &mut Unstructured) -> arbitrary::Result<()> {
     match expand(&held, &roles) {
         Ok(out) => {
             assert!(held.iter().all(|s| covered(s, &out)), "{held:?} {out:?}");
+            assert!(held.iter().all(|s| out.iter().any(|t| covers(t, s))));
             assert_eq!(normalize(out.clone()), out);
             // Closed: expanding again adds nothing.
             assert_eq!(expand(&out, &roles).as_ref(), Ok(&out));
