@@ -134,12 +134,26 @@ pub fn legacy_exchange(short: &str) -> Option<&'static str> {
     })
 }
 
+/// AMQP 0-9-1 routing keys are short strings: 255 bytes at most. The primary keys stay
+/// within it by their words' schemas (253 bytes at most); a longer key cannot be published.
+pub const MAX_ROUTING_KEY_BYTES: usize = 255;
+
 /// Seed 003's routing key:
 /// `<taskId>.<runId>.<workerGroup>.<workerId>.<provisionerId>.<workerType>.<routing>`, `_`
 /// for a word not available; `routing` (the task's, which may hold dots) is
-/// `<schedulerId>.<taskGraphId>.<routing>` for the task-graph scheduler's tasks.
+/// `<schedulerId>.<taskGraphId>.<routing>` for the task-graph scheduler's tasks. A routing
+/// too long for [`MAX_ROUTING_KEY_BYTES`] (a task route may have 249 characters) is cut
+/// there, on a character boundary: the six task words always stay whole.
 pub fn legacy_routing_key(k: &TaskKey, routing: Option<&str>) -> String {
-    format!("{}.{}", task_words(k), word(routing))
+    let mut key = format!("{}.{}", task_words(k), word(routing));
+    if key.len() > MAX_ROUTING_KEY_BYTES {
+        let end = (0..=MAX_ROUTING_KEY_BYTES)
+            .rev()
+            .find(|&i| key.is_char_boundary(i))
+            .unwrap_or_default();
+        key.truncate(end);
+    }
+    key
 }
 
 /// The full exchange name for a short name such as `task-pending`.
@@ -195,6 +209,39 @@ mod tests {
             Some("v1/queue:task-failed")
         );
         assert_eq!(legacy_exchange("task-defined"), None);
+    }
+
+    #[test]
+    fn a_long_legacy_routing_is_cut_to_what_amqp_allows() {
+        // Found by fuzzing (fuzz/seeds/routing): a task route of up to 249 characters after
+        // six task words made keys of 400+ bytes, which the AMQP client cannot frame.
+        let k = TaskKey {
+            task_id: "fN1SbArXTPSVFNUvaOlinQ",
+            run_id: Some(49),
+            worker_group: Some(&"g".repeat(38)),
+            worker_id: Some(&"i".repeat(38)),
+            provisioner_id: &"p".repeat(38),
+            worker_type: &"w".repeat(38),
+            ..Default::default()
+        };
+        let words = format!(
+            "{}.49.{}.{}.{}.{}.",
+            k.task_id,
+            "g".repeat(38),
+            "i".repeat(38),
+            "p".repeat(38),
+            "w".repeat(38)
+        );
+        let routing = format!("s.G.{}", "é".repeat(120));
+        let key = legacy_routing_key(&k, Some(&routing));
+        assert!(key.len() <= MAX_ROUTING_KEY_BYTES && key.len() >= MAX_ROUTING_KEY_BYTES - 1);
+        let rest = key.strip_prefix(&words).expect("the task words stay whole");
+        assert!(routing.starts_with(rest), "{rest}");
+        // A short routing is kept whole.
+        assert_eq!(
+            legacy_routing_key(&k, Some("s.G.r")),
+            format!("{words}s.G.r")
+        );
     }
 
     #[test]

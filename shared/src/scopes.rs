@@ -22,6 +22,23 @@ pub fn scope_match(held: &str, required: &str) -> bool {
     }
 }
 
+/// True if holding `a` grants everything that holding `b` grants. For a starred `b` that is
+/// not `scope_match`: `a**` satisfies the literal scope `a*` but does not cover `ab`, which
+/// holding `a*` grants; so a starred `b` is compared by its prefix.
+pub fn covers(a: &str, b: &str) -> bool {
+    match a.strip_suffix('*') {
+        Some(prefix) => b.strip_suffix('*').unwrap_or(b).starts_with(prefix),
+        None => a == b,
+    }
+}
+
+/// True for a scope as Taskcluster allows it anywhere: printable ASCII (`^[\x20-\x7e]*$`).
+/// A line break in a scope would let one signed certificate stand for another (a
+/// certificate signs its scopes one per line).
+pub fn is_valid_scope(s: &str) -> bool {
+    s.bytes().all(|b| (0x20..0x7f).contains(&b))
+}
+
 impl ScopeExpr {
     /// Shorthand for a single scope.
     pub fn scope(s: impl Into<String>) -> Self {
@@ -222,6 +239,27 @@ mod tests {
         assert!(!scope_match("queue:*:x", "queue:a:x"));
         assert!(scope_match("a", "a"));
         assert!(!scope_match("a", "ab"));
+    }
+
+    #[test]
+    fn a_star_covers_a_starred_scope_by_its_prefix() {
+        assert!(covers("a*", "a**"));
+        assert!(covers("a*", "ab"));
+        assert!(covers("a*", "a*"));
+        // `a**` satisfies the literal `a*`, yet holding it does not grant `ab`.
+        assert!(scope_match("a**", "a*"));
+        assert!(!covers("a**", "a*"));
+        assert!(!covers("a", "a*"));
+        assert!(covers("a", "a"));
+    }
+
+    #[test]
+    fn valid_scopes_are_printable_ascii() {
+        assert!(is_valid_scope("queue:create-task:high:p/w *"));
+        assert!(is_valid_scope(""));
+        assert!(!is_valid_scope("a\nb"));
+        assert!(!is_valid_scope("\u{e9}"));
+        assert!(!is_valid_scope("\u{7f}"));
     }
 
     #[test]

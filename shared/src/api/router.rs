@@ -93,10 +93,22 @@ pub fn find_in(
     rest: &str,
 ) -> Option<(&'static Endpoint, Vec<(&'static str, String)>)> {
     let segs: Vec<&str> = rest.trim_start_matches('/').split('/').collect();
-    service
+    let mut matches = service
         .endpoints()
         .filter(|e| e.verb.is(method))
-        .find_map(|e| match_route(e.route, &segs).map(|raw| (e, raw)))
+        .filter_map(|e| match_route(e.route, &segs).map(|raw| (e, raw)));
+    // A path a gateway decoded is ambiguous where a spanning parameter held `%2F`
+    // (`task-queues/p/counts`: the counts of `p`, or the task queue `p/counts`): the first
+    // route whose parameters are valid wins, else the first route (and its 400).
+    let first = matches.next()?;
+    if check_params(&first.1).is_ok() {
+        return Some(first);
+    }
+    Some(
+        matches
+            .find(|(_, raw)| check_params(raw).is_ok())
+            .unwrap_or(first),
+    )
 }
 
 /// The service and endpoint for a method and a whole path, if any. As upstream's router, a
@@ -351,6 +363,31 @@ mod tests {
         }
         assert_eq!(canonical_path(&Method::GET, "/api/queue/v1/nope"), None);
         assert_eq!(canonical_path(&Method::GET, "/elsewhere/task/abc"), None);
+    }
+
+    #[test]
+    fn a_decoded_path_goes_to_the_route_whose_parameters_are_valid() {
+        // Found by fuzzing (fuzz/seeds/router): behind a gateway that decodes `%2F`, the task
+        // queue `prov/counts` arrives as `task-queues/prov/counts` and was routed to the
+        // counts of `prov`, an invalid taskQueueId (400).
+        let q = "/api/queue/v1/task-queues";
+        assert_eq!(
+            name(Method::GET, &format!("{q}/prov/counts")),
+            Some("getTaskQueue")
+        );
+        assert_eq!(
+            canonical_path(&Method::GET, &format!("{q}/prov/counts")).as_deref(),
+            Some("/api/queue/v1/task-queues/prov%2Fcounts")
+        );
+        assert_eq!(
+            name(Method::GET, &format!("{q}/prov/wt/counts")),
+            Some("taskQueueCounts")
+        );
+        // Nothing valid: the first route, whose parameter check answers 400.
+        assert_eq!(
+            name(Method::GET, &format!("{q}/p/q/r/counts")),
+            Some("taskQueueCounts")
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Temporary credentials: the certificate a client sends in `ext`, and its validation.
 
 use super::hawk::{ct_eq, hmac_b64};
-use crate::scopes::ScopeExpr;
+use crate::scopes::{is_valid_scope, ScopeExpr};
 use crate::time::Ts;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -70,6 +70,9 @@ pub fn parse(v: &Value) -> Result<Certificate, String> {
         .map(|s| s.as_str().map(String::from))
         .collect::<Option<Vec<_>>>()
         .ok_or("certificate scopes must be strings")?;
+    if !scopes.iter().all(|s| is_valid_scope(s)) {
+        return Err("certificate scopes must be valid scopes (printable ASCII)".into());
+    }
     let issuer = match o.get("issuer") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
@@ -130,7 +133,12 @@ impl Certificate {
         if self.expiry < now.millis() - CERT_SKEW_MS {
             return Err("certificate has expired".into());
         }
-        if self.expiry - self.start > MAX_LIFETIME_MS {
+        // Any i64 may arrive: `expiry - start` must not wrap (it could, to a short lifetime).
+        if self
+            .expiry
+            .checked_sub(self.start)
+            .is_none_or(|d| d > MAX_LIFETIME_MS)
+        {
             return Err("certificate lifetime exceeds 31 days".into());
         }
         if !ct_eq(
@@ -244,6 +252,24 @@ mod tests {
     }
 
     #[test]
+    fn extreme_times_cannot_wrap_the_lifetime_check() {
+        // Found by fuzzing (fuzz/seeds/cert): `i64::MAX - i64::MIN` overflowed; with
+        // wrapping arithmetic it came out as -1, a lifetime within 31 days.
+        let seed = "a".repeat(44);
+        let mut cert = Certificate {
+            scopes: vec![],
+            start: i64::MIN,
+            expiry: i64::MAX,
+            seed,
+            signature: String::new(),
+            issuer: None,
+        };
+        cert.signature = hmac_b64("tok", &cert.signed_text("c"));
+        let e = cert.validate("c", "tok", &all(), NOW).unwrap_err();
+        assert!(e.contains("31 days"), "{e}");
+    }
+
+    #[test]
     fn unnamed_certificates_sign_without_client_and_issuer() {
         let seed = "a".repeat(44);
         let mut cert = Certificate {
@@ -279,6 +305,11 @@ mod tests {
             assert!(parse(&bad).is_err(), "{k} accepted");
         }
         assert!(parse(&json!("{")).is_err());
+        // Found by fuzzing: scopes are one per line in the signed text, so a line break
+        // would make `["a\nb"]` and `["a", "b"]` one signature.
+        let mut broken = good.clone();
+        broken["scopes"] = json!(["a\nb"]);
+        assert!(parse(&broken).is_err());
         assert!(parse(&json!([1])).is_err());
     }
 }

@@ -175,12 +175,17 @@ fn parse_ext(ext: Option<&str>) -> Result<Ext, String> {
     };
     let authorized_scopes = match o.get("authorizedScopes") {
         None | Some(Value::Null) => None,
-        Some(Value::Array(a)) => Some(
-            a.iter()
+        Some(Value::Array(a)) => {
+            let scopes = a
+                .iter()
                 .map(|s| s.as_str().map(String::from))
                 .collect::<Option<Vec<_>>>()
-                .ok_or("ext.authorizedScopes must be a list of strings")?,
-        ),
+                .ok_or("ext.authorizedScopes must be a list of strings")?;
+            if !scopes.iter().all(|s| crate::scopes::is_valid_scope(s)) {
+                return Err("ext.authorizedScopes must be valid scopes (printable ASCII)".into());
+            }
+            Some(scopes)
+        }
         Some(_) => return Err("ext.authorizedScopes must be a list of strings".into()),
     };
     Ok(Ext {

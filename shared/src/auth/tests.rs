@@ -311,6 +311,11 @@ async fn authorized_scopes_narrow_but_never_widen() {
     let wide = ext(json!({"authorizedScopes": ["c"]}));
     let h = header("c1", &token, "/r", secs(), Some(&wide));
     assert!(failed(run(&f, "/r", Some(&h)).await).contains("authorizedScopes"));
+    // Found by fuzzing (fuzz/seeds/authenticate): a scope outside printable ASCII was
+    // granted; upstream refuses it, as it does in certificates.
+    let odd = ext(json!({"authorizedScopes": ["a:\u{0}"]}));
+    let h = header("c1", &token, "/r", secs(), Some(&odd));
+    assert!(failed(run(&f, "/r", Some(&h)).await).contains("valid scopes"));
 }
 
 #[tokio::test]
