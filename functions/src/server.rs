@@ -499,8 +499,12 @@ async fn serve_http(
     open_tx.closed().await;
 }
 
-/// The axum fallback: every request goes to the shared API.
+/// The axum fallback: the web inspector's pages and assets (GET and HEAD outside the API's
+/// paths), and every other request to the shared API.
 async fn serve(State(api): State<Arc<Api>>, req: Request<Body>) -> Response<Body> {
+    if crate::ui::serves(req.method(), req.uri().path()) {
+        return to_http(crate::ui::respond(req.method(), req.uri().path()));
+    }
     let (parts, body) = req.into_parts();
     let read = tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY_BYTES + 1));
     let body = match read.await {

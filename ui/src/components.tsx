@@ -1,0 +1,75 @@
+// Small pieces every page uses.
+import type { ComponentChildren } from 'preact';
+import type { ApiError } from './lib/api';
+import { when } from './lib/format';
+
+/** A state with its colour and its name (the colour never carries the meaning alone). */
+export function State({ state }: { state: string }) {
+  return <span class={`state state-${state}`}>{state}</span>;
+}
+
+export function Time({ iso }: { iso?: string | null }) {
+  if (!iso) return <span>—</span>;
+  return <time dateTime={iso}>{when(iso)}</time>;
+}
+
+/** An API error as it came: status, code, and the message (which names missing scopes). */
+export function ErrorBox({ error, what }: { error: ApiError; what?: string }) {
+  const hint =
+    error.status === 403 || error.status === 401
+      ? 'Sign in with a client that has the scopes named here.'
+      : error.status === 404
+        ? 'Nothing by that id here: check it, or it may have expired.'
+        : undefined;
+  return (
+    <div class="error" role="alert">
+      <p class="error-title">
+        {what ? `${what}: ` : ''}
+        <strong>
+          {error.status ? `${error.status} ` : ''}
+          {error.code}
+        </strong>
+      </p>
+      {error.message && <pre class="error-message">{error.message}</pre>}
+      {hint && <p class="hint">{hint}</p>}
+    </div>
+  );
+}
+
+export function Json({ value }: { value: unknown }) {
+  return <pre class="json">{JSON.stringify(value, null, 2)}</pre>;
+}
+
+export function Loading({ what }: { what: string }) {
+  return (
+    <p class="loading" role="status">
+      Loading {what}…
+    </p>
+  );
+}
+
+/** A `<dl>` of label/value pairs; absent values are left out. */
+export function Facts({ items }: { items: [string, ComponentChildren | undefined | null][] }) {
+  return (
+    <dl class="facts">
+      {items
+        .filter(([, v]) => v !== undefined && v !== null && v !== '')
+        .map(([k, v]) => (
+          <div key={k}>
+            <dt>{k}</dt>
+            <dd>{v}</dd>
+          </div>
+        ))}
+    </dl>
+  );
+}
+
+/** When a polled view was last read. */
+export function Updated({ at }: { at?: Date }) {
+  if (!at) return null;
+  return (
+    <p class="updated">
+      Live: updated <time dateTime={at.toISOString()}>{at.toLocaleTimeString()}</time>
+    </p>
+  );
+}
