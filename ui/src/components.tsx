@@ -64,12 +64,67 @@ export function Facts({ items }: { items: [string, ComponentChildren | undefined
   );
 }
 
-/** When a polled view was last read. */
-export function Updated({ at }: { at?: Date }) {
+/** When a polled view was last read (and how long that read took, for the bench). */
+export function Updated({ at, took }: { at?: Date; took?: number }) {
   if (!at) return null;
   return (
-    <p class="updated">
+    <p class="updated" data-took-ms={took === undefined ? undefined : Math.round(took)}>
       Live: updated <time dateTime={at.toISOString()}>{at.toLocaleTimeString()}</time>
     </p>
+  );
+}
+
+/** One column of a [`Table`]: its header and how a row fills it. */
+export interface Column<T> {
+  label: string;
+  cell: (row: T) => ComponentChildren;
+}
+
+/**
+ * A table whose first column heads each row; on narrow screens its rows become cards, each
+ * cell labelled with its column (`data-label`).
+ */
+export function Table<T>(props: {
+  columns: Column<T>[];
+  rows: T[];
+  rowKey: (row: T) => string;
+  rowProps?: (row: T) => Record<string, string | number | undefined>;
+  caption?: ComponentChildren;
+  class?: string;
+  testid?: string;
+}) {
+  const { columns, rows, rowKey, rowProps, caption, testid } = props;
+  return (
+    <div class="table-wrap">
+      <table class={`cards ${props.class ?? ''}`} data-testid={testid}>
+        {caption && <caption>{caption}</caption>}
+        <thead>
+          <tr>
+            {columns.map((c) => (
+              <th scope="col" key={c.label}>
+                {c.label}
+              </th>
+            ))}
+          </tr>
+        </thead>
+        <tbody>
+          {rows.map((r) => (
+            <tr key={rowKey(r)} {...rowProps?.(r)}>
+              {columns.map((c, i) =>
+                i === 0 ? (
+                  <th scope="row" data-label={c.label} key={c.label}>
+                    {c.cell(r)}
+                  </th>
+                ) : (
+                  <td data-label={c.label} key={c.label}>
+                    {c.cell(r)}
+                  </td>
+                ),
+              )}
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </div>
   );
 }

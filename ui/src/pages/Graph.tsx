@@ -9,7 +9,7 @@ import { usePoll } from '../lib/poll';
 import { paths } from '../lib/router';
 import { remember } from '../lib/recent';
 import type { Status } from '../lib/types';
-import { ErrorBox, Facts, Loading, State, Updated } from '../components';
+import { ErrorBox, Facts, Loading, State, Table, Updated } from '../components';
 
 interface GraphTask {
   taskId: string;
@@ -165,32 +165,16 @@ export function Graph({ taskGraphId }: { taskGraphId: string }) {
       </div>
       <details class="graph-table">
         <summary>The tasks as a table</summary>
-        <div class="table-wrap">
-          <table class="cards">
-            <thead>
-              <tr>
-                <th scope="col">Label</th>
-                <th scope="col">State</th>
-                <th scope="col">Reruns left</th>
-                <th scope="col">Requires</th>
-              </tr>
-            </thead>
-            <tbody>
-              {inspect.tasks.map((t) => (
-                <tr key={t.taskId}>
-                  <th scope="row" data-label="Label">
-                    <a href={paths.task(t.taskId)}>{t.label}</a>
-                  </th>
-                  <td data-label="State">
-                    <State state={stateOf(t)} />
-                  </td>
-                  <td data-label="Reruns left">{`${t.rerunsLeft} of ${t.reruns}`}</td>
-                  <td data-label="Requires">{t.requires.map((r) => labels.get(r) ?? r).join(', ') || '—'}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
+        <Table
+          rows={inspect.tasks}
+          rowKey={(t) => t.taskId}
+          columns={[
+            { label: 'Label', cell: (t) => <a href={paths.task(t.taskId)}>{t.label}</a> },
+            { label: 'State', cell: (t) => <State state={stateOf(t)} /> },
+            { label: 'Reruns left', cell: (t) => `${t.rerunsLeft} of ${t.reruns}` },
+            { label: 'Requires', cell: (t) => t.requires.map((r) => labels.get(r) ?? r).join(', ') || '—' },
+          ]}
+        />
       </details>
       <Updated at={polled.updated} />
     </>

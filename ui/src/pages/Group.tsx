@@ -8,7 +8,7 @@ import { paths } from '../lib/router';
 import { remember } from '../lib/recent';
 import { count, RESOLVED, TASK_STATES } from '../lib/format';
 import type { TaskAndStatus } from '../lib/types';
-import { ErrorBox, Facts, Loading, State, Time, Updated } from '../components';
+import { ErrorBox, Facts, Loading, State, Table, Time, Updated, type Column } from '../components';
 
 const PAGE = 100;
 
@@ -41,6 +41,15 @@ function row({ status, task }: TaskAndStatus): Row {
     worker: last?.workerId ? `${last.workerGroup}/${last.workerId}` : undefined,
   };
 }
+
+const COLUMNS: Column<Row>[] = [
+  { label: 'Name', cell: (r) => <a href={paths.task(r.taskId)}>{r.name}</a> },
+  { label: 'State', cell: (r) => <State state={r.state} /> },
+  { label: 'Runs', cell: (r) => r.runs },
+  { label: 'Started', cell: (r) => <Time iso={r.started} /> },
+  { label: 'Resolved', cell: (r) => <Time iso={r.resolved} /> },
+  { label: 'Worker', cell: (r) => r.worker ?? '—' },
+];
 
 export function Group({ taskGroupId }: { taskGroupId: string }) {
   const { queue } = useSession();
@@ -144,48 +153,23 @@ export function Group({ taskGroupId }: { taskGroupId: string }) {
             <input type="search" value={search} onInput={(e) => setSearch((e.target as HTMLInputElement).value)} />
           </label>
         </div>
-        <div class="table-wrap">
-          <table class="tasks cards">
-            <caption>
+        <Table
+          class="tasks"
+          rows={slice}
+          rowKey={(r) => r.taskId}
+          rowProps={(r) => ({ 'data-task-id': r.taskId, 'data-state': r.state })}
+          caption={
+            <>
               {visible.length === 0
                 ? 'No task matches.'
                 : `Tasks ${count(current * PAGE + 1)}–${count(current * PAGE + slice.length)} of ${count(visible.length)}${
                     visible.length !== total ? ` (of ${count(total)} in the group)` : ''
                   }`}
               {!data.complete && ' (still reading the group…)'}
-            </caption>
-            <thead>
-              <tr>
-                <th scope="col">Name</th>
-                <th scope="col">State</th>
-                <th scope="col">Runs</th>
-                <th scope="col">Started</th>
-                <th scope="col">Resolved</th>
-                <th scope="col">Worker</th>
-              </tr>
-            </thead>
-            <tbody>
-              {slice.map((r) => (
-                <tr key={r.taskId} data-task-id={r.taskId} data-state={r.state}>
-                  <th scope="row" data-label="Name">
-                    <a href={paths.task(r.taskId)}>{r.name}</a>
-                  </th>
-                  <td data-label="State">
-                    <State state={r.state} />
-                  </td>
-                  <td data-label="Runs">{r.runs}</td>
-                  <td data-label="Started">
-                    <Time iso={r.started} />
-                  </td>
-                  <td data-label="Resolved">
-                    <Time iso={r.resolved} />
-                  </td>
-                  <td data-label="Worker">{r.worker ?? '—'}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
+            </>
+          }
+          columns={COLUMNS}
+        />
         {pages > 1 && (
           <nav class="pager" aria-label="Pages of tasks">
             <button type="button" disabled={current === 0} onClick={() => setPage(current - 1)}>
@@ -199,7 +183,7 @@ export function Group({ taskGroupId }: { taskGroupId: string }) {
             </button>
           </nav>
         )}
-        <Updated at={polled.updated} />
+        <Updated at={polled.updated} took={polled.took} />
       </section>
     </>
   );

@@ -9,7 +9,7 @@ import { remember } from '../lib/recent';
 import { allows } from '../lib/scopes';
 import { duration, RESOLVED } from '../lib/format';
 import type { Artifact, Run, Status, TaskAndStatus, TaskDef } from '../lib/types';
-import { ErrorBox, Facts, Json, Loading, State, Time, Updated } from '../components';
+import { ErrorBox, Facts, Json, Loading, State, Table, Time, Updated } from '../components';
 
 export function Task({ taskId, runId }: { taskId: string; runId?: number }) {
   const session = useSession();
@@ -167,50 +167,32 @@ function Runs({ taskId, status, selected }: { taskId: string; status: Status; se
   return (
     <section aria-labelledby="runs-title">
       <h2 id="runs-title">Runs</h2>
-      <div class="table-wrap">
-        <table class="runs cards">
-          <thead>
-            <tr>
-              <th scope="col">Run</th>
-              <th scope="col">State</th>
-              <th scope="col">Reason created</th>
-              <th scope="col">Reason resolved</th>
-              <th scope="col">Worker</th>
-              <th scope="col">Scheduled</th>
-              <th scope="col">Started</th>
-              <th scope="col">Resolved</th>
-              <th scope="col">Duration</th>
-            </tr>
-          </thead>
-          <tbody>
-            {status.runs.map((r) => (
-              <tr key={r.runId} id={`run-${r.runId}`} data-run-id={r.runId} data-state={r.state} class={selected === r.runId ? 'selected' : undefined}>
-                <th scope="row" data-label="Run">
-                  <a href={paths.run(taskId, r.runId)}>{r.runId}</a>
-                </th>
-                <td data-label="State">
-                  <State state={r.state} />
-                </td>
-                <td data-label="Reason created">{r.reasonCreated}</td>
-                <td data-label="Reason resolved">{r.reasonResolved ?? '—'}</td>
-                <td data-label="Worker">
-                  {r.workerId ? <a href={paths.worker(status.taskQueueId, r.workerGroup!, r.workerId)}>{`${r.workerGroup}/${r.workerId}`}</a> : '—'}
-                </td>
-                <td data-label="Scheduled">
-                  <Time iso={r.scheduled} />
-                </td>
-                <td data-label="Started">
-                  <Time iso={r.started} />
-                </td>
-                <td data-label="Resolved">
-                  <Time iso={r.resolved} />
-                </td>
-                <td data-label="Duration">{duration(r.started, r.resolved)}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      </div>
+      <Table
+        class="runs"
+        rows={status.runs}
+        rowKey={(r) => String(r.runId)}
+        rowProps={(r) => ({
+          id: `run-${r.runId}`,
+          'data-run-id': r.runId,
+          'data-state': r.state,
+          class: selected === r.runId ? 'selected' : undefined,
+        })}
+        columns={[
+          { label: 'Run', cell: (r) => <a href={paths.run(taskId, r.runId)}>{r.runId}</a> },
+          { label: 'State', cell: (r) => <State state={r.state} /> },
+          { label: 'Reason created', cell: (r) => r.reasonCreated },
+          { label: 'Reason resolved', cell: (r) => r.reasonResolved ?? '—' },
+          {
+            label: 'Worker',
+            cell: (r) =>
+              r.workerId ? <a href={paths.worker(status.taskQueueId, r.workerGroup!, r.workerId)}>{`${r.workerGroup}/${r.workerId}`}</a> : '—',
+          },
+          { label: 'Scheduled', cell: (r) => <Time iso={r.scheduled} /> },
+          { label: 'Started', cell: (r) => <Time iso={r.started} /> },
+          { label: 'Resolved', cell: (r) => <Time iso={r.resolved} /> },
+          { label: 'Duration', cell: (r) => duration(r.started, r.resolved) },
+        ]}
+      />
       {status.runs.map((r) => (
         <Artifacts key={`${r.runId}:${r.state}`} taskId={taskId} run={r} />
       ))}

@@ -8,7 +8,7 @@ import { paths } from '../lib/router';
 import { remember } from '../lib/recent';
 import { count, duration } from '../lib/format';
 import type { TaskDef } from '../lib/types';
-import { ErrorBox, Facts, Loading, Time, Updated } from '../components';
+import { ErrorBox, Facts, Loading, Table, Time, Updated, type Column } from '../components';
 
 const LIST = 100;
 
@@ -35,6 +35,13 @@ interface WorkerItem {
   lastDateActive?: string;
 }
 
+/** The first columns of the pending and claimed runs. */
+const TASK: Column<{ taskId: string; task: TaskDef }> = {
+  label: 'Task',
+  cell: (t) => <a href={paths.task(t.taskId)}>{t.task.metadata?.name ?? t.taskId}</a>,
+};
+const RUN: Column<{ runId: number }> = { label: 'Run', cell: (t) => t.runId };
+
 /** One read, its value or its error: each part of the page stands on its own scopes. */
 type Part<T> = { ok: T } | { err: ApiError };
 async function part<T>(p: Promise<T>): Promise<Part<T>> {
@@ -49,6 +56,26 @@ function Show<T>({ p, what, children }: { p?: Part<T>; what: string; children: (
   if (!p) return <Loading what={what} />;
   if ('err' in p) return <ErrorBox error={p.err} what={`Reading ${what}`} />;
   return <>{children(p.ok)}</>;
+}
+
+/** A titled part of the page: its read's error, or "none", or its table. */
+function Listed<T>(props: {
+  id: string;
+  title: string;
+  what: string;
+  p?: Part<T>;
+  none: string;
+  empty: (v: T) => boolean;
+  children: (v: T) => preact.ComponentChildren;
+}) {
+  return (
+    <section aria-labelledby={props.id}>
+      <h2 id={props.id}>{props.title}</h2>
+      <Show p={props.p} what={props.what}>
+        {(v) => (props.empty(v) ? <p>{props.none}</p> : props.children(v))}
+      </Show>
+    </section>
+  );
 }
 
 export function TaskQueue({ taskQueueId }: { taskQueueId: string }) {
@@ -100,126 +127,76 @@ export function TaskQueue({ taskQueueId }: { taskQueueId: string }) {
         )}
         {d && 'err' in d.counts && <ErrorBox error={d.counts.err} what="Reading the counts" />}
       </section>
-      <section aria-labelledby="pending-title">
-        <h2 id="pending-title">Pending runs</h2>
-        <Show p={d?.pending} what="pending runs">
-          {(v) =>
-            v.tasks.length === 0 ? (
-              <p>None.</p>
-            ) : (
-              <div class="table-wrap">
-                <table class="cards" data-testid="pending">
-                  <caption>Oldest first{v.tasks.length === LIST ? ` (the first ${LIST})` : ''}</caption>
-                  <thead>
-                    <tr>
-                      <th scope="col">Task</th>
-                      <th scope="col">Run</th>
-                      <th scope="col">Pending since</th>
-                      <th scope="col">Age</th>
-                    </tr>
-                  </thead>
-                  <tbody>
-                    {v.tasks.map((t) => (
-                      <tr key={`${t.taskId}/${t.runId}`} data-task-id={t.taskId}>
-                        <th scope="row" data-label="Task">
-                          <a href={paths.task(t.taskId)}>{t.task.metadata?.name ?? t.taskId}</a>
-                        </th>
-                        <td data-label="Run">{t.runId}</td>
-                        <td data-label="Pending since">
-                          <Time iso={t.inserted} />
-                        </td>
-                        <td data-label="Age">{duration(t.inserted, null, now)}</td>
-                      </tr>
-                    ))}
-                  </tbody>
-                </table>
-              </div>
-            )
-          }
-        </Show>
-      </section>
-      <section aria-labelledby="claimed-title">
-        <h2 id="claimed-title">Claimed runs</h2>
-        <Show p={d?.claimed} what="claimed runs">
-          {(v) =>
-            v.tasks.length === 0 ? (
-              <p>None.</p>
-            ) : (
-              <div class="table-wrap">
-                <table class="cards" data-testid="claimed">
-                  <thead>
-                    <tr>
-                      <th scope="col">Task</th>
-                      <th scope="col">Run</th>
-                      <th scope="col">Worker</th>
-                      <th scope="col">Claimed</th>
-                    </tr>
-                  </thead>
-                  <tbody>
-                    {v.tasks.map((t) => (
-                      <tr key={`${t.taskId}/${t.runId}`} data-task-id={t.taskId}>
-                        <th scope="row" data-label="Task">
-                          <a href={paths.task(t.taskId)}>{t.task.metadata?.name ?? t.taskId}</a>
-                        </th>
-                        <td data-label="Run">{t.runId}</td>
-                        <td data-label="Worker">
-                          <a href={paths.worker(taskQueueId, t.workerGroup, t.workerId)}>{`${t.workerGroup}/${t.workerId}`}</a>
-                        </td>
-                        <td data-label="Claimed">
-                          <Time iso={t.claimed} />
-                        </td>
-                      </tr>
-                    ))}
-                  </tbody>
-                </table>
-              </div>
-            )
-          }
-        </Show>
-      </section>
-      <section aria-labelledby="workers-title">
-        <h2 id="workers-title">Workers</h2>
-        <Show p={d?.workers} what="workers">
-          {(v) =>
-            v.workers.length === 0 ? (
-              <p>No worker has claimed from this queue lately.</p>
-            ) : (
-              <div class="table-wrap">
-                <table class="cards" data-testid="workers">
-                  <thead>
-                    <tr>
-                      <th scope="col">Worker</th>
-                      <th scope="col">Quarantine</th>
-                      <th scope="col">Latest task</th>
-                      <th scope="col">Last active</th>
-                      <th scope="col">Recent tasks</th>
-                    </tr>
-                  </thead>
-                  <tbody>
-                    {v.workers.map((w) => (
-                      <tr key={`${w.workerGroup}/${w.workerId}`} data-worker={`${w.workerGroup}/${w.workerId}`}>
-                        <th scope="row" data-label="Worker">
-                          <a href={paths.worker(taskQueueId, w.workerGroup, w.workerId)}>{`${w.workerGroup}/${w.workerId}`}</a>
-                        </th>
-                        <td data-label="Quarantine">{quarantine(w.quarantineUntil, now)}</td>
-                        <td data-label="Latest task">
-                          {w.latestTask ? <a href={paths.run(w.latestTask.taskId, w.latestTask.runId)}>{`${w.latestTask.taskId} run ${w.latestTask.runId}`}</a> : '—'}
-                        </td>
-                        <td data-label="Last active">
-                          <Time iso={w.lastDateActive} />
-                        </td>
-                        <td data-label="Recent tasks">
-                          <RecentTasks taskQueueId={taskQueueId} workerGroup={w.workerGroup} workerId={w.workerId} />
-                        </td>
-                      </tr>
-                    ))}
-                  </tbody>
-                </table>
-              </div>
-            )
-          }
-        </Show>
-      </section>
+      <Listed id="pending-title" title="Pending runs" what="pending runs" p={d?.pending} none="None." empty={(v) => v.tasks.length === 0}>
+        {(v) => (
+          <Table
+            testid="pending"
+            caption={`Oldest first${v.tasks.length === LIST ? ` (the first ${LIST})` : ''}`}
+            rows={v.tasks}
+            rowKey={(t) => `${t.taskId}/${t.runId}`}
+            rowProps={(t) => ({ 'data-task-id': t.taskId })}
+            columns={[
+              TASK,
+              RUN,
+              { label: 'Pending since', cell: (t) => <Time iso={t.inserted} /> },
+              { label: 'Age', cell: (t) => duration(t.inserted, null, now) },
+            ]}
+          />
+        )}
+      </Listed>
+      <Listed id="claimed-title" title="Claimed runs" what="claimed runs" p={d?.claimed} none="None." empty={(v) => v.tasks.length === 0}>
+        {(v) => (
+          <Table
+            testid="claimed"
+            rows={v.tasks}
+            rowKey={(t) => `${t.taskId}/${t.runId}`}
+            rowProps={(t) => ({ 'data-task-id': t.taskId })}
+            columns={[
+              TASK,
+              RUN,
+              {
+                label: 'Worker',
+                cell: (t) => <a href={paths.worker(taskQueueId, t.workerGroup, t.workerId)}>{`${t.workerGroup}/${t.workerId}`}</a>,
+              },
+              { label: 'Claimed', cell: (t) => <Time iso={t.claimed} /> },
+            ]}
+          />
+        )}
+      </Listed>
+      <Listed
+        id="workers-title"
+        title="Workers"
+        what="workers"
+        p={d?.workers}
+        none="No worker has claimed from this queue lately."
+        empty={(v) => v.workers.length === 0}
+      >
+        {(v) => (
+          <Table
+            testid="workers"
+            rows={v.workers}
+            rowKey={(w) => `${w.workerGroup}/${w.workerId}`}
+            rowProps={(w) => ({ 'data-worker': `${w.workerGroup}/${w.workerId}` })}
+            columns={[
+              {
+                label: 'Worker',
+                cell: (w) => <a href={paths.worker(taskQueueId, w.workerGroup, w.workerId)}>{`${w.workerGroup}/${w.workerId}`}</a>,
+              },
+              { label: 'Quarantine', cell: (w) => quarantine(w.quarantineUntil, now) },
+              {
+                label: 'Latest task',
+                cell: (w) =>
+                  w.latestTask ? <a href={paths.run(w.latestTask.taskId, w.latestTask.runId)}>{`${w.latestTask.taskId} run ${w.latestTask.runId}`}</a> : '—',
+              },
+              { label: 'Last active', cell: (w) => <Time iso={w.lastDateActive} /> },
+              {
+                label: 'Recent tasks',
+                cell: (w) => <RecentTasks taskQueueId={taskQueueId} workerGroup={w.workerGroup} workerId={w.workerId} />,
+              },
+            ]}
+          />
+        )}
+      </Listed>
       <Updated at={polled.updated} />
     </>
   );
