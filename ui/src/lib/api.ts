@@ -88,17 +88,20 @@ export function apiError(e: unknown): ApiError {
   return { status: 0, code: 'NetworkError', message: String(err?.message ?? e) };
 }
 
-/** Every item of a paged listing: `call(query)` until no continuationToken is left. */
+/**
+ * Every item of a paged listing: `call(query)` until no continuationToken is left, 1,000 a
+ * page (the API's most), the first page `first` (a small one shows sooner).
+ */
 export async function allPages<T>(
   key: string,
   call: (query: Record<string, string | number>) => Promise<Record<string, unknown>>,
   onPage?: (items: T[]) => void,
-  limit = 1000,
+  first = 1000,
 ): Promise<T[]> {
   const out: T[] = [];
   let token: string | undefined;
   do {
-    const query: Record<string, string | number> = { limit };
+    const query: Record<string, string | number> = { limit: token ? 1000 : first };
     if (token) query.continuationToken = token;
     const page = await call(query);
     out.push(...((page[key] as T[]) ?? []));

@@ -7,7 +7,7 @@ import { usePoll } from '../lib/poll';
 import { paths } from '../lib/router';
 import { remember } from '../lib/recent';
 import { count, RESOLVED, TASK_STATES } from '../lib/format';
-import type { TaskAndStatus } from '../lib/types';
+import type { Status, TaskAndStatus } from '../lib/types';
 import { ErrorBox, Facts, Loading, State, Table, Time, Updated, type Column } from '../components';
 
 const PAGE = 100;
@@ -61,8 +61,10 @@ export function Group({ taskGroupId }: { taskGroupId: string }) {
       const tasks = await allPages<TaskAndStatus>(
         'tasks',
         (q) => queue.listTaskGroup(taskGroupId, q),
-        // The first read shows each page as it arrives; later reads swap the whole list.
+        // The first read shows each page as it arrives, starting with a small one (the
+        // table's first page); later reads swap the whole list.
         first ? (sofar) => partial({ info, tasks: sofar.slice(), complete: false }) : undefined,
+        first ? PAGE : 1000,
       );
       shown.current = true;
       return { info, tasks, complete: true };
@@ -78,11 +80,13 @@ export function Group({ taskGroupId }: { taskGroupId: string }) {
     if (data?.complete) remember('group', taskGroupId);
   }, [data?.complete, taskGroupId]);
 
+  // Statuses read since the last full read, by taskId (see `useVisibleStatuses`).
+  const fresh = useVisibleStatuses(polled);
   const rows = useMemo(() => {
-    const all = (data?.tasks ?? []).map(row);
+    const all = (data?.tasks ?? []).map((t) => row({ status: fresh.map.get(t.status.taskId) ?? t.status, task: t.task }));
     all.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : a.taskId < b.taskId ? -1 : 1));
     return all;
-  }, [data]);
+  }, [data, fresh.map]);
   const counts = useMemo(() => {
     const c: Record<string, number> = Object.fromEntries(TASK_STATES.map((s) => [s, 0]));
     for (const r of rows) c[r.state] = (c[r.state] ?? 0) + 1;
@@ -106,6 +110,7 @@ export function Group({ taskGroupId }: { taskGroupId: string }) {
   const pages = Math.max(1, Math.ceil(visible.length / PAGE));
   const current = Math.min(page, pages - 1);
   const slice = visible.slice(current * PAGE, (current + 1) * PAGE);
+  fresh.shown.current = slice.map((r) => r.taskId);
 
   return (
     <>
@@ -187,6 +192,44 @@ export function Group({ taskGroupId }: { taskGroupId: string }) {
       </section>
     </>
   );
+}
+
+/** How long a full read may take before the shown rows are also read on their own. */
+const SLOW_READ_MS = 400;
+
+/**
+ * A big group is read in full only every few seconds (see lib/poll.ts); meanwhile the rows on
+ * screen (at most a page, 100) are re-read every second with `statuses`, so that a change
+ * there shows within about a second whatever the group's size. A full read supersedes them.
+ */
+function useVisibleStatuses(polled: { took?: number; updated?: Date }) {
+  const { queue } = useSession();
+  const shown = useRef<string[]>([]);
+  const [map, setMap] = useState<Map<string, Status>>(new Map());
+  useEffect(() => setMap(new Map()), [polled.updated]);
+  const slow = (polled.took ?? 0) > SLOW_READ_MS;
+  useEffect(() => {
+    if (!slow) return;
+    let alive = true;
+    const tick = async () => {
+      const taskIds = shown.current;
+      if (alive && taskIds.length && document.visibilityState === 'visible') {
+        try {
+          const r = await queue.statuses({ taskIds }, { limit: 1000 });
+          if (alive) setMap((m) => new Map([...m, ...(r.statuses as { taskId: string; status: Status }[]).map((x) => [x.taskId, x.status] as const)]));
+        } catch {
+          // The next full read shows the error, if it lasts.
+        }
+      }
+      if (alive) timer = setTimeout(tick, 1000);
+    };
+    let timer = setTimeout(tick, 1000);
+    return () => {
+      alive = false;
+      clearTimeout(timer);
+    };
+  }, [queue, slow]);
+  return { map, shown };
 }
 
 /** The share of each state, as a bar and as text. */

@@ -45,7 +45,7 @@ export function Home() {
     const tries: [Kind, () => Promise<string | undefined>][] = [
       ['task', async () => (await queue.task(id)).metadata?.name],
       ['group', async () => (await queue.getTaskGroup(id)).schedulerId],
-      ['graph', async () => (await scheduler.inspect(id)).metadata?.name],
+      ['graph', async () => (await scheduler.info(id)).metadata?.name],
     ];
     const results = await Promise.all(
       tries.map(async ([kind, look]) => {
