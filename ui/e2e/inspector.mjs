@@ -291,6 +291,11 @@ const scenarios = {
     await page.goto('/');
     await page.locator(`a[href="/tasks/groups/${data.taskGroupId}"]`).waitFor();
     await noHorizontalScroll(page, 'the start page');
+    // A path nobody serves: the inspector's own "not found", with a 404.
+    const missing = await page.goto('/nothing-here');
+    eq(missing.status(), 404, 'the status of an unknown page');
+    eq(await text(page, 'h1'), 'Not found', 'the unknown page');
+    await page.goto('/');
     // Keyboard: the skip link comes first, and the search box takes focus by Tab.
     await page.keyboard.press('Tab');
     eq(await page.evaluate(() => document.activeElement?.textContent), 'Skip to content', 'the first tab stop');

@@ -38,7 +38,8 @@ pub fn handle_ui(req: Request) -> Response<Body> {
     } else {
         raw
     };
-    let out = crate::ui::respond(req.method(), &path);
+    let accept = req.headers().get("accept").and_then(|v| v.to_str().ok());
+    let out = crate::ui::respond(req.method(), &path, accept);
     let text = out.headers.iter().any(|(k, v)| {
         *k == "content-type"
             && (v.starts_with("text/") || v.starts_with("application/json") || v.contains("svg"))

@@ -275,6 +275,21 @@ async fn the_server_serves_the_inspector_beside_the_api() {
         404,
         "ResourceNotFound",
     );
+    // A browser's page request for a path nobody serves gets the inspector's "not found" as a
+    // 404; any other client gets the API's.
+    let r = client
+        .get(format!("{root}/nothing-here"))
+        .header("accept", "text/html,*/*;q=0.8")
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(r.status(), 404);
+    assert_eq!(r.text().await.expect("body"), html);
+    assert_error(
+        &raw_url(&format!("{root}/nothing-here"), "GET", None, None).await,
+        404,
+        "ResourceNotFound",
+    );
     let r = client
         .post(format!("{root}/tasks/x"))
         .send()
