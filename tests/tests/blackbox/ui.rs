@@ -36,29 +36,35 @@ impl Drop for Script {
     }
 }
 
-/// Runs scenario `scenario` of `ui/e2e/inspector.mjs` against `app` with `data`. Each time the
-/// script asks (`{"ready": what}`), `on_ready(what)` runs and the script goes on. Returns the
-/// script's result (its last line); `None`, with a note, where no browser is set up
-/// (`TCQ_CHROMIUM` unset) or on LocalStack (the inspector reads through the API only, which the
-/// rest of the suite checks on both backends).
-async fn browse<F, Fut>(
-    app: &TestServer,
-    scenario: &str,
-    data: Value,
-    mut on_ready: F,
-) -> Option<Value>
-where
-    F: FnMut(String) -> Fut,
-    Fut: Future<Output = ()>,
-{
+/// The browser to drive: `TCQ_CHROMIUM`; `None`, with a note, where none is set up (it is
+/// unset) or on LocalStack (the inspector reads through the API only, which the rest of the
+/// suite checks on both backends). Checked before a test makes its server and data.
+fn chromium() -> Option<String> {
     let Ok(chromium) = std::env::var("TCQ_CHROMIUM") else {
         eprintln!("TCQ_CHROMIUM is not set: run through scripts/test.sh, which installs Chromium");
         return None;
     };
     if on_localstack() {
-        eprintln!("browser scenario {scenario} runs on the embedded backend only");
+        eprintln!("the browser tests run on the embedded backend only");
         return None;
     }
+    Some(chromium)
+}
+
+/// Runs scenario `scenario` of `ui/e2e/inspector.mjs` in `chromium` against `app` with `data`.
+/// Each time the script asks (`{"ready": what}`), `on_ready(what)` runs and the script goes
+/// on. Returns the script's result (its last line).
+async fn browse<F, Fut>(
+    chromium: &str,
+    app: &TestServer,
+    scenario: &str,
+    data: Value,
+    mut on_ready: F,
+) -> Value
+where
+    F: FnMut(String) -> Fut,
+    Fut: Future<Output = ()>,
+{
     let ui = repo().join("ui");
     let mut shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ui-screenshots");
     if std::env::var("TCQ_BLESS").as_deref() == Ok("1") {
@@ -124,7 +130,7 @@ where
     );
     let result = result.unwrap_or_else(|| panic!("{scenario} printed no result:\n{log}"));
     eprintln!("browser scenario {scenario}: {result}");
-    Some(result)
+    result
 }
 
 /// A task of `group` on `tq` named `name`, with `extra` fields, under a fresh id.
@@ -302,6 +308,7 @@ async fn the_server_serves_the_inspector_beside_the_api() {
 
 #[tokio::test]
 async fn the_group_page_counts_every_state_and_follows_a_completion() {
+    let Some(chromium) = chromium() else { return };
     let app = ui_app().await;
     let (tq, group) = (task_queue_id(), slugid());
     let mut tasks = vec![];
@@ -334,20 +341,21 @@ async fn the_group_page_counts_every_state_and_follows_a_completion() {
         "running": running,
     });
     let id = running["taskId"].as_str().expect("id").to_string();
-    let result = browse(&app, "group", data, |_| {
+    let result = browse(&chromium, &app, "group", data, |what| {
+        assert_eq!(what, "complete");
         let (app, id) = (&app, id.clone());
         async move {
             complete(app, &id, 0).await;
         }
     })
     .await;
-    let Some(result) = result else { return };
     assert_eq!(result["rows"], 9);
     assert_eq!(status(&app, &id).await["state"], "completed");
 }
 
 #[tokio::test]
 async fn the_task_page_lists_runs_artifacts_and_links_and_a_public_artifact_downloads() {
+    let Some(chromium) = chromium() else { return };
     let app = ui_app().await;
     let (tq, group) = (task_queue_id(), slugid());
     let dependency = task_in(&app, &tq, &group, "dependency", "completed").await;
@@ -403,14 +411,13 @@ async fn the_task_page_lists_runs_artifacts_and_links_and_a_public_artifact_down
         "dependent": dependent,
         "unknown": slugid(),
     });
-    let Some(result) = browse(&app, "task", data, |_| async {}).await else {
-        return;
-    };
+    let result = browse(&chromium, &app, "task", data, |_| async {}).await;
     assert_eq!(result["downloaded"], 3000);
 }
 
 #[tokio::test]
 async fn a_client_that_may_cancel_sees_the_action_and_cancels_the_task() {
+    let Some(chromium) = chromium() else { return };
     let app = ui_app().await;
     let (tq, group) = (task_queue_id(), slugid());
     let id = task_in(&app, &tq, &group, "long-job", "pending").await;
@@ -444,9 +451,7 @@ async fn a_client_that_may_cancel_sees_the_action_and_cancels_the_task() {
         "private": { "taskId": done, "name": "private/report.bin", "base64": base64(b"private bytes\x00\x01") },
         "taskQueueId": tq,
     });
-    if browse(&app, "cancel", data, |_| async {}).await.is_none() {
-        return;
-    }
+    browse(&chromium, &app, "cancel", data, |_| async {}).await;
     // The page's click canceled it on the server; the other task is untouched.
     let after = status(&app, &id).await;
     assert_eq!(after["state"], "exception", "{after:#}");
@@ -456,6 +461,7 @@ async fn a_client_that_may_cancel_sees_the_action_and_cancels_the_task() {
 
 #[tokio::test]
 async fn a_twenty_task_graph_is_drawn_with_its_nodes_and_edges() {
+    let Some(chromium) = chromium() else { return };
     let app = ui_app().await;
     let tq = task_queue_id();
     let gid = slugid();
@@ -551,15 +557,14 @@ async fn a_twenty_task_graph_is_drawn_with_its_nodes_and_edges() {
         })).collect::<Vec<_>>(),
         "edges": edges,
     });
-    let Some(result) = browse(&app, "graph", data, |_| async {}).await else {
-        return;
-    };
+    let result = browse(&chromium, &app, "graph", data, |_| async {}).await;
     assert_eq!(result["nodes"], 20);
     assert_eq!(result["edges"], edges.len());
 }
 
 #[tokio::test]
 async fn the_task_queue_and_start_pages_work_and_fit_a_phone() {
+    let Some(chromium) = chromium() else { return };
     let app = ui_app().await;
     let (tq, group) = (task_queue_id(), slugid());
     for i in 0..3 {
@@ -583,5 +588,5 @@ async fn the_task_queue_and_start_pages_work_and_fit_a_phone() {
         "rootClientId": ROOT_CLIENT_ID,
         "rootAccessToken": ROOT_ACCESS_TOKEN,
     });
-    browse(&app, "pages", data, |_| async {}).await;
+    browse(&chromium, &app, "pages", data, |_| async {}).await;
 }
