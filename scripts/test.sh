@@ -30,6 +30,13 @@ export TCQ_PYTHON="$PWD/$VENV/bin/python"
 command -v npm >/dev/null || { echo "npm is required (Node.js 18+)" >&2; exit 1; }
 npm ci --prefix tests/node --no-audit --no-fund --loglevel=error
 export TCQ_NODE_CLIENT="$PWD/tests/node"
+# The web inspector (ui/): Debian's Chromium for its browser tests, its npm packages
+# (TypeScript, Vite, playwright-core), and a rebuild that must equal the committed bundle
+# (ui/dist, which the binaries embed).
+command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+npm ci --prefix ui --no-audit --no-fund --loglevel=error
+node ui/scripts/check-dist.mjs
+export TCQ_CHROMIUM="$(command -v chromium)"
 # The SAM template, offline: cfn-lint checks it against the CloudFormation and SAM specs (the
 # tests below check that it is the one generated from the code and resources.json).
 "$VENV/bin/cfn-lint" infra/template.yaml

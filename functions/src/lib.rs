@@ -1,11 +1,13 @@
 //! The processes that host the queue: the local server ([`server`], `tc-queue`) and the
 //! Lambda functions ([`lambda`], the `lambda` binary), each configured once from its
-//! environment ([`config`]) and assembled from the same parts ([`assemble`]).
+//! environment ([`config`]) and assembled from the same parts ([`assemble`]). Both serve the
+//! web inspector ([`ui`]).
 
 pub mod assemble;
 pub mod config;
 pub mod lambda;
 pub mod server;
+pub mod ui;
 
 pub use config::{LambdaConfig, ServerConfig};
 pub use server::{start, Running};

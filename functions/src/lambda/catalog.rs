@@ -69,6 +69,8 @@ pub enum Trigger {
     },
     /// The task-graph scheduler's durable queue on the broker (Amazon MQ).
     Broker,
+    /// The HTTP API's `$default` route: every request that no other route matches.
+    Default,
 }
 
 /// One function of the stack.
@@ -283,6 +285,14 @@ impl Function {
                     table(TASK_GROUPS, Access::Write),
                 ],
                 vec![Trigger::Broker],
+            ),
+            // The same bundle as the local server's, from the binary: no bucket, no table.
+            Function::Ui => base(
+                "The web inspector: its pages and assets, for every path no API route takes".into(),
+                10,
+                128,
+                vec![],
+                vec![Trigger::Default],
             ),
         }
     }

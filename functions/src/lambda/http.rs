@@ -1,5 +1,6 @@
 //! The API behind an API Gateway HTTP API (payload v2): each function serves one endpoint (or
-//! the auth service) of the same [`Api`] the local server hosts.
+//! the auth service) of the same [`Api`] the local server hosts; one more serves the web
+//! inspector on the `$default` route.
 
 use super::Error;
 use crate::config::LambdaConfig;
@@ -17,6 +18,42 @@ pub async fn serve(cfg: LambdaConfig, serves: Serves) -> Result<(), Error> {
         async move { Ok::<_, Error>(handle(&api, serves, req).await) }
     }))
     .await
+}
+
+/// Serves the web inspector until the Lambda runtime stops the function: no store, no
+/// secrets, nothing to set up at a cold start.
+pub async fn serve_ui() -> Result<(), Error> {
+    lambda_http::run(lambda_http::service_fn(|req: Request| async move {
+        Ok::<_, Error>(handle_ui(req))
+    }))
+    .await
+}
+
+/// The inspector's answer to a gateway request: text as text, anything else base64-encoded
+/// (`Body::Binary`), as the gateway expects binary bodies.
+pub fn handle_ui(req: Request) -> Response<Body> {
+    let raw = req.raw_http_path().to_string();
+    let path = if raw.is_empty() {
+        req.uri().path().to_string()
+    } else {
+        raw
+    };
+    let accept = req.headers().get("accept").and_then(|v| v.to_str().ok());
+    let out = crate::ui::respond(req.method(), &path, accept);
+    let text = out.headers.iter().any(|(k, v)| {
+        *k == "content-type"
+            && (v.starts_with("text/") || v.starts_with("application/json") || v.contains("svg"))
+    });
+    let mut resp = Response::builder().status(out.status);
+    for (k, v) in out.headers {
+        resp = resp.header(k, v);
+    }
+    let body = match String::from_utf8(out.body) {
+        Ok(s) if text => Body::Text(s),
+        Ok(s) => Body::Binary(s.into_bytes()),
+        Err(e) => Body::Binary(e.into_bytes()),
+    };
+    resp.body(body).unwrap_or_default()
 }
 
 /// Converts a gateway request into the API's and the answer back. The path is taken raw and

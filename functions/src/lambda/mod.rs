@@ -5,7 +5,7 @@
 //!
 //! - [`Function`]: what one function serves, and its name and handler;
 //! - [`catalog`]: every function with its configuration, which the SAM template is made from;
-//! - [`http`]: the API behind API Gateway;
+//! - [`http`]: the API behind API Gateway, and the web inspector on its `$default` route;
 //! - [`background`]: the stream-triggered, scheduled and broker-fed functions.
 
 /// Longest a function delays its answer for the claimWork wake-ups it notified to leave (it
@@ -76,6 +76,8 @@ pub enum Function {
     Job(Job),
     /// The task-graph scheduler's consumer of resolution messages (Amazon MQ events).
     TaskGraphConsumer,
+    /// The web inspector: every request no API route takes (the HTTP API's `$default`).
+    Ui,
 }
 
 impl Function {
@@ -94,6 +96,7 @@ impl Function {
         out.push(Function::Publisher);
         out.extend(Job::ALL.map(Function::Job));
         out.push(Function::TaskGraphConsumer);
+        out.push(Function::Ui);
         out
     }
 
@@ -109,6 +112,7 @@ impl Function {
             Function::Publisher => "publisher".into(),
             Function::Job(j) => j.handler().into(),
             Function::TaskGraphConsumer => "taskGraphConsumer".into(),
+            Function::Ui => "ui".into(),
         }
     }
 
@@ -153,7 +157,7 @@ impl Function {
             .ok_or_else(|| format!("no handler matches function name {f:?}").into())
     }
 
-    /// What an HTTP function answers (`None` for the others).
+    /// What an API function answers (`None` for the others, the inspector included).
     pub fn serves(&self) -> Option<Serves> {
         match self {
             Function::Endpoint(_, e) => Some(Serves::Endpoint(e)),
@@ -189,6 +193,7 @@ pub async fn run(cfg: LambdaConfig) -> Result<(), Error> {
         Function::Publisher => background::serve_publisher(cfg).await,
         Function::Job(job) => background::serve_job(cfg, job).await,
         Function::TaskGraphConsumer => background::serve_task_graph_consumer(cfg).await,
+        Function::Ui => http::serve_ui().await,
     }
 }
 
@@ -220,6 +225,7 @@ mod tests {
             ("stack-status", "status"),
             ("scheduler-inspect-task", "schedulerInspectTask"),
             ("task-graph-consumer", "taskGraphConsumer"),
+            ("stack-ui", "ui"),
         ] {
             assert_eq!(
                 handler_of(Function::resolve_name(name)).as_deref(),

@@ -22,17 +22,24 @@ pub struct Gateway {
 }
 
 /// Route selection as API Gateway documents it: among the routes whose method (or `ANY`) and
-/// path match, the one with the most literal segments wins, then a non-greedy one. Returns
-/// the route and its path parameters.
+/// path match, the one with the most literal segments wins, then a non-greedy one; with none,
+/// the `$default` route (the one without a path), if there is one. Returns the route and its
+/// path parameters.
 pub fn select<'a>(
     routes: &'a [Route],
     method: &str,
     path: &str,
 ) -> Option<(&'a Route, Map<String, Value>)> {
     let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let default = || {
+        routes
+            .iter()
+            .find(|r| r.is_default())
+            .map(|r| (r, Map::new()))
+    };
     routes
         .iter()
-        .filter(|r| r.method == method || r.method == "ANY")
+        .filter(|r| !r.is_default() && (r.method == method || r.method == "ANY"))
         .filter_map(|r| {
             let pat: Vec<&str> = r.path.trim_start_matches('/').split('/').collect();
             let greedy = pat.last().is_some_and(|l| l.ends_with("+}"));
@@ -65,6 +72,7 @@ pub fn select<'a>(
         })
         .max_by_key(|(rank, _)| *rank)
         .map(|(_, found)| found)
+        .or_else(default)
 }
 
 fn gateway_error(status: StatusCode, message: &str) -> Response<Body> {
@@ -126,7 +134,7 @@ fn event(
         .and_then(|h| h.to_str().ok())
         .unwrap_or("127.0.0.1")
         .to_string();
-    let route_key = format!("{} {}", route.method, route.path);
+    let route_key = route.key();
     let now = shared::time::Ts::now();
     json!({
         "version": "2.0",

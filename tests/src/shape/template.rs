@@ -38,6 +38,22 @@ pub struct Route {
     pub function: String,
 }
 
+impl Route {
+    /// The `$default` route: an event without a path (SAM's way to declare it).
+    pub fn is_default(&self) -> bool {
+        self.path.is_empty()
+    }
+
+    /// Its route key, as the gateway's events and access log name it.
+    pub fn key(&self) -> String {
+        if self.is_default() {
+            "$default".into()
+        } else {
+            format!("{} {}", self.method, self.path)
+        }
+    }
+}
+
 /// A DynamoDB stream event source mapping.
 #[derive(Debug, Clone)]
 pub struct StreamMapping {

@@ -9,6 +9,8 @@
 //! After changing an endpoint, a function or `resources.json`, regenerate with
 //! `TCQ_BLESS=1 cargo test -p blackbox --test blackbox infra::`.
 
+use blackbox::shape::gateway::select;
+use blackbox::shape::template::Route;
 use functions::lambda::catalog::{
     specs, Spec, Trigger, ANONYMOUS_SCOPES, CLAIM_WORK_CONCURRENCY, COMMON_ENV, LEGACY_EXCHANGES,
 };
@@ -217,7 +219,14 @@ fn function(
     events: Map<String, Value>,
     env: Map<String, Value>,
 ) -> Value {
-    let policies = [policies, secret_policies()].concat();
+    // Every function reads the static clients' secrets at its cold start, but the inspector's,
+    // which only hands out its bundle.
+    let secrets = if handler == Function::Ui.handler() {
+        vec![]
+    } else {
+        secret_policies()
+    };
+    let policies = [policies, secrets].concat();
     let mut props = json!({
         "Description": description,
         "Handler": handler,
@@ -810,6 +819,17 @@ fn template() -> Value {
                         } }),
                     );
                 }
+                Trigger::Default => {
+                    // No Path and no Method: SAM makes it the API's `$default` route, which
+                    // takes every request that no other route matches.
+                    events.insert(
+                        "Default".into(),
+                        json!({ "Type": "HttpApi", "Properties": {
+                            "ApiId": r("QueueApi"),
+                            "PayloadFormatVersion": "2.0"
+                        } }),
+                    );
+                }
                 Trigger::Schedule(_) => {
                     let rate = r(&format!("{}Rate", pascal(&handler)));
                     events.insert(
@@ -1103,39 +1123,10 @@ fn committed_template_is_the_generated_one() {
     );
 }
 
-/// HTTP API route selection, as documented: among the routes whose method (or ANY) and
-/// path match, the one with the most literal segments wins, then the non-greedy one.
-fn gateway_select<'a>(
-    keys: &'a [(String, String, String)],
-    method: &str,
-    path: &str,
-) -> Option<&'a str> {
-    let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    keys.iter()
-        .filter(|(m, _, _)| m == method || m == "ANY")
-        .filter_map(|(_, p, f)| {
-            let pat: Vec<&str> = p.trim_start_matches('/').split('/').collect();
-            let greedy = pat.last().is_some_and(|l| l.ends_with("+}"));
-            let fixed = if greedy { pat.len() - 1 } else { pat.len() };
-            let fits = if greedy {
-                segs.len() > fixed
-            } else {
-                segs.len() == fixed
-            };
-            let ok = fits
-                && pat[..fixed]
-                    .iter()
-                    .zip(&segs)
-                    .all(|(p, s)| p.starts_with('{') && !s.is_empty() || p == s);
-            let literals = pat.iter().filter(|p| !p.starts_with('{')).count();
-            ok.then_some(((literals, !greedy), f.as_str()))
-        })
-        .max_by_key(|(rank, _)| *rank)
-        .map(|(_, f)| f)
-}
-
-fn route_keys(t: &Value) -> Vec<(String, String, String)> {
-    let mut keys = Vec::new();
+/// The HTTP API's routes in the generated template, for the deployed shape's gateway model
+/// (`blackbox::shape::gateway::select`: API Gateway's documented route selection).
+fn routes(t: &Value) -> Vec<Route> {
+    let mut out = Vec::new();
     for (id, r) in t["Resources"].as_object().expect("resources") {
         for e in r["Properties"]["Events"]
             .as_object()
@@ -1144,15 +1135,21 @@ fn route_keys(t: &Value) -> Vec<(String, String, String)> {
         {
             if e["Type"] == "HttpApi" {
                 let p = &e["Properties"];
-                keys.push((
-                    p["Method"].as_str().unwrap_or_default().to_string(),
-                    p["Path"].as_str().unwrap_or_default().to_string(),
-                    id.clone(),
-                ));
+                out.push(Route {
+                    method: p["Method"].as_str().unwrap_or("ANY").to_string(),
+                    path: p["Path"].as_str().unwrap_or_default().to_string(),
+                    timeout: std::time::Duration::from_secs(30),
+                    function: id.clone(),
+                });
             }
         }
     }
-    keys
+    out
+}
+
+/// The function the gateway sends `method path` to.
+fn gateway_select<'a>(routes: &'a [Route], method: &str, path: &str) -> Option<&'a str> {
+    select(routes, method, path).map(|(r, _)| r.function.as_str())
 }
 
 /// A concrete path of `pattern`, each parameter from `value`, as a client sends it
@@ -1213,7 +1210,7 @@ fn sample(param: &str) -> &'static str {
 #[test]
 fn every_route_reaches_its_own_function_encoded_or_decoded() {
     let t = template();
-    let keys = route_keys(&t);
+    let keys = routes(&t);
     for service in SERVICES {
         for e in service.endpoints() {
             let want = function_id(&service.handler_name(e));
@@ -1245,7 +1242,7 @@ fn every_route_reaches_its_own_function_encoded_or_decoded() {
 #[test]
 fn published_documents_reach_the_auth_function() {
     let t = template();
-    let keys = route_keys(&t);
+    let keys = routes(&t);
     let auth = function_id("auth");
     let mut paths = vec![
         "/schemas/queue/v1/task-status-response.json".to_string(),
@@ -1267,6 +1264,51 @@ fn published_documents_reach_the_auth_function() {
     }
 }
 
+/// The web inspector's function takes the `$default` route: every page path, and whatever no
+/// API route matches (an unknown API path, a method an API path lacks), which it answers with
+/// the API's 404. The API's own prefixes stay with their functions.
+#[test]
+fn the_default_route_reaches_the_inspector() {
+    let t = template();
+    let keys = routes(&t);
+    let ui = function_id(&Function::Ui.handler());
+    let defaults: Vec<&Route> = keys.iter().filter(|r| r.is_default()).collect();
+    assert_eq!(defaults.len(), 1, "one $default route");
+    assert_eq!(defaults[0].function, ui);
+    for (method, path) in [
+        ("GET", "/"),
+        ("GET", "/tasks/groups/fN1SbArXTPSVFNUvaOlinQ"),
+        ("GET", "/tasks/fN1SbArXTPSVFNUvaOlinQ/runs/0"),
+        ("GET", "/task-queues/prov-1/worker-type"),
+        ("GET", "/task-graphs/eN1SbArXTPSVFNUvaOlinQ"),
+        ("GET", "/assets/index-abc.js"),
+        ("HEAD", "/favicon.svg"),
+        ("GET", "/api/queue/v1/no-such-endpoint"),
+        ("DELETE", "/api/queue/v1/task/fN1SbArXTPSVFNUvaOlinQ"),
+    ] {
+        assert_eq!(
+            gateway_select(&keys, method, path),
+            Some(ui.as_str()),
+            "{method} {path}"
+        );
+    }
+    let auth = function_id("auth");
+    for path in [
+        "/schemas/queue/v1/task.json",
+        "/references/queue/v1/api.json",
+    ] {
+        assert_eq!(
+            gateway_select(&keys, "GET", path),
+            Some(auth.as_str()),
+            "{path}"
+        );
+    }
+    assert_eq!(
+        gateway_select(&keys, "GET", "/api/queue/v1/ping"),
+        Some(function_id("ping").as_str())
+    );
+}
+
 #[test]
 fn every_function_has_a_handler_in_the_binary() {
     let t = template();
@@ -1283,7 +1325,9 @@ fn every_function_has_a_handler_in_the_binary() {
         let http = r["Properties"]["Events"]
             .as_object()
             .is_some_and(|e| e.values().any(|e| e["Type"] == "HttpApi"));
-        assert_eq!(http, function.serves().is_some(), "{id}");
+        // The API's functions, and the inspector on the `$default` route.
+        let ui = matches!(function, Function::Ui);
+        assert_eq!(http, function.serves().is_some() || ui, "{id}");
         handlers.push(h.to_string());
     }
     // ... and every function the binary serves is deployed.
@@ -1590,6 +1634,61 @@ async fn answer_200(api: &blackbox::runtime_api::RuntimeApi, event: Value, what:
     serde_json::from_str(reply["body"].as_str().unwrap_or_default()).expect("JSON body")
 }
 
+/// The inspector's function, as the gateway's `$default` route hands it requests: the page for
+/// client-side routes, assets with their types, and the API's 404 for an unknown API path.
+#[tokio::test]
+async fn the_inspector_function_answers_default_route_events() {
+    let answer = |method: &str, path: &str| {
+        let event = blackbox::runtime_api::apigw_v2_event(method, path, None);
+        let req = lambda_http::request::from_str(&event.to_string()).expect("v2 event");
+        let reply = functions::lambda::http::handle_ui(req);
+        let ct = reply
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        let text = matches!(reply.body(), lambda_http::Body::Text(_));
+        (
+            reply.status().as_u16(),
+            ct,
+            text,
+            reply.body().as_ref().to_vec(),
+        )
+    };
+    let index = functions::ui::asset("index.html").expect("embedded");
+    for path in [
+        "/",
+        "/tasks/groups/fN1SbArXTPSVFNUvaOlinQ",
+        "/provisioners/p/worker-types/w",
+    ] {
+        assert_eq!(
+            answer("GET", path),
+            (200, "text/html; charset=utf-8".into(), true, index.to_vec()),
+            "{path}"
+        );
+    }
+    let html = String::from_utf8_lossy(index).into_owned();
+    let script = html
+        .split("src=\"")
+        .nth(1)
+        .and_then(|s| s.split('"').next())
+        .expect("a script");
+    let (status, ct, text, body) = answer("GET", script);
+    assert_eq!(
+        (status, ct.as_str(), text),
+        (200, "text/javascript; charset=utf-8", true)
+    );
+    assert_eq!(
+        body,
+        functions::ui::asset(script.trim_start_matches('/')).expect("embedded")
+    );
+    let (status, _, _, body) = answer("GET", &format!("{PREFIX}/no-such-endpoint"));
+    assert_eq!(status, 404);
+    let body: Value = serde_json::from_slice(&body).expect("JSON");
+    assert_eq!(body["code"], "ResourceNotFound");
+}
+
 /// The multi-call binary itself, as Lambda runs it (`_HANDLER` from the template), against
 /// DynamoDB on LocalStack: a queue endpoint with a decoded gateway path, and the auth service.
 #[tokio::test]
@@ -1630,6 +1729,31 @@ async fn the_lambda_binary_serves_what_its_handler_names() {
     assert_eq!(body["openapi"], "3.1.0");
     assert_eq!(body["info"]["title"], "The queue service");
     f.kill().ok();
+}
+
+/// The multi-call binary as the inspector's function: it serves without AWS (no store, no
+/// secret is read at its start), through the Runtime API as Lambda runs it.
+#[tokio::test]
+async fn the_lambda_binary_serves_the_inspector_without_aws() {
+    use blackbox::runtime_api::{built_binary, start_function, RuntimeApi};
+    if !built_binary("lambda").exists() {
+        eprintln!("the lambda binary is not built: scripts/test.sh builds the workspace first");
+        return;
+    }
+    let api = RuntimeApi::start().await;
+    let (mut f, _) = start_function("ui", &api, "unused-", &[("_HANDLER", "ui")]);
+    let event = blackbox::runtime_api::apigw_v2_event("GET", "/tasks/groups/x", None);
+    let reply = api
+        .invoke(event, std::time::Duration::from_secs(30))
+        .await
+        .expect("ui answered");
+    f.kill().ok();
+    assert_eq!(reply["statusCode"], 200, "{reply}");
+    let body = reply["body"].as_str().unwrap_or_default();
+    assert_eq!(
+        body.as_bytes(),
+        functions::ui::asset("index.html").expect("embedded")
+    );
 }
 
 #[test]
@@ -1688,12 +1812,17 @@ fn policies_grant_only_what_each_function_needs() {
                 && e.route.contains('<'))
             || ["taskGraphConsumer", "publisher", "outboxSweeper"].contains(&handler);
         assert_eq!(graphs, scheduler, "{id}");
-        // Every function reads the queue's token; nothing else in Secrets Manager but the root's.
-        assert!(
+        // Every function reads the queue's token, but the inspector's, which holds nothing
+        // (no secret, no table, no bucket); nothing else in Secrets Manager but the root's.
+        if matches!(function, Function::Ui) {
+            assert!(policies.is_empty(), "{id} needs no rights: {policies:?}");
+        }
+        assert_eq!(
             grants(
                 "AWSSecretsManagerGetSecretValuePolicy",
                 "QueueAccessTokenSecret"
             ),
+            !matches!(function, Function::Ui),
             "{id}"
         );
         for p in policies {

@@ -39,5 +39,6 @@ mod scheduling;
 mod shape;
 mod smoke;
 mod task_groups;
+mod ui;
 mod validation;
 mod workers;

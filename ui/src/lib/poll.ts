@@ -1,0 +1,80 @@
+// Live data without server push (the deployed API has none): each page re-reads what it shows
+// on a timer. The next read starts `factor` times the last one's duration after it ended, at
+// least `minMs` (so small views change within about a second) and at most `maxMs` (so a
+// 10,000-task group is re-read every few seconds, not back to back). Hidden tabs do not poll.
+import { useEffect, useRef, useState } from 'preact/hooks';
+import { apiError, type ApiError } from './api';
+
+export interface Polled<T> {
+  data?: T;
+  error?: ApiError;
+  /** When the data was last read in full. */
+  updated?: Date;
+  /** The last full read's duration, in ms. */
+  took?: number;
+  reload: () => void;
+}
+
+export interface Timing {
+  minMs: number;
+  maxMs: number;
+  factor: number;
+}
+
+export const LIVE: Timing = { minMs: 1000, maxMs: 15000, factor: 3 };
+
+/**
+ * Reads `load` now and again after every read until `deps` change or the view goes away.
+ * `load` may report partial data (a first page) through `partial`.
+ */
+export function usePoll<T>(
+  load: (partial: (data: T) => void) => Promise<T>,
+  deps: unknown[],
+  timing: Timing = LIVE,
+): Polled<T> {
+  const [state, setState] = useState<Omit<Polled<T>, 'reload'>>({});
+  const kick = useRef<() => void>(() => {});
+  useEffect(() => {
+    let alive = true;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    let wake: (() => void) | undefined;
+    setState({});
+    const sleep = (ms: number) =>
+      new Promise<void>((resolve) => {
+        wake = resolve;
+        timer = setTimeout(resolve, ms);
+      });
+    kick.current = () => {
+      if (timer) clearTimeout(timer);
+      wake?.();
+    };
+    const onVisible = () => {
+      if (document.visibilityState === 'visible') kick.current();
+    };
+    document.addEventListener('visibilitychange', onVisible);
+    (async () => {
+      while (alive) {
+        const start = performance.now();
+        try {
+          const data = await load((d) => alive && setState((s) => ({ ...s, data: d })));
+          const took = performance.now() - start;
+          if (!alive) return;
+          setState({ data, updated: new Date(), took });
+        } catch (e) {
+          if (!alive) return;
+          setState((s) => ({ ...s, error: apiError(e) }));
+        }
+        const took = performance.now() - start;
+        await sleep(Math.min(timing.maxMs, Math.max(timing.minMs, timing.factor * took)));
+        while (alive && document.visibilityState === 'hidden') await sleep(60_000);
+      }
+    })();
+    return () => {
+      alive = false;
+      if (timer) clearTimeout(timer);
+      document.removeEventListener('visibilitychange', onVisible);
+    };
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, deps);
+  return { ...state, reload: () => kick.current() };
+}
