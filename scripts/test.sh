@@ -2,9 +2,11 @@
 # The project's test command: brings up everything the tests need, then runs every test.
 # Usage: bash scripts/test.sh   (from the repo root, on a fresh machine with rustup, Python,
 # Java 17+ and npm; see localstack/localstack.sh for what it installs)
-#   1. cfn-lint on infra/template.yaml; unit tests, the store conformance suite and the
-#      black-box suite on the embedded backend (with RabbitMQ, started if needed, the
-#      official Python client in a venv and the official npm client in tests/node);
+#   1. cfn-lint on infra/template.yaml; the web inspector's bundle rebuilt and compared with
+#      the committed one; unit tests, the store conformance suite and the black-box suite on
+#      the embedded backend (with RabbitMQ, started if needed, the official Python client and
+#      schemathesis in a venv, the official npm client in tests/node, Debian's Chromium for
+#      the browser tests); the fuzz targets, 10 s each;
 #   2. LocalStack (host mode without Docker), then the whole black-box suite again with every
 #      server on DynamoDB, the conformance suite against DynamoDB, and real Lambda binaries
 #      run through a Runtime API emulator.
@@ -46,6 +48,9 @@ cargo test --workspace --locked -- --test-threads="$THREADS"
 # Restarts the machine's RabbitMQ, so it runs alone.
 ALONE=(-p blackbox --test blackbox --locked -- --ignored --exact amqp_restart::a_broker_restart_delays_events_but_loses_none)
 cargo test "${ALONE[@]}"
+# The fuzz targets (fuzz/), bounded: 10 s each from the committed seeds, which hold every input
+# that once failed (installs cargo-fuzz on first use; about 4 minutes with the build).
+bash scripts/fuzz.sh 10
 
 # LocalStack: start it unless it already runs; stop it again only if we started it.
 if ! bash localstack/localstack.sh status >/dev/null 2>&1; then

@@ -13,7 +13,7 @@ use crate::amqp::{amqp_url, broker_addr, Broker, ALL};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::process::Child;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -131,11 +131,16 @@ pub async fn crash_loop(
         Arc::new(AtomicBool::new(true)),
         Arc::new(AtomicBool::new(true)),
     );
+    let in_create = Arc::new(AtomicUsize::new(0));
     let clients: Vec<_> = (0..spec.clients)
         .map(|c| {
             let (root, tq, records) = (root.clone(), tq.clone(), records.clone());
-            let (creating, running) = (creating.clone(), running.clone());
-            tokio::spawn(async move { client(c, &root, &tq, records, creating, running).await })
+            let flags = Flags {
+                creating: creating.clone(),
+                in_create: in_create.clone(),
+                running: running.clone(),
+            };
+            tokio::spawn(async move { client(c, &root, &tq, records, flags).await })
         })
         .collect();
 
@@ -154,25 +159,34 @@ pub async fn crash_loop(
         );
         recovery.push(t.elapsed().as_secs_f64());
     }
-    // Stop creating; let the clients claim and complete until every task is resolved (runs
-    // lost to a kill expire and are retried), or give up after two minutes.
-    creating.store(false, Ordering::Relaxed);
+    // Stop creating, and wait for the createTask calls under way (one may be retrying across
+    // the last restart): a task acknowledged after the statuses below were read would look
+    // lost. Then let the clients claim and complete until every task is resolved (runs lost
+    // to a kill expire and are retried), or give up after two minutes.
+    creating.store(false, Ordering::SeqCst);
+    while in_create.load(Ordering::SeqCst) > 0 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let created = records
+        .lock()
+        .map(|r| r.created.clone())
+        .unwrap_or_default();
     let q = crate::queue_client(&root);
     let until = Instant::now() + Duration::from_secs(120);
-    let statuses = loop {
-        let created = records
-            .lock()
-            .map(|r| r.created.clone())
-            .unwrap_or_default();
-        let statuses = fetch_statuses(&q, &created).await;
+    let mut statuses = BTreeMap::new();
+    loop {
+        // A read that failed (the server busy) is not an answer: keep the last whole one.
+        if let Some(read) = fetch_statuses(&q, &created).await {
+            statuses = read;
+        }
         let done = statuses.values().all(|s| {
             ["completed", "failed", "exception"].contains(&s["state"].as_str().unwrap_or(""))
         });
         if (done && statuses.len() == created.len()) || Instant::now() > until {
-            break statuses;
+            break;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+    }
     running.store(false, Ordering::Relaxed);
     for c in clients {
         let _ = c.await;
@@ -252,17 +266,25 @@ pub async fn crash_loop(
     report
 }
 
-async fn fetch_statuses(q: &taskcluster::Queue, ids: &[String]) -> BTreeMap<String, Value> {
+/// The statuses of `ids` that exist, every page of them; `None` if any call failed.
+async fn fetch_statuses(q: &taskcluster::Queue, ids: &[String]) -> Option<BTreeMap<String, Value>> {
     let mut out = BTreeMap::new();
     for chunk in ids.chunks(500) {
-        if let Ok(r) = q.statuses(&json!({ "taskIds": chunk }), None, None).await {
+        let mut token: Option<String> = None;
+        loop {
+            let body = json!({ "taskIds": chunk });
+            let r = q.statuses(&body, token.as_deref(), None).await.ok()?;
             for s in r["statuses"].as_array().cloned().unwrap_or_default() {
                 let id = s["taskId"].as_str().unwrap_or_default().to_string();
                 out.insert(id, s["status"].clone());
             }
+            token = r["continuationToken"].as_str().map(String::from);
+            if token.is_none() {
+                break;
+            }
         }
     }
-    out
+    Some(out)
 }
 
 /// Retries `f` while the server is down (connection errors and 5xx), up to a minute.
@@ -286,20 +308,26 @@ where
     }
 }
 
+/// What the loop tells its clients.
+struct Flags {
+    /// Create tasks (cleared when the kills are over).
+    creating: Arc<AtomicBool>,
+    /// Clients inside a createTask, or about to decide whether to make one.
+    in_create: Arc<AtomicUsize>,
+    /// Keep going.
+    running: Arc<AtomicBool>,
+}
+
 /// One client: creates a task, claims one, completes what it claimed; every call retried
 /// while the server is down.
-async fn client(
-    c: usize,
-    root: &str,
-    tq: &str,
-    records: Arc<Mutex<Records>>,
-    creating: Arc<AtomicBool>,
-    running: Arc<AtomicBool>,
-) {
+async fn client(c: usize, root: &str, tq: &str, records: Arc<Mutex<Records>>, flags: Flags) {
     let q = crate::queue_client(root);
     let body = json!({"workerGroup": "crash", "workerId": format!("c{c}"), "tasks": 1});
-    while running.load(Ordering::Relaxed) {
-        if creating.load(Ordering::Relaxed) {
+    while flags.running.load(Ordering::Relaxed) {
+        // Counted before `creating` is read, so that whoever clears `creating` and then sees
+        // no create under way knows none will start.
+        flags.in_create.fetch_add(1, Ordering::SeqCst);
+        if flags.creating.load(Ordering::SeqCst) {
             let id = crate::slugid();
             let mut def = crate::task_def(tq);
             def["retries"] = json!(5);
@@ -309,6 +337,7 @@ async fn client(
                 }
             }
         }
+        flags.in_create.fetch_sub(1, Ordering::SeqCst);
         let Ok(claimed) = retrying(|| q.claimWork(tq, &body)).await else {
             continue;
         };

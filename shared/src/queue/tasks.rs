@@ -3,7 +3,7 @@
 
 use super::core::{backoff, Queue, MAX_ATTEMPTS};
 use super::deps::DependencyPlan;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::ids::{TaskId, TaskQueueId};
 use crate::page::{decode_token, encode_token, Filler, PageReq};
 use crate::records::group::{member_item, TASK_GROUPS};
@@ -57,15 +57,19 @@ impl Queue {
         let mut out = Filler::default();
         for (i, id) in task_ids.iter().enumerate().take(end).skip(start) {
             let Ok(tid) = TaskId::parse(id) else { continue };
+            // A task that does not exist is left out, as upstream; any other failure is the
+            // caller's to see (a page silently missing a task would read as "no such task").
             let item = if statuses {
                 match self.status(&tid, now).await {
                     Ok(rec) => json!({ "taskId": id, "status": rec.status_json() }),
-                    Err(_) => continue,
+                    Err(e) if e.code == ErrorCode::ResourceNotFound => continue,
+                    Err(e) => return Err(e),
                 }
             } else {
                 match self.task(&tid, now).await {
                     Ok(def) => json!({ "taskId": id, "task": def }),
-                    Err(_) => continue,
+                    Err(e) if e.code == ErrorCode::ResourceNotFound => continue,
+                    Err(e) => return Err(e),
                 }
             };
             if !out.push(item) {
