@@ -129,6 +129,10 @@ pub fn respond(method: &Method, path: &str, accept: Option<&str>) -> ApiResponse
         headers.push(("content-security-policy", CSP.to_string()));
         headers.push(("referrer-policy", "same-origin".to_string()));
     }
+    if method == Method::HEAD {
+        // The length a GET would send, as HEAD promises (the body itself is left out).
+        headers.push(("content-length", body.len().to_string()));
+    }
     ApiResponse {
         status,
         headers,
@@ -185,6 +189,10 @@ mod tests {
         assert!(header(&r, "cache-control").is_some_and(|c| c.contains("immutable")));
         let head = respond(&Method::HEAD, &format!("/{js}"), None);
         assert!(head.body.is_empty());
+        assert_eq!(
+            header(&head, "content-length"),
+            Some(r.body.len().to_string().as_str())
+        );
         assert_eq!(
             respond(&Method::GET, "/assets/gone-123.js", HTML).status,
             404

@@ -163,7 +163,8 @@ const scenarios = {
     return { rows: data.tasks.length, firstRenderMs: firstRender, followedMs: followed };
   },
 
-  /** Runs, artifacts (a public one downloads), dependencies and dependents, anonymously. */
+  /** Runs, artifacts (a public one downloads), dependencies and dependents, anonymously; an
+   * artifact added to a running run while the page is open. */
   async task(browser) {
     const page = await newPage(browser);
     await page.goto(`/tasks/${data.taskId}`);
@@ -190,13 +191,25 @@ const scenarios = {
     await noHorizontalScroll(page, 'the task page');
     await screenshot(page, 'task-narrow');
 
+    // A running task: an artifact its worker adds shows without a reload.
+    await page.setViewportSize(WIDE);
+    await page.goto(`/tasks/${data.running.taskId}`);
+    await page.waitForSelector('tr[data-run-id="0"][data-state=running]');
+    await page.locator('#artifacts-0 ~ p').filter({ hasText: 'None.' }).waitFor();
+    await page.evaluate(() => (window.__sameDocument = true));
+    await ready('upload');
+    const t1 = Date.now();
+    await page.waitForSelector(`#artifacts-0 ~ ul li[data-artifact="${data.running.artifact}"] a.download`, { timeout: WAIT });
+    const artifactShownMs = Date.now() - t1;
+    check(await page.evaluate(() => window.__sameDocument === true), 'the page was not reloaded');
+
     // An unknown task: the API's 404, plainly.
     await page.goto(`/tasks/${data.unknown}`);
     await page.waitForSelector('[role=alert]');
     const alert = await text(page, '[role=alert]');
     check(alert.includes('404') && alert.includes('ResourceNotFound'), `the 404 shows: ${alert}`);
     check(page.problems.length === 0, page.problems.join('; '));
-    return { runs: data.runs.length, downloaded: bytes.length };
+    return { runs: data.runs.length, downloaded: bytes.length, artifactShownMs };
   },
 
   /** Signing in shows the actions the client's scopes allow; cancel cancels. */

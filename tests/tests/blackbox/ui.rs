@@ -263,12 +263,18 @@ async fn the_server_serves_the_inspector_beside_the_api() {
         .to_str()
         .unwrap_or_default()
         .contains("immutable"));
+    let script_len = r.bytes().await.expect("the script").len();
     let head = client
         .head(format!("{root}{script}"))
         .send()
         .await
         .expect("HEAD");
     assert_eq!(head.status(), 200);
+    // HEAD gives the length a GET sends.
+    assert_eq!(
+        head.headers()["content-length"].to_str().ok(),
+        Some(script_len.to_string().as_str())
+    );
     assert_eq!(
         get("/assets/missing-0000.js").await.expect("GET").status(),
         404
@@ -354,7 +360,8 @@ async fn the_group_page_counts_every_state_and_follows_a_completion() {
 }
 
 #[tokio::test]
-async fn the_task_page_lists_runs_artifacts_and_links_and_a_public_artifact_downloads() {
+async fn the_task_page_lists_runs_artifacts_and_links_and_a_public_artifact_downloads_and_follows_new_ones(
+) {
     let Some(chromium) = chromium() else { return };
     let app = ui_app().await;
     let (tq, group) = (task_queue_id(), slugid());
@@ -394,6 +401,8 @@ async fn the_task_page_lists_runs_artifacts_and_links_and_a_public_artifact_down
         json!({ "dependencies": [id] }),
     )
     .await;
+    // A run still going, to which an artifact is added while its page is open.
+    let running = task_in(&app, &tq, &group, "still-running", "running").await;
     let data = json!({
         "taskId": id,
         "name": "build-linux64",
@@ -410,9 +419,21 @@ async fn the_task_page_lists_runs_artifacts_and_links_and_a_public_artifact_down
         "dependency": dependency,
         "dependent": dependent,
         "unknown": slugid(),
+        "running": { "taskId": running, "artifact": "public/logs/live.log" },
     });
-    let result = browse(&chromium, &app, "task", data, |_| async {}).await;
+    let result = browse(&chromium, &app, "task", data, |what| {
+        assert_eq!(what, "upload");
+        let (app, running) = (&app, running.clone());
+        async move { upload(app, &running, 0, "public/logs/live.log", b"still going").await }
+    })
+    .await;
     assert_eq!(result["downloaded"], 3000);
+    let listed = app
+        .queue()
+        .listArtifacts(&running, "0", None, None)
+        .await
+        .expect("listArtifacts");
+    assert_eq!(listed["artifacts"][0]["name"], "public/logs/live.log");
 }
 
 #[tokio::test]

@@ -24,13 +24,14 @@ export interface Timing {
 export const LIVE: Timing = { minMs: 1000, maxMs: 15000, factor: 3 };
 
 /**
- * Reads `load` now and again after every read until `deps` change or the view goes away.
- * `load` may report partial data (a first page) through `partial`.
+ * Reads `load` now and again after every read until `deps` change or the view goes away
+ * (only once when `timing` is null: data that no longer changes). `load` may report partial
+ * data (a first page) through `partial`.
  */
 export function usePoll<T>(
   load: (partial: (data: T) => void) => Promise<T>,
   deps: unknown[],
-  timing: Timing = LIVE,
+  timing: Timing | null = LIVE,
 ): Polled<T> {
   const [state, setState] = useState<Omit<Polled<T>, 'reload'>>({});
   const kick = useRef<() => void>(() => {});
@@ -64,6 +65,7 @@ export function usePoll<T>(
           if (!alive) return;
           setState((s) => ({ ...s, error: apiError(e) }));
         }
+        if (!timing) return;
         const took = performance.now() - start;
         await sleep(Math.min(timing.maxMs, Math.max(timing.minMs, timing.factor * took)));
         while (alive && document.visibilityState === 'hidden') await sleep(60_000);

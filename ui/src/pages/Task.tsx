@@ -3,7 +3,7 @@
 import { useEffect, useMemo, useState } from 'preact/hooks';
 import { useSession, type Session } from '../lib/session';
 import { allPages, apiError, type ApiError } from '../lib/api';
-import { usePoll } from '../lib/poll';
+import { LIVE, usePoll } from '../lib/poll';
 import { paths } from '../lib/router';
 import { remember } from '../lib/recent';
 import { allows } from '../lib/scopes';
@@ -200,14 +200,20 @@ function Runs({ taskId, status, selected }: { taskId: string; status: Status; se
   );
 }
 
-/** A run's artifacts, read again whenever the run changes state. */
+/**
+ * A run's artifacts: re-read on a timer while the run is pending or running (its worker adds
+ * them as it goes), once after it has resolved. A change of state mounts it afresh.
+ */
 function Artifacts({ taskId, run }: { taskId: string; run: Run }) {
   const { queue, credentials } = useSession();
-  const [list, setList] = useState<Artifact[] | null>(null);
-  const [error, setError] = useState<ApiError | null>(null);
-  useEffect(() => {
-    allPages<Artifact>('artifacts', (q) => queue.listArtifacts(taskId, String(run.runId), q)).then(setList, (e: unknown) => setError(apiError(e)));
-  }, [queue, taskId, run.runId]);
+  const live = !RESOLVED.includes(run.state);
+  const polled = usePoll<Artifact[]>(
+    () => allPages<Artifact>('artifacts', (q) => queue.listArtifacts(taskId, String(run.runId), q)),
+    [queue, taskId, run.runId, live],
+    live ? LIVE : null,
+  );
+  const list = polled.data ?? null;
+  const error = polled.error ?? null;
   const link = (a: Artifact): string | null => {
     if (a.storageType === 'error' || a.storageType === 'object') return null;
     // Signed in: a bewit URL, which carries the caller's right to read it; anonymous: the
