@@ -499,12 +499,12 @@ async fn serve_http(
     open_tx.closed().await;
 }
 
-/// The axum fallback: the web inspector's pages and assets (see `ui::serves`), and every
+/// The axum fallback: the web inspector's pages and assets (see `ui::answer`), and every
 /// other request to the shared API.
 async fn serve(State(api): State<Arc<Api>>, req: Request<Body>) -> Response<Body> {
     let accept = req.headers().get("accept").and_then(|v| v.to_str().ok());
-    if crate::ui::serves(req.method(), req.uri().path(), accept) {
-        return to_http(crate::ui::respond(req.method(), req.uri().path(), accept));
+    if let Some(page) = crate::ui::answer(req.method(), req.uri().path(), accept) {
+        return to_http(page);
     }
     let (parts, body) = req.into_parts();
     let read = tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY_BYTES + 1));

@@ -3,8 +3,8 @@
 //! `/provisioners/...`, `/task-graphs/...`) get `index.html` (not cached, so a new release is
 //! seen at once); hashed assets are cached for a year. Any other path is the API's: a browser
 //! asking for a page there gets the inspector's "not found" page with a 404, anything else the
-//! API's 404. The local server and the `ui` Lambda function (the HTTP API's `$default` route)
-//! both answer with [`respond`].
+//! API's 404. The local server asks [`answer`] before the API; the `ui` Lambda function (the
+//! HTTP API's `$default` route) answers everything with [`respond`].
 
 use axum::http::Method;
 use serde_json::json;
@@ -32,39 +32,17 @@ pub fn asset(name: &str) -> Option<&'static [u8]> {
         .map(|(_, b)| *b)
 }
 
-/// What the inspector makes of a path.
+/// What the inspector makes of a request.
 enum Target {
     /// `index.html`, with this status.
     Page(u16),
-    /// An embedded file (or a hashed asset that is not: 404).
-    Asset(&'static str, Option<&'static [u8]>),
+    /// An embedded file (`None`: a hashed asset that is not, 404).
+    Asset(Option<(&'static str, &'static [u8])>),
 }
 
-fn target(path: &str, accept: Option<&str>) -> Option<Target> {
-    let name = path.trim_start_matches('/');
-    if name.starts_with("assets/")
-        || (!name.contains('/') && asset(name).is_some() && name != "index.html")
-    {
-        return Some(Target::Asset(
-            assets::ASSETS
-                .iter()
-                .find(|(n, _)| *n == name)
-                .map_or("", |(n, _)| n),
-            asset(name),
-        ));
-    }
-    if path == "/" || path == "/index.html" || PAGES.iter().any(|p| path.starts_with(p)) {
-        return Some(Target::Page(200));
-    }
-    // A browser navigating to a path no one serves: the inspector says so, as a 404.
-    accept
-        .is_some_and(|a| a.contains("text/html"))
-        .then_some(Target::Page(404))
-}
-
-/// True if the inspector answers `method path` (GET and HEAD of its pages, its assets, and
-/// pages asked for by a browser outside the API's paths); the API answers the rest.
-pub fn serves(method: &Method, path: &str, accept: Option<&str>) -> bool {
+/// The inspector's part in `method path`, if any: GET and HEAD of its pages, its assets, and
+/// pages asked for by a browser outside the API's paths; the API answers the rest.
+fn target(method: &Method, path: &str, accept: Option<&str>) -> Option<Target> {
     let api = [
         "/api/",
         "/schemas/",
@@ -74,7 +52,23 @@ pub fn serves(method: &Method, path: &str, accept: Option<&str>) -> bool {
     .iter()
     .any(|p| path.starts_with(p))
         || path == "/api";
-    (method == Method::GET || method == Method::HEAD) && !api && target(path, accept).is_some()
+    if (method != Method::GET && method != Method::HEAD) || api {
+        return None;
+    }
+    let name = path.trim_start_matches('/');
+    let file = assets::ASSETS.iter().find(|(n, _)| *n == name).copied();
+    if name.starts_with("assets/")
+        || (!name.contains('/') && file.is_some() && name != "index.html")
+    {
+        return Some(Target::Asset(file));
+    }
+    if path == "/" || path == "/index.html" || PAGES.iter().any(|p| path.starts_with(p)) {
+        return Some(Target::Page(200));
+    }
+    // A browser navigating to a path no one serves: the inspector says so, as a 404.
+    accept
+        .is_some_and(|a| a.contains("text/html"))
+        .then_some(Target::Page(404))
 }
 
 fn content_type(name: &str) -> &'static str {
@@ -96,29 +90,33 @@ fn content_type(name: &str) -> &'static str {
 const CSP: &str = "default-src 'self'; img-src 'self' data:; style-src 'self'; \
                    connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
 
-/// The answer to `method path` for a client that accepts `accept`: the inspector's where
-/// [`serves`] says so, else the API's 404 (a route the API does not have).
+/// The answer to `method path` for a client that accepts `accept`: the inspector's, else the
+/// API's 404 (a route the API does not have). The `ui` Lambda function's whole job.
 pub fn respond(method: &Method, path: &str, accept: Option<&str>) -> ApiResponse {
-    if !serves(method, path, accept) {
+    answer(method, path, accept).unwrap_or_else(|| {
         let e = ApiError::not_found(format!("No such endpoint: {method} {path}"));
         let info = json!({ "method": "", "params": {}, "payload": {}, "time": Ts::now() });
-        return error_response(&e, method, info);
-    }
-    let (status, name, body, cache) = match target(path, accept) {
-        Some(Target::Asset(name, Some(body))) if name.starts_with("assets/") => {
+        error_response(&e, method, info)
+    })
+}
+
+/// The inspector's answer to `method path`, or `None` where the API answers (the local
+/// server's choice between the two).
+pub fn answer(method: &Method, path: &str, accept: Option<&str>) -> Option<ApiResponse> {
+    let (status, name, body, cache) = match target(method, path, accept)? {
+        Target::Asset(Some((name, body))) if name.starts_with("assets/") => {
             // Hashed file names: a changed file gets a new name.
             (200, name, body, "public, max-age=31536000, immutable")
         }
-        Some(Target::Asset(name, Some(body))) => (200, name, body, "public, max-age=3600"),
+        Target::Asset(Some((name, body))) => (200, name, body, "public, max-age=3600"),
         // A missing hashed asset is an error, not the page (a browser would run HTML as JS).
-        Some(Target::Asset(_, None)) => (404, "missing.txt", &b"Not found\n"[..], "no-cache"),
-        Some(Target::Page(status)) => (
+        Target::Asset(None) => (404, "missing.txt", &b"Not found\n"[..], "no-cache"),
+        Target::Page(status) => (
             status,
             "index.html",
             asset("index.html").unwrap_or_default(),
             "no-cache",
         ),
-        None => (404, "missing.txt", &b"Not found\n"[..], "no-cache"),
     };
     let mut headers = vec![
         ("cache-control", cache.to_string()),
@@ -133,7 +131,7 @@ pub fn respond(method: &Method, path: &str, accept: Option<&str>) -> ApiResponse
         // The length a GET would send, as HEAD promises (the body itself is left out).
         headers.push(("content-length", body.len().to_string()));
     }
-    ApiResponse {
+    Some(ApiResponse {
         status,
         headers,
         body: if method == Method::HEAD {
@@ -141,7 +139,7 @@ pub fn respond(method: &Method, path: &str, accept: Option<&str>) -> ApiResponse
         } else {
             body.to_vec()
         },
-    }
+    })
 }
 
 #[cfg(test)]
@@ -215,7 +213,7 @@ mod tests {
             (Method::GET, "/nothing-here", None),
             (Method::GET, "/etc/passwd", Some("*/*")),
         ] {
-            assert!(!serves(&m, path, accept), "{m} {path}");
+            assert!(answer(&m, path, accept).is_none(), "{m} {path}");
             let r = respond(&m, path, accept);
             assert_eq!(r.status, 404, "{m} {path}");
             let body: serde_json::Value = serde_json::from_slice(&r.body).expect("JSON");

@@ -268,23 +268,16 @@ pub async fn crash_loop(
 
 /// The statuses of `ids` that exist, every page of them; `None` if any call failed.
 async fn fetch_statuses(q: &taskcluster::Queue, ids: &[String]) -> Option<BTreeMap<String, Value>> {
-    let mut out = BTreeMap::new();
-    for chunk in ids.chunks(500) {
-        let mut token: Option<String> = None;
-        loop {
-            let body = json!({ "taskIds": chunk });
-            let r = q.statuses(&body, token.as_deref(), None).await.ok()?;
-            for s in r["statuses"].as_array().cloned().unwrap_or_default() {
+    let entries = crate::statuses_of(q, ids, 500).await.ok()?;
+    Some(
+        entries
+            .into_iter()
+            .map(|s| {
                 let id = s["taskId"].as_str().unwrap_or_default().to_string();
-                out.insert(id, s["status"].clone());
-            }
-            token = r["continuationToken"].as_str().map(String::from);
-            if token.is_none() {
-                break;
-            }
-        }
-    }
-    Some(out)
+                (id, s["status"].clone())
+            })
+            .collect(),
+    )
 }
 
 /// Retries `f` while the server is down (connection errors and 5xx), up to a minute.

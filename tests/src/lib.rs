@@ -412,6 +412,29 @@ pub fn queue_client(root_url: &str) -> taskcluster::Queue {
     taskcluster::Queue::new(builder(root_url, Some(root_credentials()))).expect("client")
 }
 
+/// The `statuses` entries (`{taskId, status}`) of those of `ids` that exist: `chunk` ids per
+/// request, and every page of each (a reply may be cut short by size).
+pub async fn statuses_of(
+    q: &taskcluster::Queue,
+    ids: &[String],
+    chunk: usize,
+) -> anyhow::Result<Vec<Value>> {
+    let mut out = vec![];
+    for chunk in ids.chunks(chunk) {
+        let body = json!({ "taskIds": chunk });
+        let mut token: Option<String> = None;
+        loop {
+            let r = q.statuses(&body, token.as_deref(), None).await?;
+            out.extend(r["statuses"].as_array().cloned().unwrap_or_default());
+            token = r["continuationToken"].as_str().map(String::from);
+            if token.is_none() {
+                break;
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// An `Authorization` header signing `method url` with the root credentials (for raw HTTP
 /// calls).
 pub fn root_authorization(method: &str, url: &str) -> String {

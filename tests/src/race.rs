@@ -187,16 +187,10 @@ pub async fn race(root: &str, prefix: &str, spec: &RaceSpec) -> RaceReport {
 
     let q = crate::queue_client(root);
     // Small chunks: a loaded LocalStack answers 500 strong reads slower than the client waits.
-    for chunk in ids.chunks(100) {
-        let r = q
-            .statuses(&json!({ "taskIds": chunk }), None, None)
-            .await
-            .expect("statuses");
-        for s in r["statuses"].as_array().cloned().unwrap_or_default() {
-            let runs = s["status"]["runs"].as_array().map_or(0, Vec::len);
-            if s["status"]["state"] != "running" || runs != 1 {
-                report.wrong_state += 1;
-            }
+    for s in crate::statuses_of(&q, &ids, 100).await.expect("statuses") {
+        let runs = s["status"]["runs"].as_array().map_or(0, Vec::len);
+        if s["status"]["state"] != "running" || runs != 1 {
+            report.wrong_state += 1;
         }
     }
     for tq in &queues {

@@ -84,7 +84,7 @@ pub struct Spec {
     pub timeout_secs: u32,
     /// Its memory, in MB.
     pub memory_mb: u32,
-    /// The tables and buckets it uses (every function also reads `auth`).
+    /// The tables and buckets it uses (every API function also reads `auth`).
     pub needs: Vec<Need>,
     /// The SQS queue its failed work is recorded in.
     pub failures_to: Option<&'static str>,

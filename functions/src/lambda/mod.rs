@@ -157,6 +157,12 @@ impl Function {
             .ok_or_else(|| format!("no handler matches function name {f:?}").into())
     }
 
+    /// True if it reads the static clients' secrets (Secrets Manager) at its cold start: every
+    /// function but the inspector's, which only hands out its embedded bundle.
+    pub fn reads_secrets(&self) -> bool {
+        !matches!(self, Function::Ui)
+    }
+
     /// What an API function answers (`None` for the others, the inspector included).
     pub fn serves(&self) -> Option<Serves> {
         match self {

@@ -14,9 +14,21 @@ use serde_json::{json, Map, Value};
 /// Where a component schema's `$ref` points.
 const SCHEMAS: &str = "#/components/schemas/";
 
+/// The file name of each service's document, under its prefix.
+const FILE: &str = "/openapi.json";
+
 /// The path (under the root URL) of `service`'s document.
 pub fn path(service: &Service) -> String {
-    format!("{}/openapi.json", service.prefix)
+    format!("{}{FILE}", service.prefix)
+}
+
+/// The service whose document is at `path`, if any (checked on every GET, so without
+/// allocating).
+pub fn service_at(path: &str) -> Option<&'static Service> {
+    super::SERVICES
+        .iter()
+        .find(|s| path.strip_prefix(s.prefix) == Some(FILE))
+        .copied()
 }
 
 /// `service`'s document, for a deployment reached at `root_url`.

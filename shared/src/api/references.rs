@@ -25,9 +25,7 @@ fn exchanges_of(service: &str) -> Option<(&'static str, &'static [&'static str])
 pub fn is_document_path(path: &str) -> bool {
     path.starts_with("/schemas/")
         || path.starts_with("/references/")
-        || super::SERVICES
-            .iter()
-            .any(|s| path == super::openapi::path(s))
+        || super::openapi::service_at(path).is_some()
 }
 
 /// The document at `path` (under the root URL), for a deployment at `root_url`; `None` if
@@ -45,10 +43,7 @@ pub fn document(path: &str, root_url: &str) -> Option<Value> {
         doc["$id"] = json!(format!("{root}/schemas/{service}/v1/{name}.json#"));
         return Some(doc);
     }
-    if let Some(svc) = super::SERVICES
-        .iter()
-        .find(|s| path == super::openapi::path(s))
-    {
+    if let Some(svc) = super::openapi::service_at(path) {
         return Some(super::openapi::document(svc, root));
     }
     let rest = path.strip_prefix("/references/")?;

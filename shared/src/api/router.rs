@@ -10,7 +10,7 @@
 use super::declare::{Endpoint, Service};
 use crate::error::{ApiError, ApiResult};
 use crate::ids::{is_identifier, parse_run_id, TaskId, TaskQueueId};
-use crate::store::MAX_KEY_PART_BYTES;
+use crate::store::check_key_part;
 use http::Method;
 use std::collections::HashMap;
 
@@ -195,11 +195,8 @@ pub fn check_params(raw: &[(&'static str, String)]) -> ApiResult<HashMap<&'stati
     let mut params = HashMap::with_capacity(raw.len());
     for (name, v) in raw {
         let v = decode(v);
-        if matches!(*name, "clientId" | "roleId") && v.len() > MAX_KEY_PART_BYTES {
-            return Err(ApiError::bad_argument(format!(
-                "{name} is {} bytes long, more than {MAX_KEY_PART_BYTES}",
-                v.len()
-            )));
+        if matches!(*name, "clientId" | "roleId") {
+            check_key_part(name, &v)?;
         }
         match *name {
             "taskId" | "taskGroupId" | "taskGraphId" => {

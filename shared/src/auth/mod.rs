@@ -23,7 +23,7 @@ use crate::ids::new_slugid;
 use crate::page::{decode_token, page_by_key, PageReq};
 use crate::records::auth as keys;
 use crate::scopes::ScopeExpr;
-use crate::store::{Cond, Item, SkRange, Store, StoreError, WriteOp};
+use crate::store::{Cond, Item, SkRange, Store, WriteOp};
 use crate::time::Ts;
 use roles::Role;
 use serde_json::{json, Value};
@@ -147,12 +147,6 @@ pub enum Realm {
     Tester(Vec<String>),
 }
 
-/// A store failure as the API answers it: internal, but for what a client's input caused (a
-/// made-up continuation token, an item over the size limit).
-fn store_err(e: StoreError) -> ApiError {
-    ApiError::from(e)
-}
-
 /// The parsed `ext` of a signature.
 struct Ext {
     certificate: Option<cert::Certificate>,
@@ -261,8 +255,7 @@ impl AuthService {
         Ok(self
             .store
             .get(keys::AUTH, pk, &sk)
-            .await
-            .map_err(store_err)?
+            .await?
             .map(|i| (i.data, i.version)))
     }
 
@@ -328,8 +321,7 @@ impl AuthService {
                     after.as_ref(),
                     1000,
                 )
-                .await
-                .map_err(store_err)?;
+                .await?;
             out.extend(page.items.into_iter().map(|i| i.data));
             match page.next {
                 Some(c) => after = Some(c),
@@ -568,12 +560,8 @@ impl AuthService {
     /// by clientId; static clients are paged with the stored ones, as upstream pages all
     /// clients alike.
     pub async fn list_clients(&self, prefix: Option<&str>, page: &PageReq) -> ApiResult<Value> {
-        if let Some(p) = prefix.filter(|p| p.len() > crate::store::MAX_KEY_PART_BYTES) {
-            return Err(ApiError::bad_argument(format!(
-                "prefix is {} bytes long, more than {}",
-                p.len(),
-                crate::store::MAX_KEY_PART_BYTES
-            )));
+        if let Some(p) = prefix {
+            crate::store::check_key_part("prefix", p)?;
         }
         let after = page.token.as_deref().map(decode_token).transpose()?;
         let after_id = after.as_ref().map(|c| c.0.clone());
@@ -590,8 +578,7 @@ impl AuthService {
                 after.as_ref(),
                 page.limit,
             )
-            .await
-            .map_err(store_err)?;
+            .await?;
         let roles = self.roles().await?;
         // The first `limit` stored clients after the cursor and every static one after it:
         // the first `limit` of both together are the page (any stored client not read sorts
@@ -669,7 +656,7 @@ impl AuthService {
                     "Client {client_id} already exists"
                 )));
             }
-            Err(e) => return Err(store_err(e)),
+            Err(e) => return Err(e.into()),
         }
         let expanded = self.expand(&crate::json::string_list(&d["scopes"])).await?;
         let mut v = self.client_json(&d, expanded);
@@ -698,7 +685,7 @@ impl AuthService {
             {
                 Ok(_) => return Ok(d),
                 Err(e) if e.is_condition_failed() => continue,
-                Err(e) => return Err(store_err(e)),
+                Err(e) => return Err(e.into()),
             }
         }
         Err(ApiError::conflict(format!(
@@ -747,8 +734,7 @@ impl AuthService {
                 sk,
                 cond: Cond::None,
             })
-            .await
-            .map_err(store_err)?;
+            .await?;
         Ok(())
     }
 
@@ -769,8 +755,7 @@ impl AuthService {
         let d = self
             .store
             .get(keys::AUTH, pk, &sk)
-            .await
-            .map_err(store_err)?
+            .await?
             .ok_or_else(|| ApiError::not_found(format!("Role {role_id} not found")))?
             .data;
         let expanded = self.expand(&[format!("assume:{role_id}")]).await?;
@@ -851,7 +836,7 @@ impl AuthService {
             Err(e) if e.is_condition_failed() => {
                 return Err(ApiError::conflict(format!("Role {role_id} already exists")))
             }
-            Err(e) => return Err(store_err(e)),
+            Err(e) => return Err(e.into()),
         }
         self.forget_roles();
         Ok(self.role_json(&d, expanded))
@@ -867,8 +852,7 @@ impl AuthService {
                 sk,
                 cond: Cond::None,
             })
-            .await
-            .map_err(store_err)?;
+            .await?;
         self.forget_roles();
         Ok(())
     }

@@ -22,7 +22,7 @@ use crate::records::object::{
 };
 use crate::records::task::TASKS;
 use crate::store::shard::{due_upto, shard_pk, SHARDS};
-use crate::store::{Cond, SkRange, WriteOp, MAX_KEY_PART_BYTES};
+use crate::store::{check_key_part, Cond, SkRange, WriteOp};
 use crate::time::{Ts, MINUTE, SECOND};
 use futures_util::future::try_join_all;
 use serde_json::{json, Map, Value};
@@ -126,13 +126,10 @@ impl Queue {
         if art.storage_type == "object" {
             // Its bytes go to an object named after it, which the object service (and so the
             // download helpers) must be able to name too.
-            let object = art.object_name();
-            if object.len() > MAX_KEY_PART_BYTES {
-                return Err(ApiError::bad_argument(format!(
-                    "an object artifact's object name (t/<taskId>/<runId>/<name>) would be {} bytes long, more than {MAX_KEY_PART_BYTES}: shorten the artifact name",
-                    object.len()
-                )));
-            }
+            check_key_part(
+                "the object artifact's object name (t/<taskId>/<runId>/<name>)",
+                &art.object_name(),
+            )?;
         }
         if art.expires < now.plus(-EXPIRES_PAST_MS) {
             return Err(ApiError::input(format!(

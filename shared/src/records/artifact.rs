@@ -8,7 +8,7 @@ use super::task::{RunState, TaskRecord};
 use crate::blobs::Bucket;
 use crate::error::{ApiError, ApiResult};
 use crate::store::shard::{shard_of, shard_pk, time_key};
-use crate::store::{IndexEntry, Item, MAX_KEY_PART_BYTES};
+use crate::store::{check_key_part, IndexEntry, Item};
 use crate::time::{Ts, MINUTE};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -128,12 +128,7 @@ pub fn check_name(name: &str) -> ApiResult<()> {
             "artifact name {name:?} must match ^[\\x20-\\x7e]+$"
         )));
     }
-    if name.len() > MAX_KEY_PART_BYTES {
-        return Err(ApiError::bad_argument(format!(
-            "artifact name is {} bytes long, more than {MAX_KEY_PART_BYTES}",
-            name.len()
-        )));
-    }
+    check_key_part("artifact name", name)?;
     if name.starts_with('/') || name.split('/').any(|seg| seg == "..") {
         return Err(ApiError::bad_argument(format!(
             "artifact name {name:?} may not start with / or contain a .. segment"

@@ -8,7 +8,7 @@
 use super::artifact::ARTIFACT_EXPIRY;
 use crate::error::{ApiError, ApiResult};
 use crate::store::shard::{shard_of, shard_pk, time_key};
-use crate::store::{IndexEntry, Item, MAX_KEY_PART_BYTES};
+use crate::store::{check_key_part, IndexEntry, Item};
 use crate::time::{Ts, DAY};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -137,12 +137,7 @@ pub fn check_name(name: &str) -> ApiResult<()> {
             "object name {name:?} must match ^[\\x20-\\x7e]+$"
         )));
     }
-    if name.len() > MAX_KEY_PART_BYTES {
-        return Err(ApiError::bad_argument(format!(
-            "object name is {} bytes long, more than {MAX_KEY_PART_BYTES}",
-            name.len()
-        )));
-    }
+    check_key_part("object name", name)?;
     Ok(())
 }
 

@@ -151,6 +151,33 @@ pub fn parse_rate(expr: &str) -> Result<Duration, Error> {
     Ok(Duration::from_secs(n * secs))
 }
 
+/// The HTTP API's routes of a SAM template (`raw`, as JSON): each function's `HttpApi` events.
+pub fn http_routes(raw: &Value) -> Vec<Route> {
+    let mut out = vec![];
+    for (id, r) in raw["Resources"].as_object().into_iter().flatten() {
+        if r["Type"] != "AWS::Serverless::Function" {
+            continue;
+        }
+        for e in r["Properties"]["Events"]
+            .as_object()
+            .into_iter()
+            .flat_map(|m| m.values())
+        {
+            if e["Type"] != "HttpApi" {
+                continue;
+            }
+            let p = &e["Properties"];
+            out.push(Route {
+                method: p["Method"].as_str().unwrap_or("ANY").to_string(),
+                path: p["Path"].as_str().unwrap_or_default().to_string(),
+                timeout: Duration::from_millis(p["TimeoutInMillis"].as_u64().unwrap_or(30_000)),
+                function: id.clone(),
+            });
+        }
+    }
+    out
+}
+
 impl Template {
     /// Reads `path` (YAML), with parameter `overrides`.
     pub fn load(
@@ -326,27 +353,7 @@ impl Template {
 
     /// The HTTP API's routes.
     pub fn routes(&self) -> Result<Vec<Route>, Error> {
-        let mut out = vec![];
-        for (id, props) in self.resources("AWS::Serverless::Function") {
-            for e in props["Events"]
-                .as_object()
-                .into_iter()
-                .flatten()
-                .map(|(_, e)| e)
-            {
-                if e["Type"] != "HttpApi" {
-                    continue;
-                }
-                let p = &e["Properties"];
-                out.push(Route {
-                    method: p["Method"].as_str().unwrap_or("ANY").to_string(),
-                    path: p["Path"].as_str().unwrap_or_default().to_string(),
-                    timeout: Duration::from_millis(p["TimeoutInMillis"].as_u64().unwrap_or(30_000)),
-                    function: id.clone(),
-                });
-            }
-        }
-        Ok(out)
+        Ok(http_routes(&self.raw))
     }
 
     /// Every function, resolved (the resources its events name must have been created).

@@ -30,15 +30,7 @@ async fn crash_server(dir: &Path) -> ChildServer {
 }
 
 async fn statuses(q: &taskcluster::Queue, ids: &[String]) -> Vec<Value> {
-    let mut out = vec![];
-    for chunk in ids.chunks(500) {
-        let r = q
-            .statuses(&json!({ "taskIds": chunk }), None, None)
-            .await
-            .expect("statuses");
-        out.extend(r["statuses"].as_array().cloned().unwrap_or_default());
-    }
-    out
+    statuses_of(q, ids, 500).await.expect("statuses")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

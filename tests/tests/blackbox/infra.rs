@@ -10,7 +10,7 @@
 //! `TCQ_BLESS=1 cargo test -p blackbox --test blackbox infra::`.
 
 use blackbox::shape::gateway::select;
-use blackbox::shape::template::Route;
+use blackbox::shape::template::{http_routes, Route};
 use functions::lambda::catalog::{
     specs, Spec, Trigger, ANONYMOUS_SCOPES, CLAIM_WORK_CONCURRENCY, COMMON_ENV, LEGACY_EXCHANGES,
 };
@@ -219,14 +219,6 @@ fn function(
     events: Map<String, Value>,
     env: Map<String, Value>,
 ) -> Value {
-    // Every function reads the static clients' secrets at its cold start, but the inspector's,
-    // which only hands out its bundle.
-    let secrets = if handler == Function::Ui.handler() {
-        vec![]
-    } else {
-        secret_policies()
-    };
-    let policies = [policies, secrets].concat();
     let mut props = json!({
         "Description": description,
         "Handler": handler,
@@ -915,7 +907,15 @@ fn template() -> Value {
             spec.description.clone(),
             spec.timeout_secs,
             spec.memory_mb,
-            policies(&spec),
+            [
+                policies(&spec),
+                if spec.function.reads_secrets() {
+                    secret_policies()
+                } else {
+                    vec![]
+                },
+            ]
+            .concat(),
             events,
             env,
         );
@@ -1123,30 +1123,6 @@ fn committed_template_is_the_generated_one() {
     );
 }
 
-/// The HTTP API's routes in the generated template, for the deployed shape's gateway model
-/// (`blackbox::shape::gateway::select`: API Gateway's documented route selection).
-fn routes(t: &Value) -> Vec<Route> {
-    let mut out = Vec::new();
-    for (id, r) in t["Resources"].as_object().expect("resources") {
-        for e in r["Properties"]["Events"]
-            .as_object()
-            .into_iter()
-            .flat_map(|m| m.values())
-        {
-            if e["Type"] == "HttpApi" {
-                let p = &e["Properties"];
-                out.push(Route {
-                    method: p["Method"].as_str().unwrap_or("ANY").to_string(),
-                    path: p["Path"].as_str().unwrap_or_default().to_string(),
-                    timeout: std::time::Duration::from_secs(30),
-                    function: id.clone(),
-                });
-            }
-        }
-    }
-    out
-}
-
 /// The function the gateway sends `method path` to.
 fn gateway_select<'a>(routes: &'a [Route], method: &str, path: &str) -> Option<&'a str> {
     select(routes, method, path).map(|(r, _)| r.function.as_str())
@@ -1210,7 +1186,7 @@ fn sample(param: &str) -> &'static str {
 #[test]
 fn every_route_reaches_its_own_function_encoded_or_decoded() {
     let t = template();
-    let keys = routes(&t);
+    let keys = http_routes(&t);
     for service in SERVICES {
         for e in service.endpoints() {
             let want = function_id(&service.handler_name(e));
@@ -1242,7 +1218,7 @@ fn every_route_reaches_its_own_function_encoded_or_decoded() {
 #[test]
 fn published_documents_reach_the_auth_function() {
     let t = template();
-    let keys = routes(&t);
+    let keys = http_routes(&t);
     let auth = function_id("auth");
     let mut paths = vec![
         "/schemas/queue/v1/task-status-response.json".to_string(),
@@ -1270,7 +1246,7 @@ fn published_documents_reach_the_auth_function() {
 #[test]
 fn the_default_route_reaches_the_inspector() {
     let t = template();
-    let keys = routes(&t);
+    let keys = http_routes(&t);
     let ui = function_id(&Function::Ui.handler());
     let defaults: Vec<&Route> = keys.iter().filter(|r| r.is_default()).collect();
     assert_eq!(defaults.len(), 1, "one $default route");
@@ -1822,7 +1798,7 @@ fn policies_grant_only_what_each_function_needs() {
                 "AWSSecretsManagerGetSecretValuePolicy",
                 "QueueAccessTokenSecret"
             ),
-            !matches!(function, Function::Ui),
+            function.reads_secrets(),
             "{id}"
         );
         for p in policies {

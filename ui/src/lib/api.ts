@@ -1,7 +1,7 @@
 // The API clients (taskcluster-client-web: Hawk-signed requests and bewit URLs) and the
 // signed-in caller's credentials, which live in this tab's session storage only.
 import '../shims/globals';
-import Client, { type Credentials, type Method, type ScopeExpr } from 'taskcluster-client-web/src/Client';
+import Client, { type Credentials, type ScopeExpr } from 'taskcluster-client-web/src/Client';
 import Queue from 'taskcluster-client-web/src/clients/Queue';
 
 export type { Credentials, ScopeExpr };
@@ -9,17 +9,17 @@ export type { Credentials, ScopeExpr };
 const CREDENTIALS_KEY = 'tcq-inspector-credentials';
 
 /** The API is served from the same origin as the inspector. */
-export const rootUrl = location.origin;
+const rootUrl = location.origin;
 
 /** The task-graph scheduler's read methods (not in taskcluster-client-web). */
 const SchedulerClient = Client.create({
   serviceName: 'scheduler',
   serviceVersion: 'v1',
-  entries: ['status', 'info', 'inspect'].map((name) => ({
+  entries: ['info', 'inspect'].map((name) => ({
     type: 'function',
     name,
     method: 'get',
-    route: `/task-graph/<taskGraphId>${name === 'status' ? '/status' : name === 'info' ? '/info' : '/inspect'}`,
+    route: `/task-graph/<taskGraphId>/${name}`,
     args: ['taskGraphId'],
     query: [],
     output: true,
@@ -111,4 +111,19 @@ export async function allPages<T>(
   return out;
 }
 
-export type { Method };
+/**
+ * Every item of a by-taskIds call (`tasks`, `statuses`) for `ids`: at most 1,000 taskIds per
+ * request, as the API takes, each read through [`allPages`].
+ */
+export async function allPagesByIds<T>(
+  key: string,
+  ids: string[],
+  call: (taskIds: string[], query: Record<string, string | number>) => Promise<Record<string, unknown>>,
+): Promise<T[]> {
+  const out: T[] = [];
+  for (let i = 0; i < ids.length; i += 1000) {
+    const taskIds = ids.slice(i, i + 1000);
+    out.push(...(await allPages<T>(key, (q) => call(taskIds, q))));
+  }
+  return out;
+}

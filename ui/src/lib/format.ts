@@ -1,7 +1,6 @@
 // How times, durations and states read on every page.
 
 export const TASK_STATES = ['unscheduled', 'pending', 'running', 'completed', 'failed', 'exception'] as const;
-export type TaskState = (typeof TASK_STATES)[number];
 
 export const RESOLVED: readonly string[] = ['completed', 'failed', 'exception'];
 

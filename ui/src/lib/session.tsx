@@ -19,38 +19,46 @@ export function useSession(): Session {
   return s;
 }
 
+/** The caller's credentials and, once read, their scopes (see [`Session.scopes`]). */
+interface Auth {
+  credentials: Credentials | null;
+  scopes?: string[] | null;
+}
+
 export function SessionProvider({ children }: { children: ComponentChildren }) {
-  const [credentials, setCredentials] = useState<Credentials | null>(loadCredentials);
-  const [scopes, setScopes] = useState<string[] | null | undefined>(undefined);
-  const c = useMemo(() => clients(credentials), [credentials]);
+  const [auth, setAuth] = useState<Auth>(() => ({ credentials: loadCredentials() }));
+  const c = useMemo(() => clients(auth.credentials), [auth.credentials]);
   useEffect(() => {
-    setScopes(undefined);
-    if (!credentials) return;
+    // Credentials restored from the tab's storage: their scopes are read here (signing in
+    // reads them itself).
+    if (!auth.credentials || auth.scopes !== undefined) return;
     let alive = true;
+    const settle = (scopes: string[] | null) => alive && setAuth((a) => ({ ...a, scopes }));
     c.auth
       .currentScopes()
-      .then((r: { scopes: string[] }) => alive && setScopes(r.scopes))
-      .catch(() => alive && setScopes(null));
+      .then((r: { scopes: string[] }) => settle(r.scopes))
+      .catch(() => settle(null));
     return () => {
       alive = false;
     };
   }, [c]);
   const session: Session = {
     ...c,
-    scopes,
+    scopes: auth.scopes,
     async signIn(creds) {
       // Checked before it is kept: a wrong accessToken fails here, not on every page.
+      let scopes: string[];
       try {
-        await clients(creds).auth.currentScopes();
+        ({ scopes } = await clients(creds).auth.currentScopes());
       } catch (e) {
         throw apiError(e);
       }
       saveCredentials(creds);
-      setCredentials(creds);
+      setAuth({ credentials: creds, scopes });
     },
     signOut() {
       saveCredentials(null);
-      setCredentials(null);
+      setAuth({ credentials: null });
     },
   };
   return <Ctx.Provider value={session}>{children}</Ctx.Provider>;

@@ -4,7 +4,7 @@
 import dagre from '@dagrejs/dagre';
 import { useEffect, useMemo, useState } from 'preact/hooks';
 import { useSession } from '../lib/session';
-import { allPages } from '../lib/api';
+import { allPagesByIds } from '../lib/api';
 import { usePoll } from '../lib/poll';
 import { paths } from '../lib/router';
 import { remember } from '../lib/recent';
@@ -60,11 +60,8 @@ export function Graph({ taskGraphId }: { taskGraphId: string }) {
       const states = new Map<string, string>();
       const ids = inspect.tasks.filter((t) => t.state !== 'unscheduled').map((t) => t.taskId);
       try {
-        for (let i = 0; i < ids.length; i += 1000) {
-          const taskIds = ids.slice(i, i + 1000);
-          const s = await allPages<{ taskId: string; status: Status }>('statuses', (q) => queue.statuses({ taskIds }, q));
-          for (const x of s) states.set(x.taskId, x.status.state);
-        }
+        const s = await allPagesByIds<{ taskId: string; status: Status }>('statuses', ids, (taskIds, q) => queue.statuses({ taskIds }, q));
+        for (const x of s) states.set(x.taskId, x.status.state);
       } catch {
         // Shown with the scheduler's states.
       }

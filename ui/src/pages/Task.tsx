@@ -2,7 +2,7 @@
 // dependencies and dependents, its definition, and the actions the caller's scopes allow.
 import { useEffect, useMemo, useState } from 'preact/hooks';
 import { useSession, type Session } from '../lib/session';
-import { allPages, apiError, type ApiError } from '../lib/api';
+import { allPages, allPagesByIds, apiError, type ApiError } from '../lib/api';
 import { LIVE, usePoll } from '../lib/poll';
 import { paths } from '../lib/router';
 import { remember } from '../lib/recent';
@@ -202,18 +202,18 @@ function Runs({ taskId, status, selected }: { taskId: string; status: Status; se
 
 /**
  * A run's artifacts: re-read on a timer while the run is pending or running (its worker adds
- * them as it goes), once after it has resolved. A change of state mounts it afresh.
+ * them as it goes), once after it has resolved. Its key holds the run's state, so a change
+ * of state mounts it afresh (and `live` holds for its whole life).
  */
 function Artifacts({ taskId, run }: { taskId: string; run: Run }) {
   const { queue, credentials } = useSession();
   const live = !RESOLVED.includes(run.state);
   const polled = usePoll<Artifact[]>(
     () => allPages<Artifact>('artifacts', (q) => queue.listArtifacts(taskId, String(run.runId), q)),
-    [queue, taskId, run.runId, live],
+    [queue, taskId, run.runId],
     live ? LIVE : null,
   );
-  const list = polled.data ?? null;
-  const error = polled.error ?? null;
+  const { data: list, error } = polled;
   const link = (a: Artifact): string | null => {
     if (a.storageType === 'error' || a.storageType === 'object') return null;
     // Signed in: a bewit URL, which carries the caller's right to read it; anonymous: the
@@ -272,15 +272,12 @@ function Dependencies({ taskId, def }: { taskId: string; def: TaskDef }) {
   useEffect(() => {
     const load = async () => {
       const found: Record<string, { name?: string; state?: string }> = {};
-      for (let i = 0; i < ids.length; i += 1000) {
-        const taskIds = ids.slice(i, i + 1000);
-        const [t, s] = await Promise.all([
-          allPages<{ taskId: string; task: TaskDef }>('tasks', (q) => queue.tasks({ taskIds }, q)),
-          allPages<{ taskId: string; status: Status }>('statuses', (q) => queue.statuses({ taskIds }, q)),
-        ]);
-        for (const x of t) (found[x.taskId] ??= {}).name = x.task.metadata?.name;
-        for (const x of s) (found[x.taskId] ??= {}).state = x.status.state;
-      }
+      const [t, s] = await Promise.all([
+        allPagesByIds<{ taskId: string; task: TaskDef }>('tasks', ids, (taskIds, q) => queue.tasks({ taskIds }, q)),
+        allPagesByIds<{ taskId: string; status: Status }>('statuses', ids, (taskIds, q) => queue.statuses({ taskIds }, q)),
+      ]);
+      for (const x of t) (found[x.taskId] ??= {}).name = x.task.metadata?.name;
+      for (const x of s) (found[x.taskId] ??= {}).state = x.status.state;
       setDeps(ids.map((id) => ({ taskId: id, ...found[id] })));
       setDependents(await allPages<TaskAndStatus>('tasks', (q) => queue.listDependentTasks(taskId, q)));
     };
