@@ -677,7 +677,7 @@ fn shape_phase(
     sc.env
         .insert("TCQ_CLAIM_WORK_TIMEOUT_MS".into(), "5000".into());
     let lambda = sc.lambda_bin.display().to_string();
-    let mut shape = match srv_rt.block_on(blackbox::shape::Shape::start(sc)) {
+    let shape = match srv_rt.block_on(blackbox::shape::Shape::start(sc)) {
         Ok(s) => s,
         Err(e) => {
             eprintln!(

@@ -419,7 +419,7 @@ fn main() {
                  empty Query is 0.5 on DynamoDB, 0 on DynamoDB Local)"
             );
         }
-        if let Some(mut s) = shape {
+        if let Some(s) = shape {
             s.stop().await;
         }
         drop(servers);

@@ -11,11 +11,15 @@ use shared::store::SkRange;
 use shared::time::Ts;
 use std::sync::Arc;
 
-/// Tasks written at once while seeding.
-const AT_ONCE: usize = 32;
+/// Tasks written at once while seeding: LocalStack's DynamoDB takes a lock per write, and
+/// more at once only wait for it (at 32, some gave up waiting under load).
+const AT_ONCE: usize = 8;
 
-/// Creates `n` tasks (`AT_ONCE` at a time), each from `def(i)`; returns their ids.
+/// Creates `n` tasks (`AT_ONCE` at a time), each from `def(i)`, as if all at the moment
+/// seeding began (a burst: a deadline it estimated too short for the store's pace is then
+/// reached during seeding rather than refused as past); returns their ids.
 pub async fn seed(queue: &Arc<Queue>, n: usize, def: impl Fn(usize) -> Value) -> Vec<TaskId> {
+    let now = Ts::now();
     let ids: Vec<TaskId> = (0..n)
         .map(|_| TaskId::parse(&crate::slugid()).expect("a fresh slugid is a task id"))
         .collect();
@@ -24,7 +28,7 @@ pub async fn seed(queue: &Arc<Queue>, n: usize, def: impl Fn(usize) -> Value) ->
             let mut body = def(c * AT_ONCE + i);
             shared::schema::validate_input("create-task-request", &mut body)
                 .expect("a valid definition");
-            queue.create_task(id, body, false, Ts::now())
+            queue.create_task(id, body, false, now)
         }))
         .await
         .expect("seeded");
@@ -49,13 +53,14 @@ pub async fn due(queue: &Queue, idx: &'static str, now: Ts) -> usize {
     n
 }
 
-/// A deadline far enough ahead that `n` more tasks can be seeded before it, at twice the time
-/// a first batch of `def` tasks (default deadlines) took here, plus 20 s: LocalStack's one
-/// DynamoDB process writes from a few to a few dozen tasks a second, with the load.
+/// A deadline far enough ahead that `n` more tasks can be seeded before it: one and a half
+/// times the pace of a first batch of `def` tasks (default deadlines) here, plus 10 s
+/// (LocalStack's one DynamoDB process writes from a few to a few dozen tasks a second, with
+/// the load). Should seeding take longer, its last tasks are due as they are written.
 pub async fn burst_deadline(queue: &Arc<Queue>, n: usize, def: Value) -> Ts {
     let t0 = std::time::Instant::now();
-    seed(queue, AT_ONCE, |_| def.clone()).await;
-    let per_task = t0.elapsed() / AT_ONCE as u32;
-    let ahead = std::time::Duration::from_secs(20) + per_task * (2 * n as u32);
+    seed(queue, 4 * AT_ONCE, |_| def.clone()).await;
+    let per_task = t0.elapsed() / (4 * AT_ONCE) as u32;
+    let ahead = std::time::Duration::from_secs(10) + per_task * (3 * n as u32) / 2;
     Ts::now().plus(ahead.as_millis() as i64)
 }

@@ -18,6 +18,7 @@ pub mod runtime_api;
 pub mod scheduler;
 pub mod schemathesis;
 pub mod shape;
+pub mod stacks;
 
 pub use shared::ids::new_slugid as slugid;
 
@@ -34,29 +35,35 @@ pub fn root_credentials() -> taskcluster::Credentials {
 /// A server under test: the local server, or (`TCQ_TEST_BACKEND=shape`) the deployed shape.
 pub struct TestServer {
     running: Option<Running>,
-    shape: Option<ShapeRun>,
+    shape: Option<stacks::Lease>,
     /// Every event the server published, in order.
     pub events: RecordingSink,
     /// The data directory (deleted on drop).
     pub dir: tempfile::TempDir,
 }
 
-/// A deployed shape under test, and the consumer that records its events.
-struct ShapeRun {
-    shape: shape::Shape,
-    recorder: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for ShapeRun {
-    fn drop(&mut self) {
-        self.recorder.abort();
-    }
-}
-
 /// True when the suite runs against the deployed shape (`TCQ_TEST_BACKEND=shape`): every
 /// function its own process over LocalStack, behind a local HTTP API.
 pub fn in_shape() -> bool {
     std::env::var("TCQ_TEST_BACKEND").as_deref() == Ok("shape")
+}
+
+/// Tasks in a deployed-shape burst: `TCQ_SHAPE_BURST` (`scripts/test-shape.sh`: 5,000), else
+/// 300 (the test command's bounded run).
+pub fn shape_burst() -> usize {
+    env_num("TCQ_SHAPE_BURST", 300)
+}
+
+/// `n` items for a test that loads the store with many: at most half a [`shape_burst`] in
+/// the deployed shape (150 in the bounded run: still more than a stream batch or a BatchGetItem
+/// of 100), where every item goes through LocalStack's one DynamoDB process, one write lock at
+/// a time; `n` elsewhere.
+pub fn many(n: usize) -> usize {
+    if in_shape() {
+        n.min(shape_burst() / 2)
+    } else {
+        n
+    }
 }
 
 /// In the deployed shape, says why a test does not apply there (it reaches into the server
@@ -77,8 +84,28 @@ pub async fn spawn_app() -> TestServer {
     spawn_app_with(|_| {}).await
 }
 
-/// A server with test timings, adjusted by `f`.
+/// A server with test timings, adjusted by `f`. In the deployed shape it shares its stack
+/// with the other tests configured alike (see [`stacks`]).
 pub async fn spawn_app_with(f: impl FnOnce(&mut ServerConfig)) -> TestServer {
+    spawn_app_sharing(stacks::Sharing::Shared, f).await
+}
+
+/// [`spawn_app`], but in the deployed shape on a stack of its own: for tests that read a
+/// whole listing (every client, every provisioner) or count what a job did.
+pub async fn spawn_app_alone() -> TestServer {
+    spawn_app_alone_with(|_| {}).await
+}
+
+/// [`spawn_app_with`], but in the deployed shape on a stack of its own: for tests that count
+/// a function's invocations or read a whole index.
+pub async fn spawn_app_alone_with(f: impl FnOnce(&mut ServerConfig)) -> TestServer {
+    spawn_app_sharing(stacks::Sharing::Alone, f).await
+}
+
+async fn spawn_app_sharing(
+    sharing: stacks::Sharing,
+    f: impl FnOnce(&mut ServerConfig),
+) -> TestServer {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut cfg = ServerConfig::defaults();
     cfg.port = 0;
@@ -102,7 +129,7 @@ pub async fn spawn_app_with(f: impl FnOnce(&mut ServerConfig)) -> TestServer {
     }
     f(&mut cfg);
     if in_shape() {
-        return spawn_shape(cfg, dir).await;
+        return spawn_shape(cfg, dir, sharing).await;
     }
     let events = RecordingSink::default();
     let sink = Arc::new(FanoutSink(vec![
@@ -118,12 +145,17 @@ pub async fn spawn_app_with(f: impl FnOnce(&mut ServerConfig)) -> TestServer {
     }
 }
 
-/// The deployed shape configured as `cfg` configures the local server: its own stack (tables,
-/// queues, secrets), exchanges under a prefix of its own unless the test names its broker
-/// (events are recorded under the default prefix, as the local server's sink records them), the test timings as the
-/// functions' variables, and the schedules sped up so that the reapers run as often as
-/// `reaper_interval_ms` says.
-async fn spawn_shape(cfg: ServerConfig, dir: tempfile::TempDir) -> TestServer {
+/// The deployed shape configured as `cfg` configures the local server: a stack (tables,
+/// queues, secrets) shared with the tests configured alike unless `sharing` says otherwise,
+/// exchanges under a prefix of the stack's own unless the test names its broker (events are
+/// recorded under the default prefix, as the local server's sink records them), the test
+/// timings as the functions' variables, and the schedules sped up so that the reapers run as
+/// often as `reaper_interval_ms` says.
+async fn spawn_shape(
+    cfg: ServerConfig,
+    dir: tempfile::TempDir,
+    sharing: stacks::Sharing,
+) -> TestServer {
     use shared::routing::{DEFAULT_EXCHANGE_PREFIX, SCHEDULER_EXCHANGE_PREFIX};
     // The harness's own log (the gateway's failures, given-up batches), with RUST_LOG.
     if std::env::var("RUST_LOG").is_ok() {
@@ -207,10 +239,11 @@ async fn spawn_shape(cfg: ServerConfig, dir: tempfile::TempDir) -> TestServer {
     if let Some(url) = &cfg.amqp_url {
         sc.amqp_url = url.clone();
     }
-    // The reapers' minute becomes `reaper_interval_ms`, but no shorter than a second: every
-    // firing is an invocation of a process of its own, and faster schedules pile up instances
-    // (as they would on Lambda) until LocalStack chokes.
-    sc.speedup = (60_000.0 / cfg.reaper_interval_ms.max(1) as f64).min(60.0);
+    // The reapers' minute becomes `reaper_interval_ms`, but no shorter than three seconds:
+    // every firing of the three one-minute jobs queries four index shards each, about 50 ms
+    // apiece on LocalStack's DynamoDB, so at a second an idle stack kept a third of a core busy
+    // (measured), and the tests' claims and deadlines still resolve within their waits.
+    sc.speedup = (60_000.0 / cfg.reaper_interval_ms.max(1) as f64).min(20.0);
     // Expiry every `artifact_reaper_interval_ms`, as the local server's loop (deployed: an
     // hour). The outbox sweep keeps the template's five minutes, sped up like the reapers.
     let at_least_a_second = |ms: u64| Duration::from_millis(ms.max(1_000));
@@ -218,27 +251,47 @@ async fn spawn_shape(cfg: ServerConfig, dir: tempfile::TempDir) -> TestServer {
         let every = at_least_a_second(cfg.artifact_reaper_interval_ms);
         sc.periods.insert(job.into(), every);
     }
-    let events = RecordingSink::default();
-    let (ready, bound) = tokio::sync::oneshot::channel();
-    let recorder = tokio::spawn(amqp::record(
-        sc.amqp_url.clone(),
-        vec![
-            (prefix, DEFAULT_EXCHANGE_PREFIX.to_string()),
-            (sched_prefix, SCHEDULER_EXCHANGE_PREFIX.to_string()),
-        ],
-        events.clone(),
-        ready,
-    ));
-    // Bound before anything is published.
-    bound.await.expect("the event recorder binds its queue");
-    let shape = shape::Shape::start(sc)
-        .await
-        .expect("the deployed shape starts");
+    let prefixes = vec![
+        (prefix, DEFAULT_EXCHANGE_PREFIX.to_string()),
+        (sched_prefix, SCHEDULER_EXCHANGE_PREFIX.to_string()),
+    ];
+    let start_sc = sc.clone();
+    let lease = stacks::lease(&sc, sharing, move || {
+        stacks::start_stack(start_sc, prefixes)
+    })
+    .await;
+    record_ran_in_shape();
     TestServer {
         running: None,
-        shape: Some(ShapeRun { shape, recorder }),
-        events,
+        events: lease.stack.events.clone(),
+        shape: Some(lease),
         dir,
+    }
+}
+
+/// Appends the running test's name to the file `TCQ_SHAPE_RAN` names, if any: the test
+/// command's LocalStack pass leaves out the tests that ran against the deployed shape (over
+/// the same DynamoDB), and runs those that returned before starting a server there. The name
+/// is the test thread's (libtest names each test's thread after it; with one test thread,
+/// nothing is recorded and the LocalStack pass runs everything).
+fn record_ran_in_shape() {
+    use std::io::Write;
+    let (Ok(path), Some(name)) = (
+        std::env::var("TCQ_SHAPE_RAN"),
+        std::thread::current().name().map(String::from),
+    ) else {
+        return;
+    };
+    if !name.contains("::") {
+        return;
+    }
+    let appended = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| writeln!(f, "{name}"));
+    if let Err(e) = appended {
+        panic!("cannot record the test in {path}: {e}");
     }
 }
 
@@ -275,7 +328,7 @@ impl TestServer {
     pub fn root_url(&self) -> String {
         match (&self.running, &self.shape) {
             (Some(r), _) => r.root_url(),
-            (None, Some(s)) => s.shape.root_url(),
+            (None, Some(s)) => s.stack.shape.root_url(),
             _ => String::new(),
         }
     }
@@ -313,7 +366,7 @@ impl TestServer {
 
     /// The deployed shape under test, if that is what runs.
     pub fn shape(&self) -> Option<&shape::Shape> {
-        self.shape.as_ref().map(|s| &s.shape)
+        self.shape.as_ref().map(|s| &s.stack.shape)
     }
 
     /// The queue's operations over the server's own store (the local server's queue, or one
@@ -323,7 +376,7 @@ impl TestServer {
         if let Some(r) = &self.running {
             return r.api.queue.clone();
         }
-        shape_queue(&self.shape.as_ref().expect("a server").shape.stack).await
+        shape_queue(&self.shape().expect("a server").stack).await
     }
 
     /// The server's artifact buckets (the local server's blob store, or the deployed shape's
@@ -333,7 +386,7 @@ impl TestServer {
         if let Some(r) = &self.running {
             return r.api.blobs.clone();
         }
-        let shape = &self.shape.as_ref().expect("a server").shape;
+        let shape = self.shape().expect("a server");
         let bucket = |var: &str| {
             shape
                 .function_env(var)
@@ -378,15 +431,13 @@ impl TestServer {
         }
     }
 
-    /// Stops the server (the data directory stays until drop).
+    /// Stops the server (the data directory stays until drop); a deployed-shape stack goes
+    /// with its last test.
     pub async fn stop(&mut self) {
         if let Some(r) = self.running.take() {
             r.stop().await;
         }
-        if let Some(mut s) = self.shape.take() {
-            s.recorder.abort();
-            s.shape.stop().await;
-        }
+        self.shape = None;
     }
 }
 

@@ -523,4 +523,83 @@ mod tests {
                 .0;
         assert_eq!(swept, 3);
     }
+
+    /// Task graphs where the stream delivers events: as task statuses, each write stores only
+    /// its own events and no outbox entry, so the sweeper never publishes what the stream's
+    /// publisher does; a batch that cannot be published is held for the sweeper.
+    #[tokio::test]
+    async fn a_graph_write_carries_its_own_events_for_the_stream() {
+        use crate::records::graph::{state, GraphRecord, SK_TASK_GRAPH, TASK_GRAPHS};
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("db")).unwrap();
+        let gid = crate::ids::new_slugid();
+        let mut g = GraphRecord {
+            task_graph_id: gid.clone(),
+            scheduler_id: "s".into(),
+            state: state::RUNNING.into(),
+            routing: String::new(),
+            requires: vec![],
+            requires_left: vec![],
+            metadata: json!({}),
+            tags: json!({}),
+            salt: "salt".into(),
+            digest: String::new(),
+            created: Ts(0),
+            outbox: vec![],
+            sweep: false,
+        };
+        g.emit("task-graph-running");
+        let put = |g: &GraphRecord, cond: Cond| {
+            let item = g.item().unwrap();
+            let store = &store;
+            async move {
+                let version = store
+                    .write(WriteOp::Put {
+                        table: TASK_GRAPHS,
+                        item: item.clone(),
+                        cond,
+                    })
+                    .await
+                    .unwrap();
+                Item { version, ..item }
+            }
+        };
+        let first = put(&g, Cond::NotExists).await;
+        let mut g: GraphRecord = serde_json::from_value(first.data.clone()).unwrap();
+        g.state = state::FINISHED.into();
+        g.emit("task-graph-finished");
+        let second = put(&g, Cond::Version(first.version)).await;
+        assert_eq!(second.data["outbox"].as_array().map(Vec::len), Some(1));
+        assert!(first.indexes.is_empty() && second.indexes.is_empty());
+        let sweep = || async {
+            let sink = RecordingSink::default();
+            drain_all::<GraphRecord>(&store, &sink, "s/", 10, &|_| false, &RecentIds::default())
+                .await
+                .unwrap()
+                .0
+        };
+        assert_eq!(sweep().await, 0, "nothing for the sweeper");
+
+        let sink = RecordingSink::default();
+        let batch = vec![first.clone(), second.clone()];
+        let out = drain_stream::<GraphRecord>(&store, &sink, "s/", batch, &RecentIds::default())
+            .await
+            .unwrap();
+        assert_eq!(out, DrainOutcome::Delivered(2));
+        let sent: Vec<String> = sink.events().into_iter().map(|e| e.exchange).collect();
+        assert_eq!(sent, ["s/task-graph-running", "s/task-graph-finished"]);
+        let stored = store.get(TASK_GRAPHS, &gid, SK_TASK_GRAPH).await.unwrap();
+        assert_eq!(stored.map(|i| i.version), Some(second.version));
+
+        let out = drain_stream::<GraphRecord>(
+            &store,
+            &Down,
+            "s/",
+            vec![first, second],
+            &RecentIds::default(),
+        )
+        .await;
+        assert!(out.is_err());
+        assert_eq!(sweep().await, 2, "held for the sweeper");
+    }
 }

@@ -78,6 +78,12 @@ pub struct GraphRecord {
     /// Events not yet published.
     #[serde(default)]
     pub outbox: Vec<OutboxEvent>,
+    /// Whether events wait in the outbox, findable by the outbox sweeper, until a publisher
+    /// removes them; not so where the table's stream delivers them, as for task statuses
+    /// (see [`crate::records::task::TaskRecord::sweep`]): the sweeper then never races the
+    /// stream's publisher to the same event.
+    #[serde(default = "super::outbox::sweep_by_default")]
+    pub sweep: bool,
 }
 
 impl GraphRecord {
@@ -116,9 +122,14 @@ impl GraphRecord {
         crate::ids::slugid_from(bytes)
     }
 
-    /// The graph's item.
+    /// The graph's item: where the stream delivers the events, its outbox holds only those
+    /// this write adds.
     pub fn item(&self) -> ApiResult<Item> {
-        let data = serde_json::to_value(self).map_err(ApiError::internal)?;
+        let mut data = serde_json::to_value(self).map_err(ApiError::internal)?;
+        if !self.sweep {
+            let fresh: Vec<&OutboxEvent> = self.outbox.iter().filter(|e| e.fresh).collect();
+            data["outbox"] = serde_json::to_value(fresh).map_err(ApiError::internal)?;
+        }
         Ok(Item::new(
             self.task_graph_id.clone(),
             SK_TASK_GRAPH,
@@ -141,11 +152,17 @@ impl Outboxed for GraphRecord {
         &mut self.outbox
     }
     fn index_entries(&self) -> Vec<IndexEntry> {
-        if self.outbox.is_empty() {
+        if self.outbox.is_empty() || !self.sweep {
             vec![]
         } else {
             vec![outbox_entry(&self.task_graph_id)]
         }
+    }
+    fn stream_delivered(&self) -> bool {
+        !self.sweep
+    }
+    fn hold_for_sweep(&mut self) {
+        self.sweep = true;
     }
 }
 
@@ -236,6 +253,7 @@ mod tests {
             digest: String::new(),
             created: Ts(0),
             outbox: vec![],
+            sweep: true,
         }
     }
 

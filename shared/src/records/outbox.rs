@@ -55,6 +55,11 @@ pub trait Outboxed:
     fn hold_for_sweep(&mut self) {}
 }
 
+/// Records written before their `sweep` flag existed always had their outbox entry.
+pub(crate) fn sweep_by_default() -> bool {
+    true
+}
+
 /// Index name of the records holding undelivered events (on every table with outboxes).
 pub const OUTBOX_INDEX: &str = "outbox";
 

@@ -388,13 +388,8 @@ pub struct TaskRecord {
     /// record goes to the dependency resolver, so neither index entry (a write unit to add,
     /// one to remove, each) nor a removal write is needed. A stream function that cannot
     /// finish sets this (the publisher with the events it holds), and it stays set.
-    #[serde(default = "sweep_by_default")]
+    #[serde(default = "super::outbox::sweep_by_default")]
     pub sweep: bool,
-}
-
-/// Records written before [`TaskRecord::sweep`] existed always had their outbox entry.
-fn sweep_by_default() -> bool {
-    true
 }
 
 /// What a claim hands to the worker.

@@ -260,6 +260,7 @@ impl Scheduler {
                     digest: digest.clone(),
                     created: now,
                     outbox: vec![],
+                    sweep: !self.queue.cfg.events_from_stream,
                 };
                 let leaves: Vec<String> = entries
                     .iter()

@@ -81,7 +81,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         let (k, v) = pair(e)?;
         cfg.env.insert(k, v);
     }
-    let mut shape = Shape::start(cfg).await?;
+    let shape = Shape::start(cfg).await?;
     std::fs::create_dir_all(&cli.data_dir)?;
     let creds = serde_json::json!({
         "clientId": shared::auth::ROOT_CLIENT_ID,

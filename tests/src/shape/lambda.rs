@@ -71,6 +71,8 @@ impl Drop for Instance {
 pub struct Account {
     limit: usize,
     running: AtomicUsize,
+    /// Counts finished invocations: what a function wrote is on the tables' streams by then.
+    ended: tokio::sync::watch::Sender<u64>,
 }
 
 impl Account {
@@ -79,6 +81,7 @@ impl Account {
         Arc::new(Account {
             limit,
             running: AtomicUsize::new(0),
+            ended: tokio::sync::watch::Sender::new(0),
         })
     }
 }
@@ -200,6 +203,16 @@ impl Pool {
                 cmd.stdout(Stdio::null()).stderr(Stdio::null());
             }
         }
+        // An instance dies with the thread that started it (a runtime's worker, which lives as
+        // long as its runtime), so that none outlives a test run that ends without dropping it.
+        // SAFETY: prctl is async-signal-safe and touches only the child being started.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
         let child = cmd.spawn().expect("spawn a function instance");
         self.cold_starts.fetch_add(1, Ordering::SeqCst);
         Instance { api, child }
@@ -226,6 +239,7 @@ impl Pool {
             .api
             .invoke_for(event.clone(), self.def.timeout)
             .await;
+        self.account.ended.send_modify(|n| *n += 1);
         let result = match outcome {
             Invoked::TimedOut => {
                 tracing::warn!(function = %self.def.id, after = ?started.elapsed(), "timed out; instance killed");
@@ -249,6 +263,12 @@ impl Pool {
             idle.push(instance);
         }
         result
+    }
+
+    /// Changes whenever an invocation of any function of the account ends (see
+    /// [`super::streams`]).
+    pub fn invocations_ended(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.account.ended.subscribe()
     }
 
     /// Instances running now (idle or busy).

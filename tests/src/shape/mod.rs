@@ -132,9 +132,9 @@ pub struct Shape {
     /// The functions.
     pub functions: Arc<Functions>,
     stop: watch::Sender<bool>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+    tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// The stack to delete when the shape stops (taken once deleted).
-    delete: Option<Template>,
+    delete: std::sync::Mutex<Option<Template>>,
 }
 
 impl Shape {
@@ -225,8 +225,8 @@ impl Shape {
             root_access_token,
             functions,
             stop,
-            tasks,
-            delete: cfg.delete_on_stop.then_some(t),
+            tasks: std::sync::Mutex::new(tasks),
+            delete: std::sync::Mutex::new(cfg.delete_on_stop.then_some(t)),
         })
     }
 
@@ -251,18 +251,26 @@ impl Shape {
             .find_map(|p| p.def.env.get(var).cloned())
     }
 
-    /// Stops the gateway, the pollers and every function's processes.
-    pub async fn stop(&mut self) {
+    /// Stops the gateway, the pollers and every function's processes, and deletes the stack
+    /// if it is to go (once: a second call does nothing).
+    pub async fn stop(&self) {
         let _ = self.stop.send(true);
-        for t in std::mem::take(&mut self.tasks) {
+        let tasks = std::mem::take(&mut *lock(&self.tasks));
+        for t in tasks {
             t.abort();
             let _ = t.await;
         }
         self.functions.stop();
-        if let Some(t) = self.delete.take() {
+        let delete = lock(&self.delete).take();
+        if let Some(t) = delete {
             resources::delete_all(&t).await;
         }
     }
+}
+
+/// The guarded value, also after a panic elsewhere (what it guards stays consistent).
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Drop for Shape {
@@ -270,11 +278,11 @@ impl Drop for Shape {
     /// the stack goes if it is to: on a thread of its own, since drop cannot await.
     fn drop(&mut self) {
         let _ = self.stop.send(true);
-        for t in &self.tasks {
+        for t in lock(&self.tasks).iter() {
             t.abort();
         }
         self.functions.stop();
-        if let Some(t) = self.delete.take() {
+        if let Some(t) = lock(&self.delete).take() {
             let deleted = std::thread::spawn(move || {
                 if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
                     .enable_all()

@@ -78,14 +78,16 @@ struct Shard {
 pub async fn run(pool: Arc<Pool>, m: StreamMapping, mut stop: watch::Receiver<bool>) {
     let mut shards: BTreeMap<String, Shard> = BTreeMap::new();
     let mut last_describe = Instant::now() - Duration::from_secs(60);
-    let mut idle = 0u32;
+    let mut ended = pool.invocations_ended();
     loop {
         if *stop.borrow() {
             return;
         }
-        // Shards are looked for every few seconds (at once while there are none: a new
-        // table's stream takes a moment to become active).
-        if shards.is_empty() || last_describe.elapsed() > Duration::from_secs(5) {
+        ended.borrow_and_update();
+        // Shards are looked for every 15 s (at once while there are none: a new table's
+        // stream takes a moment to become active); a stream's shards roll over in hours, and
+        // each look costs LocalStack about 100 ms.
+        if shards.is_empty() || last_describe.elapsed() > Duration::from_secs(15) {
             last_describe = Instant::now();
             if let Err(e) = describe(&m, &mut shards).await {
                 tracing::debug!(stream = %m.stream_arn, error = %e, "DescribeStream failed");
@@ -99,17 +101,35 @@ pub async fn run(pool: Arc<Pool>, m: StreamMapping, mut stop: watch::Receiver<bo
             }
         }
         if busy {
-            idle = 0;
-        } else {
-            // Lambda polls each shard about four times a second; an idle stream is polled
-            // less often here (up to once a second), as every poll costs LocalStack's one
-            // DynamoDB process CPU that the functions need.
-            idle = idle.saturating_add(1);
-            let pause = Duration::from_millis(250 * u64::from(idle.min(4)));
+            continue;
+        }
+        // Records wait for their batching window: poll again when the first window closes
+        // (Lambda keeps polling meanwhile; nothing new changes when the batch goes).
+        let window_closes = shards
+            .values()
+            .filter_map(|s| s.since.map(|t| t + m.window))
+            .min();
+        if let Some(at) = window_closes {
             tokio::select! {
-                _ = tokio::time::sleep(pause) => {}
+                _ = tokio::time::sleep_until(at.max(Instant::now()).into()) => {}
                 _ = stop.changed() => return,
             }
+            continue;
+        }
+        // Idle: Lambda polls each shard about four times a second. Here an idle stream is
+        // polled again a quarter of a second after a function's invocation ended (only the
+        // functions write to the tables, and their records are on the stream when they
+        // answer), else every 5 s (for writes from elsewhere): every poll costs LocalStack's
+        // one DynamoDB process CPU that the functions need, and most stacks idle most of the
+        // time.
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+            _ = stop.changed() => return,
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+            _ = ended.changed() => {}
+            _ = stop.changed() => return,
         }
     }
 }

@@ -358,7 +358,7 @@ async fn bad_credentials_are_401_with_www_authenticate_hawk() {
 
 #[tokio::test]
 async fn the_auth_api_manages_clients_and_roles() {
-    let app = spawn_app().await;
+    let app = spawn_app_alone().await;
     let auth = app.auth();
     // Roles, with a parameterised star role.
     let role = auth
@@ -1053,7 +1053,7 @@ async fn unsigned_callers_may_read_by_default() {
 /// in 15 minutes.
 #[tokio::test]
 async fn auth_answers_as_upstream_for_listings_and_test_calls() {
-    let app = spawn_app().await;
+    let app = spawn_app_alone().await;
     let auth = app.auth();
     let prefix = format!("page-{}/", slugid());
     for n in ["b", "a", "c"] {
@@ -1130,7 +1130,7 @@ async fn auth_answers_as_upstream_for_listings_and_test_calls() {
 /// listRoleIds and listRoles2 page through every role by roleId, as upstream's.
 #[tokio::test]
 async fn role_ids_and_roles_come_a_page_at_a_time() {
-    let app = spawn_app().await;
+    let app = spawn_app_alone().await;
     let auth = app.auth();
     let prefix = format!("paged-{}-", slugid());
     for n in ["b", "a", "c"] {

@@ -1,4 +1,4 @@
-//! Claim expiry with a 1 s claim timeout: the reaper resolves expired claims
+//! Claim expiry with a short claim timeout: the reaper resolves expired claims
 //! `exception/claim-expired` and retries while retries remain; reclaimTask keeps a claim alive.
 
 use crate::common::*;
@@ -6,8 +6,24 @@ use blackbox::*;
 use serde_json::json;
 use std::time::Duration;
 
+/// The claim timeout of these tests: a second, and three in the deployed shape, where one
+/// call crosses the gateway, a function process and LocalStack, and takes up to a second on a
+/// loaded machine (a claim must outlast the calls that keep it).
+fn claim_secs() -> u64 {
+    if in_shape() {
+        3
+    } else {
+        1
+    }
+}
+
+/// `n` tenths of the claim timeout.
+fn tenths(n: u64) -> Duration {
+    Duration::from_millis(claim_secs() * 100 * n)
+}
+
 async fn short_claims() -> TestServer {
-    spawn_app_with(|cfg| cfg.queue.claim_timeout_secs = 1).await
+    spawn_app_with(|cfg| cfg.queue.claim_timeout_secs = claim_secs()).await
 }
 
 #[tokio::test]
@@ -84,9 +100,9 @@ async fn reclaiming_extends_taken_until_and_keeps_the_claim() {
     let id = create(&app, &task_def(&tq)).await;
     let claim = claim_one(&app, &tq, "g", "w").await;
     let mut until = claim["takenUntil"].as_str().unwrap().to_string();
-    // Keep reclaiming every 300 ms for 2.4 s: well past the original 1 s claim.
+    // Keep reclaiming every 0.3 claims for 2.4 claims: well past the original claim.
     for _ in 0..8 {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        tokio::time::sleep(tenths(3)).await;
         let r = q.reclaimTask(&id, "0").await.unwrap();
         let next = r["takenUntil"].as_str().unwrap().to_string();
         assert!(next > until, "takenUntil moves forward: {next} <= {until}");
@@ -108,7 +124,7 @@ async fn a_claim_expires_once_reclaiming_stops() {
     let tq = task_queue_id();
     let id = create(&app, &def_with(&tq, json!({"retries": 0}))).await;
     claim_one(&app, &tq, "g", "w").await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(tenths(3)).await;
     let r = q.reclaimTask(&id, "0").await.unwrap();
     let until = r["takenUntil"].as_str().unwrap().to_string();
     let s = wait_status(&app, &id, Duration::from_secs(10), |s| {
@@ -171,7 +187,7 @@ async fn claimed_counts_follow_claims_and_expiry() {
 #[tokio::test]
 async fn a_claim_is_over_at_taken_until_however_late_the_reaper_comes() {
     let app = spawn_app_with(|cfg| {
-        cfg.queue.claim_timeout_secs = 1;
+        cfg.queue.claim_timeout_secs = claim_secs();
         cfg.reaper_interval_ms = 3_600_000;
     })
     .await;
@@ -179,13 +195,13 @@ async fn a_claim_is_over_at_taken_until_however_late_the_reaper_comes() {
     let tq = task_queue_id();
     let id = create(&app, &def_with(&tq, json!({"retries": 1}))).await;
     claim_one(&app, &tq, "g", "w").await;
-    // Still held: reclaiming works, and moves takenUntil a second on.
+    // Still held: reclaiming works, and moves takenUntil a claim on.
     let r = q
         .reclaimTask(&id, "0")
         .await
         .expect("reclaim within the claim");
     let until = r["takenUntil"].as_str().unwrap().to_string();
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    tokio::time::sleep(tenths(15)).await;
     assert_eq!(err_status(q.reclaimTask(&id, "0").await), 409);
     let s = q.status(&id).await.unwrap()["status"].clone();
     assert_eq!(s["runs"][0]["state"], "exception");

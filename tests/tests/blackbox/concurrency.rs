@@ -127,6 +127,7 @@ async fn twenty_workers_claim_five_hundred_tasks_exactly_once() {
                 .iter()
                 .filter(|e| short_name(e) == "task-running")
                 .filter_map(|e| e.payload["status"]["taskId"].as_str().map(String::from))
+                .filter(|id| created.contains(id))
                 .collect();
             (ids.len() == TASKS).then_some(ids)
         },

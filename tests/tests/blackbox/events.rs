@@ -373,7 +373,12 @@ async fn every_message_of_a_busy_queue_matches_its_schema() {
     .await;
     wait_events(&app, &claimed[4].0, "task-pending", Some(1), 1).await;
 
-    let events = app.events();
+    // The group's events (a deployed-shape stack may carry other tests' too).
+    let ours = |e: &Event| {
+        e.payload["status"]["taskGroupId"] == group.as_str()
+            || e.payload["taskGroupId"] == group.as_str()
+    };
+    let events: Vec<Event> = app.events().into_iter().filter(ours).collect();
     let kinds: std::collections::HashSet<&str> = events.iter().map(short_name).collect();
     for k in [
         "task-defined",

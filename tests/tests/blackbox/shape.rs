@@ -17,14 +17,6 @@ fn shape_only() -> bool {
     in_shape()
 }
 
-/// Tasks in a burst: `TCQ_SHAPE_BURST` (the full run: 5,000), else 300.
-fn burst() -> usize {
-    std::env::var("TCQ_SHAPE_BURST")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(300)
-}
-
 /// How long a burst of `n` may take to be handled here: two minutes plus LocalStack's pace.
 fn bound(n: usize) -> Duration {
     Duration::from_secs(120) + Duration::from_millis(200 * n as u64)
@@ -124,17 +116,20 @@ async fn a_deadline_burst_resolves_within_two_scheduled_invocations() {
     if !shape_only() {
         return;
     }
-    // The schedules keep the template's minute: counting invocations means something only
-    // if a pass takes as long, against the period, as it does deployed (sped up, invocations
-    // overlap and share the work).
-    let app = spawn_app_with(|c| c.reaper_interval_ms = 60_000).await;
+    // The minute's schedule fires every 10 s: a sped-up firing is skipped while the last
+    // invocation runs, so passes never overlap, and each invocation counted is one pass with
+    // the function's whole budget, as deployed.
+    let app = spawn_app_alone_with(|c| c.reaper_interval_ms = 10_000).await;
     let queue = app.domain_queue().await;
     let tq = task_queue_id();
-    let n = burst();
+    let n = shape_burst();
     let deadline = burst_deadline(&queue, n, task_def(&tq)).await;
-    let started = Instant::now();
+    let (started, start) = (Instant::now(), Ts::now());
     seed(&queue, n, |_| {
-        def_with(&tq, json!({ "deadline": deadline.to_string() }))
+        def_with(
+            &tq,
+            json!({ "created": start.to_string(), "deadline": deadline.to_string() }),
+        )
     })
     .await;
     eprintln!("seeded {n} tasks in {:?}", started.elapsed());
@@ -157,11 +152,11 @@ async fn expired_tasks_are_deleted_within_two_scheduled_invocations() {
     if !shape_only() {
         return;
     }
-    // The expiry reaper's hour becomes a minute: still longer than its pass takes here.
-    let app = spawn_app_with(|c| c.artifact_reaper_interval_ms = 60_000).await;
+    // The expiry reaper's hour becomes 10 s (passes never overlap; see the deadline burst).
+    let app = spawn_app_alone_with(|c| c.artifact_reaper_interval_ms = 10_000).await;
     let queue = app.domain_queue().await;
     let tq = task_queue_id();
-    let n = burst();
+    let n = shape_burst();
     let deadline = burst_deadline(&queue, n, task_def(&tq)).await;
     let start = Ts::now();
     seed(&queue, n, |_| {
@@ -188,11 +183,11 @@ async fn expired_tasks_are_deleted_within_two_scheduled_invocations() {
     assert!(passes <= 2, "{passes} invocations");
 }
 
-/// A definition of about 6 KB (ordinary for Firefox's tasks).
-fn big_def(tq: &str, group: &str) -> Value {
+/// A definition with a payload of `bytes` (6 KB is ordinary for Firefox's tasks).
+fn big_def(tq: &str, group: &str, bytes: usize) -> Value {
     def_with(
         tq,
-        json!({ "taskGroupId": group, "payload": { "env": { "BLOB": "x".repeat(6_000) } } }),
+        json!({ "taskGroupId": group, "payload": { "env": { "BLOB": "x".repeat(bytes) } } }),
     )
 }
 
@@ -201,8 +196,10 @@ async fn listings_page_by_bytes_with_6_kb_definitions() {
     let app = spawn_app().await;
     let queue = app.domain_queue().await;
     let (tq, group) = (task_queue_id(), slugid());
-    let n = 1000;
-    seed(&queue, n, |_| big_def(&tq, &group)).await;
+    // 6 MB of definitions: a thousand of 6 KB (in the bounded deployed shape, fewer and larger).
+    let n = many(1000);
+    let bytes = 6_000_000 / n;
+    seed(&queue, n, |_| big_def(&tq, &group, bytes)).await;
     let client = reqwest::Client::new();
     // Every page is under 5 MB and carries a token until the last; together they hold each
     // task once.
@@ -245,7 +242,7 @@ async fn listings_page_by_bytes_with_6_kb_definitions() {
         assert_eq!(seen.len(), n, "{path}");
         assert!(
             pages >= 2,
-            "{path}: 1000 definitions of 6 KB do not fit one page"
+            "{path}: 6 MB of definitions do not fit one page"
         );
     }
 }
