@@ -12,7 +12,7 @@ export TCQ_TEST_BACKEND=shape TCQ_SHAPE_BURST="${TCQ_SHAPE_BURST:-300}"
 THREADS="${TEST_THREADS:-4}"
 cargo build --locked -p functions --bin lambda
 SUBSET=(lifecycle:: dependencies:: task_groups:: artifacts:: events:: scheduler:: claimwork::
-        claims:: deadlines:: workers:: auth::)
+        claims:: deadlines:: workers:: auth:: readme_session::)
 # The tests that write hundreds of tasks at once run last, two at a time: every write goes
 # through LocalStack's one DynamoDB process, which holds one lock for each, and other tests'
 # calls queue behind them past their functions' timeouts.

@@ -28,10 +28,12 @@
 //! With `BENCH_SHAPE=1`, phases 1 and 2 run once more against the deployed shape (every
 //! function its own process over LocalStack; `cargo build --release -p functions --bin
 //! lambda` first, else the debug binary runs), with `BENCH_SHAPE_LIFECYCLES` (default 500),
-//! `BENCH_SHAPE_PICKUP_SAMPLES` (default 50) and `BENCH_SHAPE_MAX_SECS` (default 600); then a
-//! deadline burst of `BENCH_BURST` tasks (default 5,000) is timed both on the local server
-//! (its reaper loop) and on the shape (the deadline reaper on its one-minute schedule): from
-//! the shared deadline until no task is left due.
+//! `BENCH_SHAPE_PICKUP_SAMPLES` (default 50) and `BENCH_SHAPE_MAX_SECS` (default 1800); then
+//! two bursts of `BENCH_BURST` tasks (default 5,000) are timed both on the local server (its
+//! loops) and on the shape (the deadline reaper on its one-minute schedule, the expiry
+//! reaper every 10 s instead of hourly, as the local server's expiry loop here): from the
+//! shared deadline (or expiry) until no task is left due, with the scheduled invocations and
+//! the CPU they took.
 
 use blackbox::burst::{burst_deadline, due, seed};
 use blackbox::env_num;
@@ -550,6 +552,7 @@ fn localstack_phase(
             .replace(['-', '_'], "x")
     );
     cfg.queue.claim_work_timeout_ms = 5_000;
+    cfg.artifact_reaper_interval_ms = EXPIRY_EVERY.as_millis() as u64;
     cfg.root_access_token = Some(blackbox::ROOT_ACCESS_TOKEN.into());
     let prefix = cfg.queue.table_prefix.clone();
     let running = match srv_rt.block_on(functions::start(cfg, Arc::new(NullSink))) {
@@ -602,34 +605,52 @@ fn localstack_phase(
     Some(Row::new("LocalStack (DynamoDB)", total, &lc, cpu, others))
 }
 
-/// A deadline burst: `n` tasks sharing a deadline far enough ahead to seed them all, then the
-/// time from that deadline until none is left due.
+/// How often the expiry pass runs, on both shapes, for the expiry burst (deployed: hourly).
+const EXPIRY_EVERY: Duration = Duration::from_secs(10);
+
+/// What a burst measures: its tasks' deadlines passing, or their expiry.
+#[derive(Clone, Copy)]
+enum Kind {
+    Deadline,
+    Expiry,
+}
+
+/// A burst: `n` tasks sharing a deadline far enough ahead to seed them all (and, for an
+/// expiry burst, expiring a millisecond after it), then the time from that moment until
+/// none is left due in the index the reaper walks.
 struct Burst {
     n: usize,
     seeding: Duration,
     resolved: Option<Duration>,
 }
 
-async fn deadline_burst(queue: Arc<shared::queue::Queue>, n: usize, max: Duration) -> Burst {
+async fn burst(queue: Arc<shared::queue::Queue>, n: usize, max: Duration, kind: Kind) -> Burst {
     let tq = blackbox::task_queue_id();
     let deadline = burst_deadline(&queue, n, blackbox::task_def(&tq)).await;
+    let (at, idx) = match kind {
+        Kind::Deadline => (deadline, index::DEADLINE),
+        Kind::Expiry => (deadline.plus(1), index::TASK_EXPIRY),
+    };
     let t0 = Instant::now();
     seed(&queue, n, |_| {
         let mut d = blackbox::task_def(&tq);
         d["deadline"] = json!(deadline.to_string());
+        if let Kind::Expiry = kind {
+            d["expires"] = json!(at.to_string());
+        }
         d
     })
     .await;
     let seeding = t0.elapsed();
-    while Ts::now() <= deadline {
+    while Ts::now() <= at {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let at_deadline = Instant::now();
+    let since = Instant::now();
     let resolved = loop {
-        if due(&queue, index::DEADLINE, Ts::now()).await == 0 {
-            break Some(at_deadline.elapsed());
+        if due(&queue, idx, Ts::now()).await == 0 {
+            break Some(since.elapsed());
         }
-        if at_deadline.elapsed() > max {
+        if since.elapsed() > max {
             break None;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -641,9 +662,9 @@ async fn deadline_burst(queue: Arc<shared::queue::Queue>, n: usize, max: Duratio
     }
 }
 
-fn print_burst(label: &str, b: &Burst) {
+fn print_burst(label: &str, what: &str, b: &Burst) {
     println!(
-        "  {label}: {} tasks seeded in {:.1} s; all resolved {} after their deadline",
+        "  {label}: {} tasks seeded in {:.1} s; {what} {} after",
         b.n,
         b.seeding.as_secs_f64(),
         b.resolved
@@ -654,16 +675,65 @@ fn print_burst(label: &str, b: &Burst) {
     );
 }
 
-/// Phases 1 and 2, and the deadline burst, against the deployed shape on LocalStack.
+/// A burst on the deployed shape, with the invocations of `handler` it took and their CPU.
+struct ShapeBurst {
+    burst: Burst,
+    invocations: usize,
+    cpu: f64,
+}
+
+fn shape_burst(
+    rt: &tokio::runtime::Runtime,
+    shape: &blackbox::shape::Shape,
+    queue: &Arc<shared::queue::Queue>,
+    (n, max, kind, handler): (usize, Duration, Kind, &str),
+) -> ShapeBurst {
+    let (invocations, cpu) = (
+        shape.invocations(handler),
+        shape.idle_cpu_secs(Some(handler)),
+    );
+    let burst = rt.block_on(burst(queue.clone(), n, max, kind));
+    let invocations = shape.invocations(handler) - invocations;
+    // The last invocation may still be running its pass: its CPU is read once it ends.
+    let until = Instant::now() + Duration::from_secs(300);
+    while shape.idle_cpu_secs(Some(handler)) < cpu
+        || shape
+            .functions
+            .all()
+            .any(|p| p.def.handler == handler && p.instances() > p.idle_pids().len())
+    {
+        if Instant::now() > until {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    ShapeBurst {
+        burst,
+        invocations,
+        cpu: shape.idle_cpu_secs(Some(handler)) - cpu,
+    }
+}
+
+/// What the deployed shape measured: phase 1 (with its functions' CPU per life cycle),
+/// phase 2 and the two bursts.
+struct Shaped {
+    row: Row,
+    functions_cpu_per_lifecycle: f64,
+    pickup: Pickup,
+    deadline: ShapeBurst,
+    expiry: ShapeBurst,
+}
+
+/// Phases 1 and 2, and the two bursts, against the deployed shape on LocalStack.
 fn shape_phase(
     srv_rt: &tokio::runtime::Runtime,
     load_rt: &tokio::runtime::Runtime,
     clients: usize,
     burst: usize,
-) -> Option<(Row, Pickup, Burst)> {
+) -> Option<Shaped> {
     let total: usize = env_num("BENCH_SHAPE_LIFECYCLES", 500usize);
     let samples: usize = env_num("BENCH_SHAPE_PICKUP_SAMPLES", 50usize);
-    let max = Duration::from_secs(env_num("BENCH_SHAPE_MAX_SECS", 600u64));
+    let max = Duration::from_secs(env_num("BENCH_SHAPE_MAX_SECS", 1800u64));
     let stack = format!(
         "bench{}",
         blackbox::slugid()
@@ -676,6 +746,9 @@ fn shape_phase(
     let mut sc = blackbox::shape::ShapeConfig::for_bench(&stack);
     sc.env
         .insert("TCQ_CLAIM_WORK_TIMEOUT_MS".into(), "5000".into());
+    // The expiry reaper's hour becomes EXPIRY_EVERY, as on the local server; the deadline
+    // reaper keeps its minute.
+    sc.periods.insert("expiryReaper".into(), EXPIRY_EVERY);
     let lambda = sc.lambda_bin.display().to_string();
     let shape = match srv_rt.block_on(blackbox::shape::Shape::start(sc)) {
         Ok(s) => s,
@@ -690,6 +763,7 @@ fn shape_phase(
     println!();
     println!("== phases 1 and 2 on the deployed shape (stack {stack}, {lambda}) ==");
     println!("clients={clients} lifecycles={total} pickup samples={samples}");
+    let fn_cpu0 = shape.idle_cpu_secs(None);
     let (lc, cpu0, cpu1) = load_rt.block_on(measured_lifecycles(
         &client,
         clients,
@@ -699,17 +773,33 @@ fn shape_phase(
         "shape warm-up",
     ));
     let (cpu, others) = cpu_between(cpu0, cpu1);
+    // Every function's CPU over the warm-up and the measured life cycles (cold starts and
+    // background invocations included), read once every instance is idle again.
+    std::thread::sleep(Duration::from_secs(6));
+    let fn_cpu = (shape.idle_cpu_secs(None) - fn_cpu0) / (lc.0 + total / 10).max(1) as f64;
     let pickup = load_rt.block_on(run_pickup(&client, samples, Duration::from_millis(20), max));
     let row = Row::new("deployed shape (LocalStack)", total, &lc, cpu, others);
     let queue = load_rt.block_on(blackbox::shape_queue(&stack));
-    let invocations = shape.invocations("deadlineReaper");
-    let b = load_rt.block_on(deadline_burst(queue, burst, max));
-    println!(
-        "  deadline reaper invocations during the burst: {}",
-        shape.invocations("deadlineReaper") - invocations
+    let deadline = shape_burst(
+        load_rt,
+        &shape,
+        &queue,
+        (burst, max, Kind::Deadline, "deadlineReaper"),
+    );
+    let expiry = shape_burst(
+        load_rt,
+        &shape,
+        &queue,
+        (burst, max, Kind::Expiry, "expiryReaper"),
     );
     srv_rt.block_on(shape.stop());
-    Some((row, pickup, b))
+    Some(Shaped {
+        functions_cpu_per_lifecycle: fn_cpu,
+        row,
+        pickup,
+        deadline,
+        expiry,
+    })
 }
 
 fn runtime(name: &'static str, threads: usize) -> tokio::runtime::Runtime {
@@ -751,6 +841,7 @@ fn main() {
     // Always the embedded backend, whatever TCQ_BACKEND says.
     cfg.backend = "embedded".into();
     cfg.queue.claim_work_timeout_ms = 5_000;
+    cfg.artifact_reaper_interval_ms = EXPIRY_EVERY.as_millis() as u64;
     cfg.root_access_token = Some(blackbox::ROOT_ACCESS_TOKEN.into());
     let running = srv_rt
         .block_on(functions::start(cfg, Arc::new(NullSink)))
@@ -874,48 +965,73 @@ fn main() {
 
     let shape = std::env::var("BENCH_SHAPE").as_deref() == Ok("1");
     let burst: usize = env_num("BENCH_BURST", 5000usize);
-    let local_burst = shape.then(|| {
+    let local_bursts = shape.then(|| {
         let queue = running.api.queue.clone();
-        load_rt.block_on(deadline_burst(queue, burst, max))
+        let timed = |kind| {
+            let before = cpu_by_thread().srv;
+            let b = load_rt.block_on(self::burst(queue.clone(), burst, max, kind));
+            (b, cpu_by_thread().srv - before)
+        };
+        (timed(Kind::Deadline), timed(Kind::Expiry))
     });
 
     drop(client);
     srv_rt.block_on(async {
         let _ = tokio::time::timeout(Duration::from_secs(5), running.stop()).await;
     });
-    if let Some(lb) = local_burst {
+    if let Some(((ld, ld_cpu), (le, le_cpu))) = local_bursts {
         let shaped = shape_phase(&srv_rt, &load_rt, clients, burst);
         println!();
         println!("Local server beside the deployed shape (same run, {clients} clients)");
         println!(
-            "  | shape | life cycles/s | server CPU per life cycle | pickup p50 / p99 ms \
-             (from createTask start) | {burst}-task deadline burst resolved after |"
+            "  | shape | life cycles/s | CPU per life cycle | pickup p50 / p99 ms (from \
+             createTask start) | {burst}-task deadline burst resolved | {burst} expired tasks \
+             deleted |"
         );
-        println!("  |---|---|---|---|---|");
+        println!("  |---|---|---|---|---|---|");
         let secs = |b: &Burst| {
             b.resolved.map_or("not within the bound".into(), |d| {
                 format!("{:.1} s", d.as_secs_f64())
             })
         };
+        let local_pass = |b: &Burst, cpu: f64| {
+            format!(
+                "{} after, by the server's loop; {:.2} ms CPU a task",
+                secs(b),
+                1e3 * cpu / b.n.max(1) as f64
+            )
+        };
         println!(
-            "  | local server (embedded) | {rate:.0} | {:.2} ms | {:.2} / {:.2} | {} |",
+            "  | local server (embedded) | {rate:.0} | {:.2} ms (server) | {:.2} / {:.2} | {} | {} |",
             1e3 * cpu.srv / done.max(1) as f64,
             pickup.from_create_start.pct(50.0),
             pickup.from_create_start.pct(99.0),
-            secs(&lb)
+            local_pass(&ld, ld_cpu),
+            local_pass(&le, le_cpu)
         );
-        if let Some((row, p, b)) = &shaped {
+        if let Some(sh) = &shaped {
+            let invoked = |b: &ShapeBurst| {
+                format!(
+                    "{} after, in {} scheduled invocations; {:.2} ms function CPU a task",
+                    secs(&b.burst),
+                    b.invocations,
+                    1e3 * b.cpu / b.burst.n.max(1) as f64
+                )
+            };
             println!(
-                "  | deployed shape (LocalStack) | {:.0} | {:.2} ms (harness only) | {:.2} / {:.2} | {} |",
-                row.rate,
-                row.srv_us / 1000.0,
-                p.from_create_start.pct(50.0),
-                p.from_create_start.pct(99.0),
-                secs(b)
+                "  | deployed shape (LocalStack) | {:.0} | {:.2} ms (every function) | {:.2} / {:.2} | {} | {} |",
+                sh.row.rate,
+                1e3 * sh.functions_cpu_per_lifecycle,
+                sh.pickup.from_create_start.pct(50.0),
+                sh.pickup.from_create_start.pct(99.0),
+                invoked(&sh.deadline),
+                invoked(&sh.expiry)
             );
-            print_burst("deployed shape", b);
+            print_burst("deployed shape", "deadlines resolved", &sh.deadline.burst);
+            print_burst("deployed shape", "expired tasks deleted", &sh.expiry.burst);
         }
-        print_burst("local server", &lb);
+        print_burst("local server", "deadlines resolved", &ld);
+        print_burst("local server", "expired tasks deleted", &le);
     }
     if std::env::var("BENCH_LOCALSTACK").as_deref() == Ok("1") {
         let embedded = Row::new(

@@ -244,6 +244,24 @@ impl Shape {
             .sum()
     }
 
+    /// Invocations of every function so far.
+    pub fn all_invocations(&self) -> usize {
+        self.functions
+            .all()
+            .map(|p| p.invocations.load(std::sync::atomic::Ordering::SeqCst))
+            .sum()
+    }
+
+    /// CPU seconds of the idle instances of the functions with `handler`, or of every
+    /// function with `None` (see [`lambda::Pool::idle_cpu_secs`]).
+    pub fn idle_cpu_secs(&self, handler: Option<&str>) -> f64 {
+        self.functions
+            .all()
+            .filter(|p| handler.is_none_or(|h| p.def.handler == h))
+            .map(|p| p.idle_cpu_secs())
+            .sum()
+    }
+
     /// A variable as the template sets it in the functions (the first that has it).
     pub fn function_env(&self, var: &str) -> Option<String> {
         self.functions

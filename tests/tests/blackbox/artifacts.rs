@@ -351,9 +351,9 @@ async fn reference_link_and_error_artifacts_redirect_chain_or_fail_dependency() 
     assert_eq!(r["url"], "https://example.com/private");
 
     // Each of reference, link and error is announced once, with the run's worker.
-    let created: Vec<Value> = events_of(&app, &id)
+    let created: Vec<Value> = wait_events(&app, &id, "artifact-created", Some(0), 6)
+        .await
         .into_iter()
-        .filter(|e| short_name(e) == "artifact-created")
         .map(|e| e.payload)
         .collect();
     let mut names: Vec<&str> = created

@@ -31,6 +31,7 @@ mod openapi;
 mod priority;
 mod publisher_lambda;
 mod queues;
+mod readme_session;
 mod reliability;
 mod retries;
 mod scheduler;
