@@ -71,7 +71,7 @@ pub static ENDPOINTS: &[Endpoint] = &[
         "enableClient",
         Verb::Post,
         "/clients/<*clientId>/enable",
-        handler!(set_disabled),
+        handler!(enable_client),
     )
     .title("Enable a client")
     .scopes(Template::Scope("auth:enable-client:<clientId>"))
@@ -81,7 +81,7 @@ pub static ENDPOINTS: &[Endpoint] = &[
         "disableClient",
         Verb::Post,
         "/clients/<*clientId>/disable",
-        handler!(set_disabled),
+        handler!(disable_client),
     )
     .title("Disable a client")
     .scopes(Template::Scope("auth:disable-client:<clientId>"))
@@ -245,10 +245,17 @@ async fn reset_access_token(api: &Api, call: &mut Call) -> ApiResult<Reply> {
     )
 }
 
+async fn enable_client(api: &Api, call: &mut Call) -> ApiResult<Reply> {
+    set_disabled(api, call, false).await
+}
+
+async fn disable_client(api: &Api, call: &mut Call) -> ApiResult<Reply> {
+    set_disabled(api, call, true).await
+}
+
 /// `enableClient` and `disableClient`.
-async fn set_disabled(api: &Api, call: &mut Call) -> ApiResult<Reply> {
+async fn set_disabled(api: &Api, call: &mut Call, disable: bool) -> ApiResult<Reply> {
     call.authorize(&id(call, "clientId"))?;
-    let disable = call.endpoint.name == "disableClient";
     Reply::ok(
         api.auth
             .set_disabled(call.param("clientId"), disable, call.now)

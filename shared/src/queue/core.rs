@@ -304,7 +304,7 @@ impl Queue {
     /// Several tasks' definitions, in the order of `ids`, as [`Queue::load_def`] reads one:
     /// from the cache, else one batched eventually consistent read, else (a task created
     /// moments ago) a batched strong one.
-    async fn load_defs(&self, ids: &[&str]) -> ApiResult<Vec<Option<Value>>> {
+    pub(crate) async fn load_defs(&self, ids: &[&str]) -> ApiResult<Vec<Option<Value>>> {
         let mut out: Vec<Option<Value>> = match self.defs.lock() {
             Ok(cache) => ids.iter().map(|id| cache.get(id).cloned()).collect(),
             Err(_) => vec![None; ids.len()],

@@ -37,7 +37,7 @@ pub static ENDPOINTS: &[Endpoint] = &[
         "listPendingTasks",
         Verb::Get,
         "/task-queues/<*taskQueueId>/pending",
-        handler!(list),
+        handler!(list_pending),
     )
     .title("The pending runs of a task queue, in claim order")
     .scopes(Template::Scope("queue:pending-list:<taskQueueId>"))
@@ -48,7 +48,7 @@ pub static ENDPOINTS: &[Endpoint] = &[
         "listClaimedTasks",
         Verb::Get,
         "/task-queues/<*taskQueueId>/claimed",
-        handler!(list),
+        handler!(list_claimed),
     )
     .title("The claimed runs of a task queue")
     .scopes(Template::Scope("queue:claimed-list:<taskQueueId>"))
@@ -83,11 +83,20 @@ async fn counts(api: &Api, call: &mut Call) -> ApiResult<Reply> {
     }))
 }
 
-/// `listPendingTasks` and `listClaimedTasks`.
-async fn list(api: &Api, call: &mut Call) -> ApiResult<Reply> {
+/// `listPendingTasks`.
+async fn list_pending(api: &Api, call: &mut Call) -> ApiResult<Reply> {
+    list(api, call, false).await
+}
+
+/// `listClaimedTasks`.
+async fn list_claimed(api: &Api, call: &mut Call) -> ApiResult<Reply> {
+    list(api, call, true).await
+}
+
+/// A page of a task queue's pending or claimed runs.
+async fn list(api: &Api, call: &mut Call, claimed: bool) -> ApiResult<Reply> {
     let tq = call.task_queue_id()?;
     call.authorize(&Params::new().one("taskQueueId", tq.as_str()))?;
-    let claimed = call.endpoint.name == "listClaimedTasks";
     let (tasks, token) = api.queue.list_queue(&tq, claimed, &call.page()?).await?;
     Reply::page(json!({ "tasks": tasks }), token)
 }

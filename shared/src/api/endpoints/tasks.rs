@@ -46,7 +46,7 @@ pub static ENDPOINTS: &[Endpoint] = &[
         .output("tasks-response")
         .query(PAGED)
         .needs(READ_TASKS),
-    Endpoint::new("statuses", Verb::Post, "/tasks/status", handler!(tasks))
+    Endpoint::new("statuses", Verb::Post, "/tasks/status", handler!(statuses))
         .title("The statuses of many tasks")
         .scopes(Template::For {
             var: "taskId",
@@ -87,7 +87,7 @@ pub static ENDPOINTS: &[Endpoint] = &[
         "defineTask",
         Verb::Post,
         "/task/<taskId>/define",
-        handler!(create_task),
+        handler!(define_task),
     )
     .title("Create a task that stays unscheduled until scheduleTask")
     .scopes(CREATE_TASK_SCOPES)
@@ -113,11 +113,18 @@ async fn status(api: &Api, call: &mut Call) -> ApiResult<Reply> {
     status_reply(&api.queue.status(&id, call.now).await?)
 }
 
-/// `tasks` and `statuses`.
 async fn tasks(api: &Api, call: &mut Call) -> ApiResult<Reply> {
+    many(api, call, false).await
+}
+
+async fn statuses(api: &Api, call: &mut Call) -> ApiResult<Reply> {
+    many(api, call, true).await
+}
+
+/// `tasks` and `statuses`.
+async fn many(api: &Api, call: &mut Call, statuses: bool) -> ApiResult<Reply> {
     let ids = string_list(&call.body["taskIds"]);
     call.authorize(&Params::new().many("taskIds", ids.clone()))?;
-    let statuses = call.endpoint.name == "statuses";
     let (items, token) = api
         .queue
         .many(&ids, &call.page()?, statuses, call.now)
@@ -158,11 +165,18 @@ pub(crate) fn create_task_params(body: &Value) -> ApiResult<Params> {
         .one("taskQueueId", queue))
 }
 
-/// `createTask` and `defineTask`.
 async fn create_task(api: &Api, call: &mut Call) -> ApiResult<Reply> {
+    create_or_define(api, call, false).await
+}
+
+async fn define_task(api: &Api, call: &mut Call) -> ApiResult<Reply> {
+    create_or_define(api, call, true).await
+}
+
+/// `createTask` and `defineTask`.
+async fn create_or_define(api: &Api, call: &mut Call, define_only: bool) -> ApiResult<Reply> {
     let id: TaskId = call.task_id()?;
     call.authorize(&create_task_params(&call.body)?)?;
-    let define_only = call.endpoint.name == "defineTask";
     let body = std::mem::take(&mut call.body);
     status_reply(
         &api.queue
