@@ -9,13 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 phase() { echo "== [${SECONDS} s] $*" >&2; }
 
-VENV="${TCQ_VENV:-target/py-venv}"
-if [ ! -x "$VENV/bin/python" ]; then
-  python3 -m venv "$VENV"
-fi
-"$VENV/bin/pip" install --quiet --disable-pip-version-check taskcluster
-export TCQ_PYTHON="$PWD/$VENV/bin/python"
-bash scripts/rabbitmq.sh
+# The official clients, Chromium and RabbitMQ, as the test command brings them up.
+source scripts/test-tools.sh
 if ! bash localstack/localstack.sh status >/dev/null 2>&1; then
   bash localstack/localstack.sh start
   trap 'bash localstack/localstack.sh stop' EXIT

@@ -26,30 +26,13 @@ phase "build"
 cargo build --workspace --all-targets --locked
 
 phase "test tools: Python venv, npm packages, Chromium, the inspector's bundle, cfn-lint, RabbitMQ"
-# The official Python client, for the black-box test that drives a worker loop with it;
-# schemathesis, run from our OpenAPI documents by openapi::.
-VENV="${TCQ_VENV:-target/py-venv}"
-if [ ! -x "$VENV/bin/python" ]; then
-  python3 -m venv "$VENV"
-fi
-"$VENV/bin/pip" install --quiet --disable-pip-version-check taskcluster cfn-lint schemathesis==4.32.5
-export TCQ_PYTHON="$PWD/$VENV/bin/python"
-# The official npm client, for the object upload/download helpers' test (tests/node).
-command -v npm >/dev/null || { echo "npm is required (Node.js 18+)" >&2; exit 1; }
-npm ci --prefix tests/node --no-audit --no-fund --loglevel=error
-export TCQ_NODE_CLIENT="$PWD/tests/node"
-# The web inspector (ui/): Debian's Chromium for its browser tests, its npm packages
-# (TypeScript, Vite, playwright-core), and a rebuild that must equal the committed bundle
-# (ui/dist, which the binaries embed).
-command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
-npm ci --prefix ui --no-audit --no-fund --loglevel=error
+source scripts/test-tools.sh
+# The web inspector's bundle: a rebuild must equal the committed one (ui/dist, which the
+# binaries embed).
 node ui/scripts/check-dist.mjs
-export TCQ_CHROMIUM="$(command -v chromium)"
 # The SAM template, offline: cfn-lint checks it against the CloudFormation and SAM specs (the
 # tests below check that it is the one generated from the code and resources.json).
 "$VENV/bin/cfn-lint" infra/template.yaml
-# RabbitMQ, for the tests that consume the queue's events from real exchanges.
-bash scripts/rabbitmq.sh
 phase "embedded: unit tests, conformance, black-box suite"
 cargo test --workspace --locked -- --test-threads="$THREADS"
 # Restarts the machine's RabbitMQ, so it runs alone.

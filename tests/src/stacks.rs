@@ -196,8 +196,10 @@ fn key_of(sc: &ShapeConfig) -> String {
 pub async fn start_stack(sc: ShapeConfig, prefixes: Vec<(String, String)>) -> Stack {
     let events = RecordingSink::default();
     let (ready, bound) = tokio::sync::oneshot::channel();
+    // The recorder reads the machine's broker itself, not the URL the functions are given
+    // (a test may give them a relay it takes down).
     let recorder = tokio::spawn(crate::amqp::record(
-        sc.amqp_url.clone(),
+        crate::amqp::amqp_url(&crate::amqp::broker_addr()),
         prefixes,
         events.clone(),
         ready,

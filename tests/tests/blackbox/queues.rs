@@ -163,11 +163,14 @@ async fn list_claimed_tasks_pages_and_describes_the_claim() {
 /// GET a path both with the `/` of the task queue id raw and as `%2F` (either case).
 async fn both_encodings(app: &TestServer, tq: &str, tail: &str) -> Vec<Value> {
     let mut out = vec![];
-    for enc in [
-        tq.to_string(),
-        tq.replace('/', "%2F"),
-        tq.replace('/', "%2f"),
-    ] {
+    let mut encodings = vec![tq.to_string(), tq.replace('/', "%2F")];
+    // As deployed the gateway hands the path on decoded, and it is signed again as the
+    // official clients encode it (`%2F`): only that spelling authenticates there (README:
+    // known differences).
+    if !in_shape() {
+        encodings.push(tq.replace('/', "%2f"));
+    }
+    for enc in encodings {
         let (code, body) = raw(app, "GET", &tail.replace("{tq}", &enc), None).await;
         assert_eq!(code, 200, "{tail} with {enc}: {body:#}");
         out.push(body);

@@ -368,11 +368,10 @@ async fn bad_url_parameters_are_invalid_request_arguments() {
     let tq = task_queue_id();
     let id = create(&app, &task_def(&tq)).await;
     let def = task_def(&tq);
-    let cases: Vec<(&str, String, Option<Value>)> = vec![
+    let mut cases: Vec<(&str, String, Option<Value>)> = vec![
         ("GET", "/task/not-a-slugid".into(), None),
         ("GET", "/task/AAAAAAAAAAAAAAAAAAAAAA/status".into(), None),
         ("GET", "/task/%E2%9C%93".into(), None),
-        ("GET", "/task/%FF%FE%FD".into(), None),
         ("PUT", "/task/abc".into(), Some(def.clone())),
         ("POST", "/task/abc/define".into(), Some(def.clone())),
         ("POST", "/task/abc/schedule".into(), None),
@@ -423,6 +422,11 @@ async fn bad_url_parameters_are_invalid_request_arguments() {
         ("GET", "/task-queues/prov/-x/pending".into(), None),
         ("GET", "/task-queues/prov%2Fwt-/claimed".into(), None),
     ];
+    // As deployed the gateway hands the path on decoded, and bytes that are no UTF-8 cannot be
+    // encoded back as they were signed (README: known differences).
+    if !in_shape() {
+        cases.push(("GET", "/task/%FF%FE%FD".into(), None));
+    }
     for (method, path, body) in cases {
         let got = raw(&app, method, &path, body.as_ref()).await;
         assert_eq!(got.0, 400, "{method} {path}: {:#}", got.1);
@@ -529,9 +533,17 @@ async fn bodies_over_ten_megabytes_are_413() {
     let mut def = task_def(&tq);
     def["payload"] = json!({ "blob": "x".repeat(10 * 1024 * 1024) });
     let id = slugid();
+    // As deployed the gateway refuses them in its own shape (README: known differences): the
+    // status is the same.
+    let too_large = |got: &(u16, Value)| {
+        if in_shape() {
+            assert_eq!(got.0, 413, "{:#}", got.1);
+        } else {
+            assert_error(got, 413, "InputTooLarge");
+        }
+    };
     let got = raw(&app, "PUT", &put_task(&id), Some(&def)).await;
-    assert_eq!(got.0, 413, "{:#}", got.1);
-    assert_error(&got, 413, "InputTooLarge");
+    too_large(&got);
     let got = raw_bytes(
         &app,
         "POST",
@@ -540,7 +552,7 @@ async fn bodies_over_ten_megabytes_are_413() {
         Some(vec![b' '; 10 * 1024 * 1024 + 1]),
     )
     .await;
-    assert_error(&got, 413, "InputTooLarge");
+    too_large(&got);
     // The server is fine afterwards.
     create(&app, &task_def(&tq)).await;
 }
