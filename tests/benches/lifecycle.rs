@@ -694,17 +694,15 @@ fn shape_burst(
     );
     let burst = rt.block_on(burst(queue.clone(), n, max, kind));
     let invocations = shape.invocations(handler) - invocations;
-    // The last invocation may still be running its pass: its CPU is read once it ends.
+    // The last invocation may still be running its pass: its CPU is read once it ends (a busy
+    // instance is not among the idle ones).
     let until = Instant::now() + Duration::from_secs(300);
-    while shape.idle_cpu_secs(Some(handler)) < cpu
-        || shape
+    while Instant::now() < until
+        && shape
             .functions
             .all()
             .any(|p| p.def.handler == handler && p.instances() > p.idle_pids().len())
     {
-        if Instant::now() > until {
-            break;
-        }
         std::thread::sleep(Duration::from_millis(200));
     }
     ShapeBurst {

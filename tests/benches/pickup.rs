@@ -183,15 +183,6 @@ async fn idle_claim(
     }
 }
 
-/// CPU seconds (user + system) a process has used, from `/proc/<pid>/stat`.
-fn cpu_secs(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = stat.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
-    Some(ticks / 100.0)
-}
-
 fn main() {
     let samples: usize = env_num("BENCH_PICKUPS", 30usize);
     let setups: Vec<String> = std::env::var("BENCH_SETUPS")
@@ -295,7 +286,7 @@ fn main() {
             .as_ref()
             .and_then(|s| s.functions.get("ClaimWorkFunction"));
         let cpu_now = |pool: &blackbox::shape::lambda::Pool| -> (f64, usize) {
-            let cpu = pool.idle_pids().iter().filter_map(|p| cpu_secs(*p)).sum();
+            let cpu = pool.idle_cpu_secs();
             (cpu, pool.invocations.load(Ordering::SeqCst))
         };
         let cpu_before = claim_pool.as_deref().map(cpu_now);

@@ -288,26 +288,17 @@ impl Pool {
     /// /proc). Read while nothing is invoked, it is all the function's CPU so far but that of
     /// instances killed on a timeout.
     pub fn idle_cpu_secs(&self) -> f64 {
-        self.idle_pids().into_iter().filter_map(cpu_secs).sum()
+        self.idle_pids()
+            .into_iter()
+            .filter_map(|pid| crate::release::cpu_time(&pid.to_string()))
+            .map(|t| t.as_secs_f64())
+            .sum()
     }
 
     /// Peak resident memory of this function's idle instances, in KiB (from /proc).
     pub fn idle_rss_kib(&self) -> Vec<u64> {
         self.idle_pids().into_iter().filter_map(rss_kib).collect()
     }
-}
-
-/// User and system CPU time of a process, in seconds.
-pub fn cpu_secs(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command's closing parenthesis start at the third (state); utime and
-    // stime are the 14th and 15th, in clock ticks.
-    let mut rest = stat.rsplit_once(')')?.1.split_whitespace().skip(11);
-    let utime: f64 = rest.next()?.parse().ok()?;
-    let stime: f64 = rest.next()?.parse().ok()?;
-    // SAFETY: sysconf reads a constant of the system.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    (ticks > 0.0).then(|| (utime + stime) / ticks)
 }
 
 /// `VmHWM` of a process, in KiB.
