@@ -33,7 +33,8 @@
 //! loops) and on the shape (the deadline reaper on its one-minute schedule, the expiry
 //! reaper every 10 s instead of hourly, as the local server's expiry loop here): from the
 //! shared deadline (or expiry) until no task is left due, with the scheduled invocations and
-//! the CPU they took.
+//! the CPU they took. The expiry burst runs on a server (and a stack) of its own whose
+//! deadline reaper waits an hour, so that it times deletions alone.
 
 use blackbox::burst::{burst_deadline, due, seed};
 use blackbox::env_num;
@@ -722,16 +723,14 @@ struct Shaped {
     expiry: ShapeBurst,
 }
 
-/// Phases 1 and 2, and the two bursts, against the deployed shape on LocalStack.
-fn shape_phase(
+/// A deployed shape on LocalStack, on a stack of its own (named with its tables), its expiry
+/// reaper every EXPIRY_EVERY rather than hourly, as on the local server, and the path of its
+/// `lambda`. `for_expiry` keeps the deadline reaper for an hour rather than a minute (see
+/// [`local_server`]).
+fn start_shape(
     srv_rt: &tokio::runtime::Runtime,
-    load_rt: &tokio::runtime::Runtime,
-    clients: usize,
-    burst: usize,
-) -> Option<Shaped> {
-    let total: usize = env_num("BENCH_SHAPE_LIFECYCLES", 500usize);
-    let samples: usize = env_num("BENCH_SHAPE_PICKUP_SAMPLES", 50usize);
-    let max = Duration::from_secs(env_num("BENCH_SHAPE_MAX_SECS", 1800u64));
+    for_expiry: bool,
+) -> Option<(String, blackbox::shape::Shape, String)> {
     let stack = format!(
         "bench{}",
         blackbox::slugid()
@@ -744,19 +743,60 @@ fn shape_phase(
     let mut sc = blackbox::shape::ShapeConfig::for_bench(&stack);
     sc.env
         .insert("TCQ_CLAIM_WORK_TIMEOUT_MS".into(), "5000".into());
-    // The expiry reaper's hour becomes EXPIRY_EVERY, as on the local server; the deadline
-    // reaper keeps its minute.
     sc.periods.insert("expiryReaper".into(), EXPIRY_EVERY);
+    if for_expiry {
+        sc.periods
+            .insert("deadlineReaper".into(), Duration::from_secs(3600));
+    }
     let lambda = sc.lambda_bin.display().to_string();
-    let shape = match srv_rt.block_on(blackbox::shape::Shape::start(sc)) {
-        Ok(s) => s,
+    match srv_rt.block_on(blackbox::shape::Shape::start(sc)) {
+        Ok(s) => Some((stack, s, lambda)),
         Err(e) => {
             eprintln!(
                 "BENCH_SHAPE=1: the deployed shape did not start ({e}); is LocalStack running?"
             );
-            return None;
+            None
         }
-    };
+    }
+}
+
+/// The local server on the embedded backend, in `dir`, its expiry pass every EXPIRY_EVERY.
+/// `for_expiry` runs the deadline reaper hourly: deployed, tasks expire months after their
+/// deadline was handled, so an expiry burst times deletions alone rather than 5,000
+/// resolutions and their events first.
+fn local_server(
+    srv_rt: &tokio::runtime::Runtime,
+    dir: &std::path::Path,
+    for_expiry: bool,
+) -> functions::Running {
+    let mut cfg = functions::ServerConfig::defaults();
+    cfg.port = 0;
+    cfg.bind = "127.0.0.1".into();
+    cfg.data_dir = dir.to_path_buf();
+    // Always the embedded backend, whatever TCQ_BACKEND says.
+    cfg.backend = "embedded".into();
+    cfg.queue.claim_work_timeout_ms = 5_000;
+    cfg.artifact_reaper_interval_ms = EXPIRY_EVERY.as_millis() as u64;
+    if for_expiry {
+        cfg.reaper_interval_ms = 3_600_000;
+    }
+    cfg.root_access_token = Some(blackbox::ROOT_ACCESS_TOKEN.into());
+    srv_rt
+        .block_on(functions::start(cfg, Arc::new(NullSink)))
+        .expect("server starts")
+}
+
+/// Phases 1 and 2, and the two bursts, against the deployed shape on LocalStack.
+fn shape_phase(
+    srv_rt: &tokio::runtime::Runtime,
+    load_rt: &tokio::runtime::Runtime,
+    clients: usize,
+    burst: usize,
+) -> Option<Shaped> {
+    let total: usize = env_num("BENCH_SHAPE_LIFECYCLES", 500usize);
+    let samples: usize = env_num("BENCH_SHAPE_PICKUP_SAMPLES", 50usize);
+    let max = Duration::from_secs(env_num("BENCH_SHAPE_MAX_SECS", 1800u64));
+    let (stack, shape, lambda) = start_shape(srv_rt, false)?;
     let client = Client::new(&shape.root_url(), clients);
     println!();
     println!("== phases 1 and 2 on the deployed shape (stack {stack}, {lambda}) ==");
@@ -784,6 +824,9 @@ fn shape_phase(
         &queue,
         (burst, max, Kind::Deadline, "deadlineReaper"),
     );
+    srv_rt.block_on(shape.stop());
+    let (stack, shape, _) = start_shape(srv_rt, true)?;
+    let queue = load_rt.block_on(blackbox::shape_queue(&stack));
     let expiry = shape_burst(
         load_rt,
         &shape,
@@ -832,18 +875,7 @@ fn main() {
     // Server: its own runtime, its own threads (`srv-*`), its own data directory.
     let srv_rt = runtime("srv", srv_threads);
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut cfg = functions::ServerConfig::defaults();
-    cfg.port = 0;
-    cfg.bind = "127.0.0.1".into();
-    cfg.data_dir = dir.path().to_path_buf();
-    // Always the embedded backend, whatever TCQ_BACKEND says.
-    cfg.backend = "embedded".into();
-    cfg.queue.claim_work_timeout_ms = 5_000;
-    cfg.artifact_reaper_interval_ms = EXPIRY_EVERY.as_millis() as u64;
-    cfg.root_access_token = Some(blackbox::ROOT_ACCESS_TOKEN.into());
-    let running = srv_rt
-        .block_on(functions::start(cfg, Arc::new(NullSink)))
-        .expect("server starts");
+    let running = local_server(&srv_rt, dir.path(), false);
 
     // Load generator: one shared connection pool.
     let load_rt = runtime("load", load_threads);
@@ -964,13 +996,19 @@ fn main() {
     let shape = std::env::var("BENCH_SHAPE").as_deref() == Ok("1");
     let burst: usize = env_num("BENCH_BURST", 5000usize);
     let local_bursts = shape.then(|| {
-        let queue = running.api.queue.clone();
-        let timed = |kind| {
+        let timed = |running: &functions::Running, kind| {
             let before = cpu_by_thread().srv;
-            let b = load_rt.block_on(self::burst(queue.clone(), burst, max, kind));
+            let b = load_rt.block_on(self::burst(running.api.queue.clone(), burst, max, kind));
             (b, cpu_by_thread().srv - before)
         };
-        (timed(Kind::Deadline), timed(Kind::Expiry))
+        let deadline = timed(&running, Kind::Deadline);
+        let dir = tempfile::tempdir().expect("temp dir");
+        let alone = local_server(&srv_rt, dir.path(), true);
+        let expiry = timed(&alone, Kind::Expiry);
+        srv_rt.block_on(async {
+            let _ = tokio::time::timeout(Duration::from_secs(5), alone.stop()).await;
+        });
+        (deadline, expiry)
     });
 
     drop(client);

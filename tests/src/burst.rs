@@ -54,13 +54,22 @@ pub async fn due(queue: &Queue, idx: &'static str, now: Ts) -> usize {
 }
 
 /// A deadline far enough ahead that `n` more tasks can be seeded before it: one and a half
-/// times the pace of a first batch of `def` tasks (default deadlines) here, plus 10 s
-/// (LocalStack's one DynamoDB process writes from a few to a few dozen tasks a second, with
-/// the load). Should seeding take longer, its last tasks are due as they are written.
+/// times the pace of a batch of `def` tasks (default deadlines) here, plus 10 s (LocalStack's
+/// one DynamoDB process writes from a few to a few dozen tasks a second, with the load). The
+/// batch timed follows one that is not: a fresh stack's first writes (cold functions, new
+/// tables) went at a fifth of the pace, and a deadline set from them left a 5,000-task burst
+/// idle for most of half an hour. Should seeding take longer, its last tasks are due as they
+/// are written.
 pub async fn burst_deadline(queue: &Arc<Queue>, n: usize, def: Value) -> Ts {
+    seed(queue, 2 * AT_ONCE, |_| def.clone()).await;
     let t0 = std::time::Instant::now();
     seed(queue, 4 * AT_ONCE, |_| def.clone()).await;
     let per_task = t0.elapsed() / (4 * AT_ONCE) as u32;
     let ahead = std::time::Duration::from_secs(10) + per_task * (3 * n as u32) / 2;
+    eprintln!(
+        "{n} tasks to seed at {:.1} ms each: their deadline is {:.0} s ahead",
+        per_task.as_secs_f64() * 1e3,
+        ahead.as_secs_f64()
+    );
     Ts::now().plus(ahead.as_millis() as i64)
 }

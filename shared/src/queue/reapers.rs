@@ -2,13 +2,26 @@
 //! scan) and applies the state machine's expiry to every entry that is due.
 
 use super::core::{Pass, Queue, PARALLEL};
-use crate::error::ApiResult;
+use crate::error::{ApiResult, ErrorCode};
 use crate::records::task::{index, TaskRecord, TASKS};
 use crate::time::Ts;
 use futures_util::future::try_join_all;
 
+/// A reaper's answer for one task: a task that is gone has nothing left to reap. Its index
+/// entry was read before the expiry job deleted it (or, in DynamoDB, from an index that had
+/// not caught up with the deletion yet); failing the pass on it would leave every other due
+/// task of the pass waiting for the next invocation.
+fn gone_is_done(reaped: ApiResult<(TaskRecord, bool)>) -> ApiResult<bool> {
+    match reaped {
+        Ok((_, resolved)) => Ok(resolved),
+        Err(e) if e.code == ErrorCode::ResourceNotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 impl Queue {
-    /// Claim reaper, one task: expires its claim if still due. True if resolved.
+    /// Claim reaper, one task: expires its claim if still due. True if resolved; false too if
+    /// the task is gone.
     pub async fn reap_claim(
         &self,
         task_id: &str,
@@ -16,18 +29,16 @@ impl Queue {
         taken_until: Ts,
         now: Ts,
     ) -> ApiResult<bool> {
-        Ok(self
-            .mutate(task_id, |r| Ok(r.expire_claim(run_id, taken_until, now)))
-            .await?
-            .1)
+        gone_is_done(
+            self.mutate(task_id, |r| Ok(r.expire_claim(run_id, taken_until, now)))
+                .await,
+        )
     }
 
-    /// Deadline reaper, one task: resolves it if unresolved past its deadline. True if resolved.
+    /// Deadline reaper, one task: resolves it if unresolved past its deadline. True if
+    /// resolved; false too if the task is gone.
     pub async fn reap_deadline(&self, task_id: &str, now: Ts) -> ApiResult<bool> {
-        Ok(self
-            .mutate(task_id, |r| Ok(r.deadline_exceeded(now)))
-            .await?
-            .1)
+        gone_is_done(self.mutate(task_id, |r| Ok(r.deadline_exceeded(now))).await)
     }
 
     /// One pass of the claim reaper over every shard: expires the claims due at `now`, a few

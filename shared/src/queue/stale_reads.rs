@@ -8,10 +8,10 @@ use super::{Queue, QueueConfig};
 use crate::creds::IssuerCredentials;
 use crate::ids::{TaskId, TaskQueueId};
 use crate::records::group::{SK_UNRESOLVED_PREFIX, TASK_GROUPS};
-use crate::records::task::{ReasonResolved, RunState, TaskRecord, SK_STATUS, TASKS};
+use crate::records::task::{ReasonResolved, RunState, TaskRecord, SK_DEF, SK_STATUS, TASKS};
 use crate::signal::LocalSignal;
 use crate::store::sqlite::SqliteStore;
-use crate::store::{Cursor, Item, Page, SkRange, Store, StoreError, WriteOp};
+use crate::store::{Cond, Cursor, Item, Page, SkRange, Store, StoreError, WriteOp};
 use crate::time::Ts;
 use async_trait::async_trait;
 use serde_json::json;
@@ -274,4 +274,34 @@ async fn every_step_ends_as_on_strong_reads_when_eventual_reads_lag() {
         "the group resolved once, with its last task"
     );
     assert_eq!(rec.dependents_due, None, "the resolution was handled");
+}
+
+#[tokio::test]
+async fn reapers_pass_over_a_task_deleted_after_its_index_entry_was_read() {
+    // A deadline (or claim) index entry read before the expiry job deleted its task, or from
+    // a DynamoDB index not yet caught up with the deletion: the reaper has nothing to do, and
+    // must not fail the pass that every other due task is in.
+    let (_dir, store, queue) = setup().await;
+    let now = Ts::now();
+    let id = TaskId::parse(&crate::ids::new_slugid()).unwrap();
+    queue
+        .create_task(&id, def(&crate::ids::new_slugid(), now), false, now)
+        .await
+        .unwrap();
+    for sk in [SK_STATUS, SK_DEF] {
+        let (table, pk, sk) = (TASKS, id.to_string(), sk.to_string());
+        let cond = Cond::None;
+        store
+            .write(WriteOp::Delete {
+                table,
+                pk,
+                sk,
+                cond,
+            })
+            .await
+            .unwrap();
+    }
+    let later = now.plus(7_200_000);
+    assert!(!queue.reap_deadline(id.as_str(), later).await.unwrap());
+    assert!(!queue.reap_claim(id.as_str(), 0, now, later).await.unwrap());
 }

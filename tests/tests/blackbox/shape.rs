@@ -153,7 +153,14 @@ async fn expired_tasks_are_deleted_within_two_scheduled_invocations() {
         return;
     }
     // The expiry reaper's hour becomes 10 s (passes never overlap; see the deadline burst).
-    let app = spawn_app_alone_with(|c| c.artifact_reaper_interval_ms = 10_000).await;
+    // The deadline reaper keeps an hour: deployed, tasks expire months after their deadline
+    // was handled, so here it would only add 5,000 resolutions and their events, which expiry
+    // then waits for, to the pass timed.
+    let app = spawn_app_alone_with(|c| {
+        c.artifact_reaper_interval_ms = 10_000;
+        c.reaper_interval_ms = 3_600_000;
+    })
+    .await;
     let queue = app.domain_queue().await;
     let tq = task_queue_id();
     let n = shape_burst();
