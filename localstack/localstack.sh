@@ -100,7 +100,13 @@ resources() {
 stop() {
   if docker_available && docker ps -q -f name=tcq-localstack | grep -q .; then docker stop tcq-localstack >/dev/null; fi
   if [ -f "$PIDFILE" ]; then
-    kill "$(cat "$PIDFILE")" 2>/dev/null || true
+    local pid
+    pid="$(cat "$PIDFILE")"
+    kill "$pid" 2>/dev/null || true
+    # A LocalStack stopped while busy has been seen to linger half shut down (off its port,
+    # still using a tenth of a core) for the rest of the run: wait, then kill it.
+    for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    kill -9 "$pid" 2>/dev/null || true
     rm -f "$PIDFILE"
   fi
   pkill -f "$STATE.*DynamoDBLocal" 2>/dev/null || true

@@ -29,13 +29,17 @@ fi
 HEAVY=(shape:: dependencies::fan_ workers::twenty_five_hundred_workers)
 SKIP=()
 for t in "${HEAVY[@]}"; do SKIP+=(--skip "$t"); done
-phase "every test but the bursts"
-"${TEST[@]}" --test-threads="${TEST_THREADS:-4}" "${SKIP[@]}"
+# Every phase runs whatever an earlier one gave; the script fails if any did.
+FAILED=()
+run() { local what="$1"; shift; phase "$what"; "${TEST[@]}" "$@" || FAILED+=("$what"); }
+run "every test but the bursts" --test-threads="${TEST_THREADS:-4}" "${SKIP[@]}"
 # The listing of a thousand 6 KB tasks runs alone, after them: beside a 5,000-task burst its
 # pages (hundreds of reads each) waited past their function's timeout on LocalStack.
 LISTING=shape::listings_page_by_bytes_with_6_kb_definitions
-phase "the bursts"
-"${TEST[@]}" --test-threads=2 "${HEAVY[@]}" --skip "$LISTING"
-phase "the listing of 6 MB of definitions"
-"${TEST[@]}" --exact "$LISTING"
+run "the bursts" --test-threads=2 "${HEAVY[@]}" --skip "$LISTING"
+run "the listing of 6 MB of definitions" --exact "$LISTING"
+if [ ${#FAILED[@]} -gt 0 ]; then
+  phase "failed: ${FAILED[*]}"
+  exit 1
+fi
 phase "done"
