@@ -105,11 +105,9 @@ async fn expired_tasks_edges_and_groups_are_deleted_and_the_group_id_reused() {
     );
 
     // Past `expires`, reads say 404 at once, whether or not the job has run.
-    poll(
-        until_gone(),
-        "the short-lived task to be gone",
-        || async { (answer(q.status(&short).await) == 404).then_some(()) },
-    )
+    poll(until_gone(), "the short-lived task to be gone", || async {
+        (answer(q.status(&short).await) == 404).then_some(())
+    })
     .await;
     assert_eq!(err_status(q.task(&short).await), 404);
     // Then the job deletes every item: tasks, edge, membership, counters and the group.
