@@ -26,7 +26,8 @@ if [ $# -gt 0 ]; then
   "${TEST[@]}" --test-threads="${TEST_THREADS:-4}" "$@"
   exit
 fi
-HEAVY=(shape:: dependencies::fan_ workers::twenty_five_hundred_workers)
+HEAVY=(shape:: dependencies::fan_ workers::twenty_five_hundred_workers
+       concurrency::twenty_workers_claim_five_hundred_tasks_exactly_once)
 SKIP=()
 for t in "${HEAVY[@]}"; do SKIP+=(--skip "$t"); done
 # Every phase runs whatever an earlier one gave; the script fails if any did.

@@ -59,6 +59,13 @@ fn entries() -> std::sync::MutexGuard<'static, BTreeMap<String, Entry>> {
         .get_or_init(|| {
             // SAFETY: registering a plain `extern "C"` function with the C library.
             unsafe { libc::atexit(stop_all_at_exit) };
+            // The harness's own warnings (a function timed out and was killed, an integration
+            // failed, a stream batch was given up on) go to the run's output: they say why a
+            // test saw a gateway's 500 or 503.
+            let _ = tracing_subscriber::fmt()
+                .with_writer(std::io::stderr)
+                .with_env_filter(tracing_subscriber::EnvFilter::new("blackbox=warn"))
+                .try_init();
             Mutex::default()
         })
         .lock()

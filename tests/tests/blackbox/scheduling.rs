@@ -74,6 +74,8 @@ async fn self_dependency_stays_unscheduled_until_schedule_task() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(status(&app, &id).await["state"], "unscheduled");
     assert_eq!(q.pendingTasks(&tq).await.unwrap()["pendingTasks"], 0);
+    // (In the deployed shape events come through the table's stream, after the answer.)
+    wait_events(&app, &id, "task-defined", None, 1).await;
     assert_eq!(names_of(&app, &id), ["task-defined"]);
 
     let s = q.scheduleTask(&id).await.unwrap();
