@@ -54,6 +54,16 @@ pub fn shape_burst() -> usize {
     env_num("TCQ_SHAPE_BURST", 300)
 }
 
+/// `local`, or `shaped` in the deployed shape: a test's timing or concurrency where a call
+/// crosses the gateway, a function process and LocalStack.
+pub fn local_or_shape<T>(local: T, shaped: T) -> T {
+    if in_shape() {
+        shaped
+    } else {
+        local
+    }
+}
+
 /// `n` items for a test that loads the store with many: at most half a [`shape_burst`] in
 /// the deployed shape (150 in the bounded run: still more than a stream batch or a BatchGetItem
 /// of 100), where every item goes through LocalStack's one DynamoDB process, one write lock at

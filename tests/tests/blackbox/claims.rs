@@ -10,11 +10,7 @@ use std::time::Duration;
 /// call crosses the gateway, a function process and LocalStack, and takes up to a second on a
 /// loaded machine (a claim must outlast the calls that keep it).
 fn claim_secs() -> u64 {
-    if in_shape() {
-        3
-    } else {
-        1
-    }
+    local_or_shape(1, 3)
 }
 
 /// `n` tenths of the claim timeout.

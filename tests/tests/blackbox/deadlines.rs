@@ -9,11 +9,7 @@ use std::time::Duration;
 /// A deadline close enough to wait for: 3 s, or 8 s in the deployed shape, where a
 /// createTask and a claim on a loaded LocalStack took more than 3 s together.
 fn deadline_ms() -> i64 {
-    if in_shape() {
-        8_000
-    } else {
-        3_000
-    }
+    local_or_shape(3_000, 8_000)
 }
 const WAIT: Duration = Duration::from_secs(20);
 

@@ -326,11 +326,7 @@ where
 /// DynamoDB takes one lock per write and 16 transactions at once queue past createTask's 15 s
 /// function timeout on a loaded machine (the same writes, in the same total time).
 fn at_once() -> usize {
-    if in_shape() {
-        4
-    } else {
-        16
-    }
+    local_or_shape(16, 4)
 }
 
 #[tokio::test]

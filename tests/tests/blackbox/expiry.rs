@@ -14,11 +14,7 @@ use std::time::Duration;
 /// claim and complete it first (3 s; in the deployed shape 20 s, where cold functions beside
 /// other tests' stacks took more than 8 s for the three).
 fn lifetime_ms() -> i64 {
-    if in_shape() {
-        20_000
-    } else {
-        3_000
-    }
+    local_or_shape(3_000, 20_000)
 }
 
 /// How long to wait for a short-lived task to be gone.
