@@ -218,8 +218,16 @@ const scenarios = {
     await page.goto(`/tasks/${data.taskId}`);
     await page.waitForSelector('.task-state .state-pending');
     eq(await count(page, 'button[data-action]'), 0, 'actions when anonymous');
+    // Signing in re-reads the task as the client: the page keeps showing it meanwhile.
+    await page.evaluate(() => {
+      window.__taskLost = false;
+      new MutationObserver(() => {
+        if (!document.querySelector('.task-state')) window.__taskLost = true;
+      }).observe(document.body, { childList: true, subtree: true });
+    });
     await signIn(page, data.clientId, data.accessToken);
     await page.waitForSelector('button[data-action=cancelTask]');
+    check(await page.evaluate(() => window.__taskLost === false), 'the task stayed on the page while signing in');
     eq(await page.locator('button[data-action]').evaluateAll((b) => b.map((x) => x.dataset.action)), ['cancelTask'], 'the actions offered');
     // Another task of the group: the client's scopes name one task only.
     await page.goto(`/tasks/${data.otherTaskId}`);

@@ -26,20 +26,26 @@ export const LIVE: Timing = { minMs: 1000, maxMs: 15000, factor: 3 };
 /**
  * Reads `load` now and again after every read until `deps` change or the view goes away
  * (only once when `timing` is null: data that no longer changes). `load` may report partial
- * data (a first page) through `partial`.
+ * data (a first page) through `partial`. `deps` name what is shown: a change clears it. `who`
+ * is who reads (the session's credentials): a change (signing in or out) reads again at once
+ * and keeps what is shown until then, so the page does not flash back to "Loading".
  */
 export function usePoll<T>(
   load: (partial: (data: T) => void) => Promise<T>,
   deps: unknown[],
-  timing: Timing | null = LIVE,
+  timing: Timing | null,
+  who: unknown,
 ): Polled<T> {
   const [state, setState] = useState<Omit<Polled<T>, 'reload'>>({});
   const kick = useRef<() => void>(() => {});
+  const shown = useRef<unknown[] | null>(null);
   useEffect(() => {
     let alive = true;
     let timer: ReturnType<typeof setTimeout> | undefined;
     let wake: (() => void) | undefined;
-    setState({});
+    const before = shown.current;
+    shown.current = deps;
+    if (!before || before.length !== deps.length || deps.some((d, i) => !Object.is(d, before[i]))) setState({});
     const sleep = (ms: number) =>
       new Promise<void>((resolve) => {
         wake = resolve;
@@ -77,6 +83,6 @@ export function usePoll<T>(
       document.removeEventListener('visibilitychange', onVisible);
     };
     // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, deps);
+  }, [...deps, who]);
   return { ...state, reload: () => kick.current() };
 }

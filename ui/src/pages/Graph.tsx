@@ -5,7 +5,7 @@ import dagre from '@dagrejs/dagre';
 import { useEffect, useMemo, useState } from 'preact/hooks';
 import { useSession } from '../lib/session';
 import { allPagesByIds } from '../lib/api';
-import { usePoll } from '../lib/poll';
+import { LIVE, usePoll } from '../lib/poll';
 import { paths } from '../lib/router';
 import { remember } from '../lib/recent';
 import type { Status } from '../lib/types';
@@ -50,7 +50,7 @@ function layout(tasks: GraphTask[]) {
 const short = (s: string, n: number) => (s.length > n ? `${s.slice(0, n - 1)}…` : s);
 
 export function Graph({ taskGraphId }: { taskGraphId: string }) {
-  const { scheduler, queue } = useSession();
+  const { scheduler, queue, credentials } = useSession();
   const polled = usePoll(
     async () => {
       const inspect: Inspect = await scheduler.inspect(taskGraphId);
@@ -67,7 +67,9 @@ export function Graph({ taskGraphId }: { taskGraphId: string }) {
       }
       return { inspect, states };
     },
-    [scheduler, queue, taskGraphId],
+    [taskGraphId],
+    LIVE,
+    credentials,
   );
   const inspect = polled.data?.inspect;
   const structure = inspect ? inspect.tasks.map((t) => `${t.taskId}<${t.requires.join(',')}`).join(';') : '';

@@ -3,7 +3,7 @@
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { useSession } from '../lib/session';
 import { allPages } from '../lib/api';
-import { usePoll } from '../lib/poll';
+import { LIVE, usePoll } from '../lib/poll';
 import { paths } from '../lib/router';
 import { remember } from '../lib/recent';
 import { count, RESOLVED, TASK_STATES } from '../lib/format';
@@ -61,7 +61,7 @@ const COLUMNS: Column<Row>[] = [
 ];
 
 export function Group({ taskGroupId }: { taskGroupId: string }) {
-  const { queue } = useSession();
+  const { queue, credentials } = useSession();
   const shown = useRef(false);
   const polled = usePoll<GroupData>(
     async (partial) => {
@@ -78,7 +78,9 @@ export function Group({ taskGroupId }: { taskGroupId: string }) {
       shown.current = true;
       return { info, tasks, complete: true };
     },
-    [queue, taskGroupId],
+    [taskGroupId],
+    LIVE,
+    credentials,
   );
   const { data, error } = polled;
   const [filter, setFilter] = useState<string | null>(null);

@@ -19,7 +19,7 @@ export function Task({ taskId, runId }: { taskId: string; runId?: number }) {
   useEffect(() => {
     queue.task(taskId).then(setDef, (e: unknown) => setDefError(apiError(e)));
   }, [queue, taskId]);
-  const polled = usePoll<Status>(async () => (await queue.status(taskId)).status, [queue, taskId]);
+  const polled = usePoll<Status>(async () => (await queue.status(taskId)).status, [taskId], LIVE, session.credentials);
   const status = polled.data;
   useEffect(() => {
     if (def) remember('task', taskId, def.metadata?.name);
@@ -210,8 +210,9 @@ function Artifacts({ taskId, run }: { taskId: string; run: Run }) {
   const live = !RESOLVED.includes(run.state);
   const polled = usePoll<Artifact[]>(
     () => allPages<Artifact>('artifacts', (q) => queue.listArtifacts(taskId, String(run.runId), q)),
-    [queue, taskId, run.runId],
+    [taskId, run.runId],
     live ? LIVE : null,
+    credentials,
   );
   const { data: list, error } = polled;
   const link = (a: Artifact): string | null => {

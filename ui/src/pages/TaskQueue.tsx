@@ -3,7 +3,7 @@
 import { useEffect, useState } from 'preact/hooks';
 import { useSession } from '../lib/session';
 import { apiError, type ApiError } from '../lib/api';
-import { usePoll } from '../lib/poll';
+import { LIVE, usePoll } from '../lib/poll';
 import { paths } from '../lib/router';
 import { remember } from '../lib/recent';
 import { count, duration } from '../lib/format';
@@ -79,7 +79,7 @@ function Listed<T>(props: {
 }
 
 export function TaskQueue({ taskQueueId }: { taskQueueId: string }) {
-  const { queue } = useSession();
+  const { queue, credentials } = useSession();
   const [provisionerId, workerType] = taskQueueId.split('/');
   const polled = usePoll(
     async () => {
@@ -92,7 +92,9 @@ export function TaskQueue({ taskQueueId }: { taskQueueId: string }) {
       ]);
       return { counts, pending, claimed, info, workers };
     },
-    [queue, taskQueueId],
+    [taskQueueId],
+    LIVE,
+    credentials,
   );
   useEffect(() => remember('queue', taskQueueId), [taskQueueId]);
   const d = polled.data;
