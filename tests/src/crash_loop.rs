@@ -5,7 +5,7 @@
 //!
 //! Afterwards it checks, from the clients' records, the server's statuses and the messages:
 //! every createTask that got a 200 exists and reaches a resolution (claim-expired retries
-//! included); no run was handed to two claimWork replies; every state change (each run's
+//! included), and so does every task whose createTask gave up but that the server made; no run was handed to two claimWork replies; every state change (each run's
 //! pending, running and resolution) has at least one message; and no message describes a
 //! state the task never had.
 
@@ -47,6 +47,11 @@ pub struct CrashReport {
     pub lost_messages: usize,
     /// Messages about a state the task never had (must be 0).
     pub phantom_messages: usize,
+    /// A few of those, as `taskId kind runId`, to say which.
+    pub phantom_examples: Vec<String>,
+    /// Tasks whose createTask gave up (the server down through its retries) but that the
+    /// server had made: checked like the acknowledged ones.
+    pub made_unacknowledged: usize,
     /// Messages delivered more than once (allowed: at least once).
     pub duplicates: usize,
     /// Messages received in all.
@@ -64,10 +69,11 @@ impl CrashReport {
             |f: fn(f64, f64) -> f64, init: f64| self.recovery_secs.iter().copied().fold(init, f);
         let mean = rec(|a, b| a + b, 0.0) / self.recovery_secs.len().max(1) as f64;
         format!(
-            "{} tasks, {} runs, {} kills: lost tasks {}, unresolved {}, double claims {}, lost messages {}, phantom messages {}, duplicates delivered {} of {} messages; recovery after a kill {:.2} s mean, {:.2} s max",
-            self.tasks, self.runs, self.kills, self.lost_tasks, self.unresolved,
-            self.double_claims, self.lost_messages, self.phantom_messages, self.duplicates,
-            self.messages, mean, rec(f64::max, 0.0)
+            "{} tasks ({} more made but not acknowledged), {} runs, {} kills: lost tasks {}, unresolved {}, double claims {}, lost messages {}, phantom messages {}{}, duplicates delivered {} of {} messages; recovery after a kill {:.2} s mean, {:.2} s max",
+            self.tasks, self.made_unacknowledged, self.runs, self.kills, self.lost_tasks,
+            self.unresolved, self.double_claims, self.lost_messages, self.phantom_messages,
+            if self.phantom_examples.is_empty() { String::new() } else { format!(" ({})", self.phantom_examples.join(", ")) },
+            self.duplicates, self.messages, mean, rec(f64::max, 0.0)
         )
     }
 
@@ -103,6 +109,8 @@ pub fn server_envs() -> Vec<(&'static str, String)> {
 #[derive(Default)]
 struct Records {
     created: Vec<String>,
+    /// createTask calls that gave up: the server may have made the task before a kill.
+    unsure: Vec<String>,
     claims: Vec<(String, u64)>,
 }
 
@@ -167,22 +175,23 @@ pub async fn crash_loop(
     while in_create.load(Ordering::SeqCst) > 0 {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let created = records
+    let (created, unsure) = records
         .lock()
-        .map(|r| r.created.clone())
+        .map(|r| (r.created.clone(), r.unsure.clone()))
         .unwrap_or_default();
+    let asked: Vec<String> = created.iter().chain(&unsure).cloned().collect();
     let q = crate::queue_client(&root);
     let until = Instant::now() + Duration::from_secs(120);
     let mut statuses = BTreeMap::new();
     loop {
         // A read that failed (the server busy) is not an answer: keep the last whole one.
-        if let Some(read) = fetch_statuses(&q, &created).await {
+        if let Some(read) = fetch_statuses(&q, &asked).await {
             statuses = read;
         }
         let done = statuses.values().all(|s| {
             ["completed", "failed", "exception"].contains(&s["state"].as_str().unwrap_or(""))
         });
-        if (done && statuses.len() == created.len()) || Instant::now() > until {
+        if (done && created.iter().all(|id| statuses.contains_key(id))) || Instant::now() > until {
             break;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -205,6 +214,10 @@ pub async fn crash_loop(
         kills: spec.kills,
         recovery_secs: recovery,
         messages: msgs.len(),
+        made_unacknowledged: unsure
+            .iter()
+            .filter(|id| statuses.contains_key(*id))
+            .count(),
         ..Default::default()
     };
     report.lost_tasks = records
@@ -261,7 +274,13 @@ pub async fn crash_loop(
         *seen.entry((id.to_string(), kind, run)).or_default() += 1;
     }
     report.lost_messages = expected.iter().filter(|e| !seen.contains_key(*e)).count();
-    report.phantom_messages = seen.keys().filter(|k| !expected.contains(*k)).count();
+    let phantoms: Vec<_> = seen.keys().filter(|k| !expected.contains(*k)).collect();
+    report.phantom_messages = phantoms.len();
+    report.phantom_examples = phantoms
+        .iter()
+        .take(4)
+        .map(|(id, kind, run)| format!("{id} {kind} {run:?}"))
+        .collect();
     report.duplicates = seen.values().map(|n| n - 1).sum();
     report
 }
@@ -324,10 +343,9 @@ async fn client(c: usize, root: &str, tq: &str, records: Arc<Mutex<Records>>, fl
             let id = crate::slugid();
             let mut def = crate::task_def(tq);
             def["retries"] = json!(5);
-            if retrying(|| q.createTask(&id, &def)).await.is_ok() {
-                if let Ok(mut r) = records.lock() {
-                    r.created.push(id);
-                }
+            let made = retrying(|| q.createTask(&id, &def)).await.is_ok();
+            if let Ok(mut r) = records.lock() {
+                if made { &mut r.created } else { &mut r.unsure }.push(id);
             }
         }
         flags.in_create.fetch_sub(1, Ordering::SeqCst);
