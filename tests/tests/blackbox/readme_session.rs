@@ -100,6 +100,28 @@ fn readmes_example_session_works_as_pasted() {
         .args(["--port", &port, "--data-dir"])
         .arg(dir.path())
         .args(["--stack", &format!("readme{}", port), "--delete-on-exit"]);
+        // As from a user's shell: without the variables cargo sets for a test. Build scripts
+        // watch some (ring's: CARGO_PKG_NAME, CARGO_MANIFEST_DIR, OUT_DIR), so the script's
+        // `cargo build` saw them change, rebuilt ring and all above it under the test's
+        // timeout, and the next `cargo test` rebuilt it all back.
+        const SET_FOR_TESTS: [&str; 9] = [
+            "CARGO_PKG_",
+            "CARGO_MANIFEST_",
+            "CARGO_CRATE_",
+            "CARGO_BIN_",
+            "CARGO_PRIMARY_",
+            "CARGO_TARGET_TMPDIR",
+            "CARGO_RUSTC_",
+            "CARGO=",
+            "OUT_DIR=",
+        ];
+        for (k, _) in std::env::vars_os() {
+            let Some(name) = k.to_str() else { continue };
+            let kv = format!("{name}=");
+            if SET_FOR_TESTS.iter().any(|p| kv.starts_with(p)) {
+                c.env_remove(&k);
+            }
+        }
         c
     } else {
         let mut c = Command::new(runtime_api::built_binary("tc-queue"));
