@@ -5,9 +5,10 @@
 //!
 //! Afterwards it checks, from the clients' records, the server's statuses and the messages:
 //! every createTask that got a 200 exists and reaches a resolution (claim-expired retries
-//! included), and so does every task whose createTask gave up but that the server made; no run was handed to two claimWork replies; every state change (each run's
-//! pending, running and resolution) has at least one message; and no message describes a
-//! state the task never had.
+//! included), and so does every task whose createTask gave up but that the server made; no
+//! run was handed to two claimWork replies; every state change (each run's pending, running
+//! and resolution) has at least one message; and no message describes a state the task never
+//! had.
 
 use crate::amqp::{amqp_url, broker_addr, Broker, ALL};
 use serde_json::{json, Value};

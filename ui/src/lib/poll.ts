@@ -38,14 +38,13 @@ export function usePoll<T>(
 ): Polled<T> {
   const [state, setState] = useState<Omit<Polled<T>, 'reload'>>({});
   const kick = useRef<() => void>(() => {});
-  const shown = useRef<unknown[] | null>(null);
+  // Declared before the loop's effect, so it runs first: other data clears what is shown.
+  // eslint-disable-next-line react-hooks/exhaustive-deps
+  useEffect(() => setState({}), deps);
   useEffect(() => {
     let alive = true;
     let timer: ReturnType<typeof setTimeout> | undefined;
     let wake: (() => void) | undefined;
-    const before = shown.current;
-    shown.current = deps;
-    if (!before || before.length !== deps.length || deps.some((d, i) => !Object.is(d, before[i]))) setState({});
     const sleep = (ms: number) =>
       new Promise<void>((resolve) => {
         wake = resolve;
