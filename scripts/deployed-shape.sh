@@ -15,5 +15,5 @@ fi
 export AWS_ENDPOINT_URL="${AWS_ENDPOINT_URL:-http://127.0.0.1:4566}" AWS_REGION="${AWS_REGION:-us-east-1}" \
        AWS_DEFAULT_REGION="${AWS_DEFAULT_REGION:-us-east-1}" AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-test}" \
        AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-test}"
-cargo build --locked -p functions --bin lambda -p blackbox --bin deployed-shape
+bash scripts/build-shape.sh
 exec target/debug/deployed-shape "$@"

@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export TCQ_TEST_BACKEND=shape TCQ_SHAPE_BURST="${TCQ_SHAPE_BURST:-300}"
 THREADS="${TEST_THREADS:-4}"
-cargo build --locked -p functions --bin lambda
+bash scripts/build-shape.sh
 SUBSET=(lifecycle:: dependencies:: task_groups:: artifacts:: events:: scheduler:: claimwork::
         claims:: deadlines:: workers:: auth:: readme_session::)
 # The tests that write hundreds of tasks at once run last, two at a time: every write goes

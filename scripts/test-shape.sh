@@ -19,7 +19,7 @@ fi
 export AWS_ENDPOINT_URL=http://127.0.0.1:4566 AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1 \
        AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test TCQ_LOCALSTACK=1 \
        TCQ_TEST_BACKEND=shape TCQ_SHAPE_BURST="${TCQ_SHAPE_BURST:-5000}"
-cargo build --locked -p functions --bin lambda
+bash scripts/build-shape.sh
 TEST=(cargo test -p blackbox --test blackbox --locked --)
 if [ $# -gt 0 ]; then
   "${TEST[@]}" --test-threads="${TEST_THREADS:-4}" "$@"

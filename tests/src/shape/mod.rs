@@ -142,7 +142,7 @@ impl Shape {
     pub async fn start(cfg: ShapeConfig) -> Result<Shape, Error> {
         if !cfg.lambda_bin.exists() {
             return Err(format!(
-                "{} is missing: cargo build -p functions --bin lambda",
+                "{} is missing: bash scripts/build-shape.sh",
                 cfg.lambda_bin.display()
             )
             .into());
