@@ -96,6 +96,12 @@ pub struct Spec {
     pub reserved_concurrency: Option<&'static str>,
 }
 
+/// An endpoint function's timeout, in seconds: a quick call's, and a long-running one's
+/// ([`shared::api::declare::Endpoint::long_running`]), within the gateway's 30 s.
+pub const QUICK_SECS: u32 = 15;
+/// See [`QUICK_SECS`].
+pub const LONG_RUNNING_SECS: u32 = 29;
+
 /// The template parameter of claimWork's reserved concurrency.
 pub const CLAIM_WORK_CONCURRENCY: &str = "ClaimWorkConcurrency";
 
@@ -183,13 +189,12 @@ impl Function {
         };
         match *self {
             Function::Endpoint(service, e) => {
-                // claimWork long-polls 20 s; the gateway's integration limit is 30 s. The
-                // scheduler's writes define up to 1000 tasks per call.
-                let long = e.name == "claimWork" || (service.name == "scheduler" && e.verb != Verb::Get);
+                // A long-running endpoint gets just under the gateway's 30 s integration
+                // limit, so that the function's own timeout answers first.
                 let route = Trigger::Route {
                     verb: e.verb,
                     path: format!("{}{}", service.prefix, e.route),
-                    timeout_ms: (e.name == "claimWork").then_some(29_000),
+                    timeout_ms: e.long_running.then_some(LONG_RUNNING_SECS * 1000),
                 };
                 let what = format!(
                     "{} endpoint {} ({} {})",
@@ -198,7 +203,8 @@ impl Function {
                     e.verb.method(),
                     e.route
                 );
-                let spec = base(what, if long { 29 } else { 15 }, 256, e.needs.to_vec(), vec![route]);
+                let timeout = if e.long_running { LONG_RUNNING_SECS } else { QUICK_SECS };
+                let spec = base(what, timeout, 256, e.needs.to_vec(), vec![route]);
                 if e.name == "claimWork" {
                     // Every waiting call holds an instance: a reservation of its own keeps idle
                     // workers from taking the account's concurrency from everything else.
@@ -236,7 +242,13 @@ impl Function {
                             }),
                     );
                 }
-                base(what, 15, 256, needs, triggers)
+                // One function for every route: as long as its longest-running endpoint.
+                let timeout = if service.endpoints().any(|e| e.long_running) {
+                    LONG_RUNNING_SECS
+                } else {
+                    QUICK_SECS
+                };
+                base(what, timeout, 256, needs, triggers)
             }
             Function::Publisher => Spec {
                 failures_to: Some("publisher-failures"),

@@ -154,6 +154,9 @@ pub struct Endpoint {
     pub needs: &'static [Need],
     /// How callers authenticate.
     pub authn: Authn,
+    /// May run up to the gateway's limit rather than a quick call's (see
+    /// [`Endpoint::long_running`]).
+    pub long_running: bool,
     /// The handler.
     pub handler: Handler,
 }
@@ -190,6 +193,7 @@ impl Endpoint {
             errors: &[],
             needs: &[],
             authn: Authn::Deployment,
+            long_running: false,
             handler,
         }
     }
@@ -249,6 +253,16 @@ impl Endpoint {
     /// What its function needs in AWS.
     pub const fn needs(self, needs: &'static [Need]) -> Self {
         Endpoint { needs, ..self }
+    }
+
+    /// One call may take up to the gateway's 30 s rather than a quick call's few: it waits
+    /// for work, or writes thousands of items (a task's 10,000 dependency edges, a graph's
+    /// 1,000 tasks). The template gives its function and its route that long.
+    pub const fn long_running(self) -> Self {
+        Endpoint {
+            long_running: true,
+            ..self
+        }
     }
 
     /// Authenticated against upstream's fixed test client.

@@ -37,7 +37,8 @@ pub static ENDPOINTS: &[Endpoint] = &[
     )
     .input("create-task-graph-request")
     .output("task-graph-status-response")
-    .needs(WRITE_GRAPHS),
+    .needs(WRITE_GRAPHS)
+    .long_running(),
     Endpoint::new(
         "extendTaskGraph",
         Verb::Post,
@@ -50,7 +51,8 @@ pub static ENDPOINTS: &[Endpoint] = &[
     )
     .input("extend-task-graph-request")
     .output("task-graph-status-response")
-    .needs(WRITE_GRAPHS),
+    .needs(WRITE_GRAPHS)
+    .long_running(),
     Endpoint::new(
         "status",
         Verb::Get,

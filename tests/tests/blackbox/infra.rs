@@ -1102,8 +1102,8 @@ fn block(v: &Value, ind: usize, out: &mut String) {
 fn to_yaml(v: &Value) -> String {
     let mut out = String::from(
         "# Generated from the route table, the Lambda handlers and infra/resources.json by\n\
-         # tests/tests/infra.rs; do not edit. Regenerate:\n\
-         #   TCQ_BLESS=1 cargo test -p blackbox --test infra\n",
+         # tests/tests/blackbox/infra.rs; do not edit. Regenerate:\n\
+         #   TCQ_BLESS=1 cargo test -p blackbox --test blackbox infra::\n",
     );
     block(v, 0, &mut out);
     out
@@ -1119,7 +1119,7 @@ fn committed_template_is_the_generated_one() {
     let have = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         have == want,
-        "infra/template.yaml is stale: regenerate with TCQ_BLESS=1 cargo test -p blackbox --test infra"
+        "infra/template.yaml is stale: regenerate with TCQ_BLESS=1 cargo test -p blackbox --test blackbox infra::committed"
     );
 }
 

@@ -24,7 +24,8 @@ pub static ENDPOINTS: &[Endpoint] = &[
     ]))
     .input("claim-work-request")
     .output("claim-work-response")
-    .needs(WRITE_TASKS),
+    .needs(WRITE_TASKS)
+    .long_running(),
     Endpoint::new(
         "claimTask",
         Verb::Post,

@@ -82,7 +82,8 @@ pub static ENDPOINTS: &[Endpoint] = &[
     .scopes(CREATE_TASK_SCOPES)
     .input("create-task-request")
     .output("task-status-response")
-    .needs(WRITE_TASKS),
+    .needs(WRITE_TASKS)
+    .long_running(),
     Endpoint::new(
         "defineTask",
         Verb::Post,
@@ -93,7 +94,8 @@ pub static ENDPOINTS: &[Endpoint] = &[
     .scopes(CREATE_TASK_SCOPES)
     .input("create-task-request")
     .output("task-status-response")
-    .needs(WRITE_TASKS),
+    .needs(WRITE_TASKS)
+    .long_running(),
 ];
 
 /// `{status}`: what every call that changes a task answers.
