@@ -107,7 +107,7 @@ pub async fn spawn_app_alone() -> TestServer {
 }
 
 /// [`spawn_app_with`], but in the deployed shape on a stack of its own: for tests that count
-/// a function's invocations or read a whole index.
+/// a function's invocations, read a whole index or reap as of a later time.
 pub async fn spawn_app_alone_with(f: impl FnOnce(&mut ServerConfig)) -> TestServer {
     spawn_app_sharing(stacks::Sharing::Alone, f).await
 }
