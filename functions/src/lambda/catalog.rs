@@ -102,6 +102,15 @@ pub const QUICK_SECS: u32 = 15;
 /// See [`QUICK_SECS`].
 pub const LONG_RUNNING_SECS: u32 = 29;
 
+/// The timeout of a function that serves a long-running endpoint, or only quick ones.
+fn timeout_secs(long_running: bool) -> u32 {
+    if long_running {
+        LONG_RUNNING_SECS
+    } else {
+        QUICK_SECS
+    }
+}
+
 /// The template parameter of claimWork's reserved concurrency.
 pub const CLAIM_WORK_CONCURRENCY: &str = "ClaimWorkConcurrency";
 
@@ -203,8 +212,7 @@ impl Function {
                     e.verb.method(),
                     e.route
                 );
-                let timeout = if e.long_running { LONG_RUNNING_SECS } else { QUICK_SECS };
-                let spec = base(what, timeout, 256, e.needs.to_vec(), vec![route]);
+                let spec = base(what, timeout_secs(e.long_running), 256, e.needs.to_vec(), vec![route]);
                 if e.name == "claimWork" {
                     // Every waiting call holds an instance: a reservation of its own keeps idle
                     // workers from taking the account's concurrency from everything else.
@@ -243,11 +251,7 @@ impl Function {
                     );
                 }
                 // One function for every route: as long as its longest-running endpoint.
-                let timeout = if service.endpoints().any(|e| e.long_running) {
-                    LONG_RUNNING_SECS
-                } else {
-                    QUICK_SECS
-                };
+                let timeout = timeout_secs(service.endpoints().any(|e| e.long_running));
                 base(what, timeout, 256, needs, triggers)
             }
             Function::Publisher => Spec {
