@@ -18,44 +18,11 @@ use crate::records::task::{TaskRecord, SK_STATUS};
 use crate::store::Item;
 use crate::time::Ts;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 /// Items each pass handles per shard.
 pub const BATCH: usize = 100;
 
-/// How long a job may go on: a function runs its passes until a stated share of its timeout
-/// ([`Budget::share_of`]), the local server for a few seconds per tick.
-#[derive(Debug, Clone, Copy)]
-pub struct Budget {
-    until: Instant,
-}
-
-/// The share of a function's time its passes may use; the rest is headroom for the pass in
-/// flight and the reply.
-pub const BUDGET_SHARE: f64 = 0.8;
-
-impl Budget {
-    /// Until `d` from now.
-    pub fn of(d: Duration) -> Budget {
-        Budget {
-            until: Instant::now() + d,
-        }
-    }
-
-    /// [`BUDGET_SHARE`] of the time left until `deadline` (a Lambda invocation's).
-    pub fn share_of(deadline: Instant) -> Budget {
-        Budget::of(
-            deadline
-                .saturating_duration_since(Instant::now())
-                .mul_f64(BUDGET_SHARE),
-        )
-    }
-
-    /// True while time is left.
-    pub fn left(&self) -> bool {
-        Instant::now() < self.until
-    }
-}
+pub use crate::time::{Budget, BUDGET_SHARE};
 
 /// Repeats `pass` while it finds more due and the budget lasts; returns the items handled.
 async fn repeat<F, Fut>(budget: Budget, mut pass: F) -> Result<usize, JobError>
@@ -100,7 +67,7 @@ impl JobError {
 /// The claim reaper: resolves runs whose claim expired.
 pub async fn claims(queue: &Queue, budget: Budget) -> Result<usize, JobError> {
     repeat(budget, || async {
-        Ok(queue.reap_claims_once(Ts::now(), BATCH).await?)
+        Ok(queue.reap_claims_once(Ts::now(), BATCH, &budget).await?)
     })
     .await
 }
@@ -108,7 +75,7 @@ pub async fn claims(queue: &Queue, budget: Budget) -> Result<usize, JobError> {
 /// The deadline reaper: resolves tasks whose deadline passed.
 pub async fn deadlines(queue: &Queue, budget: Budget) -> Result<usize, JobError> {
     repeat(budget, || async {
-        Ok(queue.reap_deadlines_once(Ts::now(), BATCH).await?)
+        Ok(queue.reap_deadlines_once(Ts::now(), BATCH, &budget).await?)
     })
     .await
 }
@@ -116,7 +83,9 @@ pub async fn deadlines(queue: &Queue, budget: Budget) -> Result<usize, JobError>
 /// The dependency worker: satisfies the dependents of tasks that resolved.
 pub async fn dependencies(queue: &Queue, budget: Budget) -> Result<usize, JobError> {
     repeat(budget, || async {
-        Ok(queue.resolve_dependents_once(Ts::now(), BATCH).await?)
+        Ok(queue
+            .resolve_dependents_once(Ts::now(), BATCH, &budget)
+            .await?)
     })
     .await
 }
@@ -124,7 +93,7 @@ pub async fn dependencies(queue: &Queue, budget: Budget) -> Result<usize, JobErr
 /// The expiry job: deletes expired tasks, dependency edges and task groups.
 pub async fn expiry(queue: &Queue, budget: Budget) -> Result<usize, JobError> {
     repeat(budget, || async {
-        Ok(queue.expire_once(Ts::now(), BATCH).await?)
+        Ok(queue.expire_once(Ts::now(), BATCH, &budget).await?)
     })
     .await
 }
@@ -138,7 +107,9 @@ pub async fn artifacts(
 ) -> Result<usize, JobError> {
     repeat(budget, || async {
         let cutoff = Ts::now().plus(-grace_ms);
-        Ok(queue.expire_artifacts_once(blobs, cutoff, BATCH).await?)
+        Ok(queue
+            .expire_artifacts_once(blobs, cutoff, BATCH, &budget)
+            .await?)
     })
     .await
 }

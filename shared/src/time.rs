@@ -96,3 +96,39 @@ mod tests {
         assert!(Ts::parse("yesterday").is_none());
     }
 }
+
+/// How long a background job may go on: a function runs its passes until a stated share of
+/// its timeout ([`Budget::share_of`]), the local server for a few seconds per tick. Passes
+/// check it between chunks of work too, so that a pass in flight ends within the headroom
+/// whatever the store's pace.
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
+    until: std::time::Instant,
+}
+
+/// The share of a function's time its passes may use; the rest is headroom for the chunk in
+/// flight and the reply.
+pub const BUDGET_SHARE: f64 = 0.8;
+
+impl Budget {
+    /// Until `d` from now.
+    pub fn of(d: std::time::Duration) -> Budget {
+        Budget {
+            until: std::time::Instant::now() + d,
+        }
+    }
+
+    /// [`BUDGET_SHARE`] of the time left until `deadline` (a Lambda invocation's).
+    pub fn share_of(deadline: std::time::Instant) -> Budget {
+        Budget::of(
+            deadline
+                .saturating_duration_since(std::time::Instant::now())
+                .mul_f64(BUDGET_SHARE),
+        )
+    }
+
+    /// True while time is left.
+    pub fn left(&self) -> bool {
+        std::time::Instant::now() < self.until
+    }
+}

@@ -33,10 +33,11 @@
 //! loops) and on the shape (the deadline reaper on its one-minute schedule, the expiry
 //! reaper every 10 s instead of hourly, as the local server's expiry loop here): from the
 //! shared deadline (or expiry) until no task is left due, with the scheduled invocations and
-//! the CPU they took. The expiry burst runs on a server (and a stack) of its own whose
+//! the CPU they took (on the shape, the reaper's schedule is disabled while the burst is
+//! seeded, and counted from when it is enabled again). The expiry burst runs on a server (and a stack) of its own whose
 //! deadline reaper waits an hour, so that it times deletions alone.
 
-use blackbox::burst::{burst_deadline, due, seed};
+use blackbox::burst::{burst_deadline, due, held_deadline, seed};
 use blackbox::env_num;
 use serde_json::{json, Value};
 use shared::events::{Event, EventSink};
@@ -616,18 +617,33 @@ enum Kind {
     Expiry,
 }
 
-/// A burst: `n` tasks sharing a deadline far enough ahead to seed them all (and, for an
-/// expiry burst, expiring a millisecond after it), then the time from that moment until
-/// none is left due in the index the reaper walks.
+/// A burst: `n` tasks sharing a deadline (and, for an expiry burst, expiring a millisecond
+/// after it), then the time from that moment until none is left due in the index the reaper
+/// walks. With `hold`, the reaper's schedule is disabled (`hold(false)`) while the burst is
+/// seeded and enabled again once every task is due, the deadline just after seeding began
+/// (the deployed shape, whose seeding goes at LocalStack's pace); without, the deadline is
+/// far enough ahead to seed them all (the local server's loops).
 struct Burst {
     n: usize,
     seeding: Duration,
     resolved: Option<Duration>,
 }
 
-async fn burst(queue: Arc<shared::queue::Queue>, n: usize, max: Duration, kind: Kind) -> Burst {
+async fn burst(
+    queue: Arc<shared::queue::Queue>,
+    n: usize,
+    max: Duration,
+    kind: Kind,
+    hold: Option<&dyn Fn(bool)>,
+) -> Burst {
     let tq = blackbox::task_queue_id();
-    let deadline = burst_deadline(&queue, n, blackbox::task_def(&tq)).await;
+    let deadline = match hold {
+        Some(hold) => {
+            hold(false);
+            held_deadline()
+        }
+        None => burst_deadline(&queue, n, blackbox::task_def(&tq)).await,
+    };
     let (at, idx) = match kind {
         Kind::Deadline => (deadline, index::DEADLINE),
         Kind::Expiry => (deadline.plus(1), index::TASK_EXPIRY),
@@ -645,6 +661,9 @@ async fn burst(queue: Arc<shared::queue::Queue>, n: usize, max: Duration, kind: 
     let seeding = t0.elapsed();
     while Ts::now() <= at {
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    if let Some(hold) = hold {
+        hold(true);
     }
     let since = Instant::now();
     let resolved = loop {
@@ -689,11 +708,19 @@ fn shape_burst(
     queue: &Arc<shared::queue::Queue>,
     (n, max, kind, handler): (usize, Duration, Kind, &str),
 ) -> ShapeBurst {
-    let (invocations, cpu) = (
-        shape.invocations(handler),
-        shape.idle_cpu_secs(Some(handler)),
-    );
-    let burst = rt.block_on(burst(queue.clone(), n, max, kind));
+    // Counted from the moment the schedule is enabled again, every task due.
+    let from = std::cell::Cell::new((0, 0.0));
+    let hold = |on: bool| {
+        if on {
+            from.set((
+                shape.invocations(handler),
+                shape.idle_cpu_secs(Some(handler)),
+            ));
+        }
+        shape.set_schedule_enabled(handler, on);
+    };
+    let burst = rt.block_on(burst(queue.clone(), n, max, kind, Some(&hold)));
+    let (invocations, cpu) = from.get();
     let invocations = shape.invocations(handler) - invocations;
     // The last invocation may still be running its pass: its CPU is read once it ends (a busy
     // instance is not among the idle ones).
@@ -998,7 +1025,13 @@ fn main() {
     let local_bursts = shape.then(|| {
         let timed = |running: &functions::Running, kind| {
             let before = cpu_by_thread().srv;
-            let b = load_rt.block_on(self::burst(running.api.queue.clone(), burst, max, kind));
+            let b = load_rt.block_on(self::burst(
+                running.api.queue.clone(),
+                burst,
+                max,
+                kind,
+                None,
+            ));
             (b, cpu_by_thread().srv - before)
         };
         let deadline = timed(&running, Kind::Deadline);

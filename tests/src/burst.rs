@@ -53,6 +53,16 @@ pub async fn due(queue: &Queue, idx: &'static str, now: Ts) -> usize {
     n
 }
 
+/// The deadline of a burst whose reaper does not run while it is seeded (a deployed shape's
+/// schedule disabled, [`crate::shape::Shape::set_schedule_enabled`]): a second from now.
+/// [`seed`] writes every task as of the moment it begins, so each write is ahead of this
+/// deadline however long seeding takes, and all the tasks are due once it ends: the reaper,
+/// enabled again, finds the whole burst at once without the idle wait of
+/// [`burst_deadline`]'s estimate.
+pub fn held_deadline() -> Ts {
+    Ts::now().plus(1_000)
+}
+
 /// A deadline far enough ahead that `n` more tasks can be seeded before it: one and a half
 /// times the pace of a batch of `def` tasks (default deadlines) here, plus 10 s (LocalStack's
 /// one DynamoDB process writes from a few to a few dozen tasks a second, with the load). The

@@ -6,7 +6,7 @@
 //! item's outbox in the same transaction that writes the artifact item, so an event exists
 //! exactly when its artifact does.
 
-use super::core::{backoff, Pass, Queue, MAX_ATTEMPTS, PARALLEL};
+use super::core::{backoff, chunked, Pass, Queue, MAX_ATTEMPTS};
 use crate::blobs::{BlobStore, Bucket};
 use crate::creds::{for_object_download, for_object_upload, TempCredentials};
 use crate::error::{ApiError, ApiResult, ErrorCode};
@@ -23,8 +23,7 @@ use crate::records::object::{
 use crate::records::task::TASKS;
 use crate::store::shard::{due_upto, shard_pk, SHARDS};
 use crate::store::{check_key_part, Cond, SkRange, WriteOp};
-use crate::time::{Ts, MINUTE, SECOND};
-use futures_util::future::try_join_all;
+use crate::time::{Budget, Ts, MINUTE, SECOND};
 use serde_json::{json, Map, Value};
 
 /// How long a `putUrl` is valid (the reply's `expires`).
@@ -517,13 +516,15 @@ impl Queue {
     /// One pass of the artifact expiry reaper: deletes up to `batch` artifacts and objects per
     /// shard that expired before `cutoff` (unfinished uploads a day on), bytes first (so
     /// that no bytes outlive their row unseen), then rows, each only if unchanged since read.
-    /// Safe to run twice or concurrently.
+    /// Safe to run twice or concurrently. Stops deleting rows once `budget` is spent (a row
+    /// whose bytes went is found again by the next pass, which deletes nothing twice).
     /// Returns how many rows it deleted.
     pub async fn expire_artifacts_once(
         &self,
         blobs: &dyn BlobStore,
         cutoff: Ts,
         batch: usize,
+        budget: &Budget,
     ) -> ApiResult<Pass> {
         let mut more = false;
         let mut due: Vec<(Artifact, u64)> = Vec::new();
@@ -590,24 +591,22 @@ impl Queue {
                     .map(|(o, v)| (object_pk(&o.name), OBJECT_SK.to_string(), *v)),
             )
             .collect();
-        let mut done = 0;
-        for chunk in rows.chunks(PARALLEL) {
-            let deleted = try_join_all(chunk.iter().map(|(pk, sk, v)| async move {
-                let op = WriteOp::Delete {
-                    table: ARTIFACTS,
-                    pk: pk.clone(),
-                    sk: sk.clone(),
-                    cond: Cond::Version(*v),
-                };
-                match self.store.write(op).await {
-                    Ok(_) => Ok(true),
-                    Err(e) if e.is_condition_failed() => Ok(false),
-                    Err(e) => Err(ApiError::from(e)),
-                }
-            }))
-            .await?;
-            done += deleted.into_iter().filter(|d| *d).count();
-        }
+        let (deleted, cut) = chunked(&rows, budget, |(pk, sk, v)| async move {
+            let op = WriteOp::Delete {
+                table: ARTIFACTS,
+                pk: pk.clone(),
+                sk: sk.clone(),
+                cond: Cond::Version(*v),
+            };
+            match self.store.write(op).await {
+                Ok(_) => Ok(true),
+                Err(e) if e.is_condition_failed() => Ok(false),
+                Err(e) => Err(ApiError::from(e)),
+            }
+        })
+        .await?;
+        let done = deleted.into_iter().filter(|d| *d).count();
+        let more = more || cut;
         Ok(Pass { done, more })
     }
 }

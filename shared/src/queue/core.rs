@@ -9,7 +9,7 @@ use crate::records::task::{RunState, TaskRecord, SK_DEF, SK_STATUS, TASKS};
 use crate::signal::WorkSignal;
 use crate::store::shard::{due_upto, shard_pk, SHARDS};
 use crate::store::{Cond, Item, SkRange, Store, StoreError, WriteOp, MAX_BATCH_GET};
-use crate::time::{Ts, MINUTE};
+use crate::time::{Budget, Ts, MINUTE};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -144,6 +144,31 @@ pub const GROUP_EXPIRY_EXTENSION_MS: i64 = 60 * MINUTE;
 pub(crate) const MAX_ATTEMPTS: usize = 25;
 /// Store reads or writes a many-item operation keeps in flight at once.
 pub(crate) const PARALLEL: usize = 16;
+
+/// Handles `items` with `f`, [`PARALLEL`] at a time, while `budget` lasts (at least one
+/// chunk); returns the answers so far, and true if it stopped with items left. A background
+/// pass then says more is due, and the next pass or invocation takes them: a pass in flight
+/// ends within one chunk of its budget however slow the store is, rather than outlasting its
+/// function's timeout.
+pub(crate) async fn chunked<'a, T, R, F, Fut>(
+    items: &'a [T],
+    budget: &Budget,
+    f: F,
+) -> ApiResult<(Vec<R>, bool)>
+where
+    F: Fn(&'a T) -> Fut,
+    Fut: std::future::Future<Output = ApiResult<R>>,
+{
+    let mut out = Vec::with_capacity(items.len());
+    let mut chunks = items.chunks(PARALLEL).peekable();
+    while let Some(chunk) = chunks.next() {
+        out.extend(futures_util::future::try_join_all(chunk.iter().map(&f)).await?);
+        if chunks.peek().is_some() && !budget.left() {
+            return Ok((out, true));
+        }
+    }
+    Ok((out, false))
+}
 
 /// One page of a task listing (see [`Queue::fill_task_page`]).
 pub(crate) struct TaskPage<'a> {
@@ -659,5 +684,29 @@ mod tests {
             max_ms: 0,
         };
         assert_eq!(zero.base(3), Duration::from_millis(1));
+    }
+
+    #[tokio::test]
+    async fn a_pass_stops_within_a_chunk_of_its_budget_and_says_what_is_left() {
+        let items: Vec<usize> = (0..40).collect();
+        let double = |i: &usize| {
+            let i = *i;
+            async move { Ok(2 * i) }
+        };
+        let spent = Budget::of(Duration::ZERO);
+        let (done, cut) = chunked(&items, &spent, double).await.expect("chunked");
+        // One chunk always goes, so that every pass makes progress.
+        assert_eq!(done, (0..PARALLEL).map(|i| 2 * i).collect::<Vec<_>>());
+        assert!(cut);
+        let ample = Budget::of(Duration::from_secs(60));
+        let (done, cut) = chunked(&items, &ample, double).await.expect("chunked");
+        assert_eq!(done.len(), 40);
+        assert!(!cut);
+        // A last chunk that ends after the budget leaves nothing behind: not cut.
+        let (done, cut) = chunked(&items[..PARALLEL], &spent, double)
+            .await
+            .expect("chunked");
+        assert_eq!(done.len(), PARALLEL);
+        assert!(!cut);
     }
 }

@@ -20,7 +20,7 @@
 //! A task may list itself: that requirement is never satisfied by an edge, so the task waits
 //! for scheduleTask (or its deadline).
 
-use super::core::{backoff, Pass, Queue, PARALLEL};
+use super::core::{backoff, chunked, Pass, Queue, PARALLEL};
 use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::page::{encode_token, PageReq, MAX_PAGE};
 use crate::records::edge::{
@@ -29,7 +29,7 @@ use crate::records::edge::{
 };
 use crate::records::task::{index, TaskRecord, TASKS};
 use crate::store::{Cond, Item, SkRange, WriteOp, MAX_TRANSACTION_ITEMS};
-use crate::time::Ts;
+use crate::time::{Budget, Ts};
 use futures_util::future::try_join_all;
 use serde_json::Value;
 
@@ -326,20 +326,21 @@ impl Queue {
         }
     }
 
-    /// One pass of the dependency worker over every shard of the `resolved` index: `done`
-    /// counts the edges it satisfied.
-    pub async fn resolve_dependents_once(&self, now: Ts, batch: usize) -> ApiResult<Pass> {
+    /// One pass of the dependency worker over every shard of the `resolved` index, while
+    /// `budget` lasts: `done` counts the edges it satisfied.
+    pub async fn resolve_dependents_once(
+        &self,
+        now: Ts,
+        batch: usize,
+        budget: &Budget,
+    ) -> ApiResult<Pass> {
         let due = self.due_in(TASKS, index::RESOLVED, now, batch).await?;
-        let mut done = 0;
         // Resolutions are independent of each other: handle a few at once.
-        for chunk in due.items.chunks(PARALLEL) {
-            let satisfied =
-                try_join_all(chunk.iter().map(|i| self.resolve_dependents(&i.pk, now))).await?;
-            done += satisfied.into_iter().sum::<usize>();
-        }
+        let (satisfied, cut) =
+            chunked(&due.items, budget, |i| self.resolve_dependents(&i.pk, now)).await?;
         Ok(Pass {
-            done,
-            more: due.more,
+            done: satisfied.into_iter().sum(),
+            more: due.more || cut,
         })
     }
 

@@ -7,13 +7,13 @@
 //! last, so a pass that dies half-way is finished by the next one. A task whose outbox still
 //! holds events is left until they are delivered, so expiry never drops an event.
 
-use super::core::{Pass, Queue, PARALLEL};
+use super::core::{chunked, Pass, Queue, PARALLEL};
 use crate::error::ApiResult;
 use crate::page::MAX_PAGE;
 use crate::records::group::{sk_member, GROUP_EXPIRY, SK_GROUP, TASK_GROUPS};
 use crate::records::task::{index, SK_DEF, SK_STATUS, TASKS};
 use crate::store::{Cond, Item, SkRange, WriteOp};
-use crate::time::Ts;
+use crate::time::{Budget, Ts};
 use futures_util::future::try_join_all;
 
 fn expires_of(item: &Item) -> Option<Ts> {
@@ -22,27 +22,30 @@ fn expires_of(item: &Item) -> Option<Ts> {
 
 impl Queue {
     /// One pass of the expiry job: deletes what expired at or before `now` (up to `batch` per
-    /// index shard), a few at a time; `done` counts the tasks, edges and groups deleted.
-    pub async fn expire_once(&self, now: Ts, batch: usize) -> ApiResult<Pass> {
+    /// index shard), a few at a time, while `budget` lasts; `done` counts the tasks, edges,
+    /// groups and worker records deleted.
+    pub async fn expire_once(&self, now: Ts, batch: usize, budget: &Budget) -> ApiResult<Pass> {
         let tasks = self.due_in(TASKS, index::TASK_EXPIRY, now, batch).await?;
-        let mut done = 0;
-        for chunk in tasks.items.chunks(PARALLEL) {
-            let deleted = try_join_all(chunk.iter().map(|entry| async move {
-                if entry.sk == SK_DEF {
-                    self.expire_task(&entry.pk, now).await
-                } else {
-                    self.expire_edge(&entry.pk, &entry.sk, now).await
-                }
-            }))
-            .await?;
-            done += deleted.into_iter().filter(|d| *d).count();
+        let (deleted, cut) = chunked(&tasks.items, budget, |entry| async move {
+            if entry.sk == SK_DEF {
+                self.expire_task(&entry.pk, now).await
+            } else {
+                self.expire_edge(&entry.pk, &entry.sk, now).await
+            }
+        })
+        .await?;
+        let mut done = deleted.into_iter().filter(|d| *d).count();
+        if cut || !budget.left() {
+            return Ok(Pass { done, more: true });
         }
         let groups = self.due_in(TASK_GROUPS, GROUP_EXPIRY, now, batch).await?;
-        for chunk in groups.items.chunks(PARALLEL) {
-            let deleted = try_join_all(chunk.iter().map(|e| self.expire_group(&e.pk, now))).await?;
-            done += deleted.into_iter().filter(|d| *d).count();
+        let (deleted, cut) =
+            chunked(&groups.items, budget, |e| self.expire_group(&e.pk, now)).await?;
+        done += deleted.into_iter().filter(|d| *d).count();
+        if cut || !budget.left() {
+            return Ok(Pass { done, more: true });
         }
-        let (workers, more_workers) = self.expire_worker_info(now, batch).await?;
+        let (workers, more_workers) = self.expire_worker_info(now, batch, budget).await?;
         Ok(Pass {
             done: done + workers,
             more: tasks.more || groups.more || more_workers,

@@ -1,11 +1,10 @@
 //! The claim and deadline reapers: each pass walks a sharded, time-ordered index (never a
 //! scan) and applies the state machine's expiry to every entry that is due.
 
-use super::core::{Pass, Queue, PARALLEL};
+use super::core::{chunked, Pass, Queue};
 use crate::error::{ApiResult, ErrorCode};
 use crate::records::task::{index, TaskRecord, TASKS};
-use crate::time::Ts;
-use futures_util::future::try_join_all;
+use crate::time::{Budget, Ts};
 
 /// A reaper's answer for one task: a task that is gone has nothing left to reap. Its index
 /// entry was read before the expiry job deleted it (or, in DynamoDB, from an index that had
@@ -42,8 +41,13 @@ impl Queue {
     }
 
     /// One pass of the claim reaper over every shard: expires the claims due at `now`, a few
-    /// at a time.
-    pub async fn reap_claims_once(&self, now: Ts, batch: usize) -> ApiResult<Pass> {
+    /// at a time, while `budget` lasts.
+    pub async fn reap_claims_once(
+        &self,
+        now: Ts,
+        batch: usize,
+        budget: &Budget,
+    ) -> ApiResult<Pass> {
         let due = self.due_in(TASKS, index::CLAIMS, now, batch).await?;
         let mut claims = vec![];
         for item in due.items {
@@ -52,34 +56,29 @@ impl Queue {
                 claims.push((rec.task_id, run, until));
             }
         }
-        let mut done = 0;
-        for chunk in claims.chunks(PARALLEL) {
-            let reaped = try_join_all(
-                chunk
-                    .iter()
-                    .map(|(id, run, until)| self.reap_claim(id, *run, *until, now)),
-            )
-            .await?;
-            done += reaped.into_iter().filter(|r| *r).count();
-        }
+        let (reaped, cut) = chunked(&claims, budget, |(id, run, until)| {
+            self.reap_claim(id, *run, *until, now)
+        })
+        .await?;
         Ok(Pass {
-            done,
-            more: due.more,
+            done: reaped.into_iter().filter(|r| *r).count(),
+            more: due.more || cut,
         })
     }
 
     /// One pass of the deadline reaper over every shard: resolves the tasks whose deadline
-    /// passed by `now`, a few at a time.
-    pub async fn reap_deadlines_once(&self, now: Ts, batch: usize) -> ApiResult<Pass> {
+    /// passed by `now`, a few at a time, while `budget` lasts.
+    pub async fn reap_deadlines_once(
+        &self,
+        now: Ts,
+        batch: usize,
+        budget: &Budget,
+    ) -> ApiResult<Pass> {
         let due = self.due_in(TASKS, index::DEADLINE, now, batch).await?;
-        let mut done = 0;
-        for chunk in due.items.chunks(PARALLEL) {
-            let reaped = try_join_all(chunk.iter().map(|i| self.reap_deadline(&i.pk, now))).await?;
-            done += reaped.into_iter().filter(|r| *r).count();
-        }
+        let (reaped, cut) = chunked(&due.items, budget, |i| self.reap_deadline(&i.pk, now)).await?;
         Ok(Pass {
-            done,
-            more: due.more,
+            done: reaped.into_iter().filter(|r| *r).count(),
+            more: due.more || cut,
         })
     }
 }

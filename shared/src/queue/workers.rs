@@ -17,7 +17,7 @@
 //! [`QueueConfig::recent_tasks_batch`]: super::QueueConfig::recent_tasks_batch
 //! [`QueueConfig::recent_tasks_delay_ms`]: super::QueueConfig::recent_tasks_delay_ms
 
-use super::core::{backoff, Queue, PARALLEL};
+use super::core::{backoff, chunked, Queue, PARALLEL};
 use crate::error::{ApiError, ApiResult};
 use crate::ids::TaskQueueId;
 use crate::page::{decode_token, page_by_key, PageReq, MAX_PAGE};
@@ -26,8 +26,8 @@ use crate::records::worker::{
     TABLE, TASK_QUEUE_LIFETIME_MS, WORKER_EXPIRY, WORKER_LIFETIME_MS,
 };
 use crate::store::{Cond, Item, SkRange, WriteOp};
-use crate::time::Ts;
-use futures_util::future::{join_all, try_join_all};
+use crate::time::{Budget, Ts};
+use futures_util::future::join_all;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 
@@ -484,20 +484,17 @@ impl Queue {
         out.ok_or_else(|| worker_not_found(key))
     }
 
-    /// Deletes the task queues and workers due at `now` (up to `batch` per index shard):
-    /// each only if it is still due when read, and unchanged since.
+    /// Deletes the task queues and workers due at `now` (up to `batch` per index shard, while
+    /// `budget` lasts): each only if it is still due when read, and unchanged since.
     pub(crate) async fn expire_worker_info(
         &self,
         now: Ts,
         batch: usize,
+        budget: &Budget,
     ) -> ApiResult<(usize, bool)> {
         let due = self.due_in(TABLE, WORKER_EXPIRY, now, batch).await?;
-        let mut done = 0;
-        for chunk in due.items.chunks(PARALLEL) {
-            let deleted = try_join_all(chunk.iter().map(|e| self.expire_metadata(e, now))).await?;
-            done += deleted.into_iter().filter(|d| *d).count();
-        }
-        Ok((done, due.more))
+        let (deleted, cut) = chunked(&due.items, budget, |e| self.expire_metadata(e, now)).await?;
+        Ok((deleted.into_iter().filter(|d| *d).count(), due.more || cut))
     }
 
     async fn expire_metadata(&self, entry: &Item, now: Ts) -> ApiResult<bool> {

@@ -25,6 +25,7 @@ use lambda::{Account, Functions};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use template::{Error, Source, Template};
 use tokio::sync::watch;
@@ -135,6 +136,8 @@ pub struct Shape {
     tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// The stack to delete when the shape stops (taken once deleted).
     delete: std::sync::Mutex<Option<Template>>,
+    /// Each schedule's rule, by its function's handler: fires while true.
+    rules: Vec<(String, Arc<AtomicBool>)>,
 }
 
 impl Shape {
@@ -183,6 +186,7 @@ impl Shape {
 
         let (stop, stopped) = watch::channel(false);
         let mut tasks = vec![];
+        let mut rules = vec![];
         let listener = tokio::net::TcpListener::bind(cfg.bind).await?;
         let addr = listener.local_addr()?;
         let app = gateway::Gateway::new(routes, functions.clone()).router();
@@ -206,7 +210,16 @@ impl Shape {
                             Some(p) => *p,
                             None => period.div_f64(cfg.speedup.max(1.0)),
                         };
-                        tokio::spawn(schedules::run(pool, every, period, cfg.speedup, stop))
+                        let enabled = Arc::new(AtomicBool::new(true));
+                        rules.push((def.handler.clone(), enabled.clone()));
+                        tokio::spawn(schedules::run(
+                            pool,
+                            enabled,
+                            every,
+                            period,
+                            cfg.speedup,
+                            stop,
+                        ))
                     }
                     Source::Stream(m) => tokio::spawn(streams::run(pool, m, stop)),
                     Source::Broker(m) => tokio::spawn(mq::run(
@@ -227,6 +240,7 @@ impl Shape {
             stop,
             tasks: std::sync::Mutex::new(tasks),
             delete: std::sync::Mutex::new(cfg.delete_on_stop.then_some(t)),
+            rules,
         })
     }
 
@@ -242,6 +256,18 @@ impl Shape {
             .filter(|p| p.def.handler == handler)
             .map(|p| p.invocations.load(std::sync::atomic::Ordering::SeqCst))
             .sum()
+    }
+
+    /// Enables or disables the schedules of the functions with `handler`, as EventBridge's
+    /// EnableRule and DisableRule do: a disabled rule does not fire (an invocation it started
+    /// runs on). A burst test holds its reaper's schedule while it seeds, so that every task
+    /// comes due at one moment however long seeding takes.
+    pub fn set_schedule_enabled(&self, handler: &str, enabled: bool) {
+        for (h, rule) in &self.rules {
+            if h == handler {
+                rule.store(enabled, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
     }
 
     /// Invocations of every function so far.

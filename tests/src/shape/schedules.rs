@@ -3,18 +3,22 @@
 //! invocation has finished, as deployed. Sped up, a firing is skipped while the last one's
 //! invocation still runs: the function's timeout is not sped up, so otherwise a period of a
 //! second against a 300 s budget would pile up hundreds of instances that deployed never
-//! overlap more than a few.
+//! overlap more than a few. A rule can be disabled and enabled again, as EventBridge's
+//! DisableRule and EnableRule do: while disabled it does not fire.
 
 use super::lambda::{invoke_async, Pool};
 use serde_json::json;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
-/// Fires `pool` every `every` (the template's `period`, or shorter when sped up) until
-/// `stop`; failed invocations are retried `speedup` times sooner than Lambda would.
+/// Fires `pool` every `every` (the template's `period`, or shorter when sped up) while
+/// `enabled`, until `stop`; failed invocations are retried `speedup` times sooner than Lambda
+/// would.
 pub async fn run(
     pool: Arc<Pool>,
+    enabled: Arc<AtomicBool>,
     every: Duration,
     period: Duration,
     speedup: f64,
@@ -34,7 +38,9 @@ pub async fn run(
             _ = tokio::time::sleep(every) => {}
             _ = stop.changed() => return,
         }
-        if sped_up && last.as_ref().is_some_and(|h| !h.is_finished()) {
+        if !enabled.load(Ordering::SeqCst)
+            || sped_up && last.as_ref().is_some_and(|h| !h.is_finished())
+        {
             continue;
         }
         let event = json!({

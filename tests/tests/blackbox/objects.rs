@@ -644,15 +644,16 @@ async fn the_artifact_reaper_expires_objects_and_abandoned_uploads() {
         .expect("upload");
     let key = |n: &str| shared::records::object::blob_key(n);
     let private = shared::blobs::Bucket::Private;
+    let budget = shared::time::Budget::of(std::time::Duration::from_secs(60));
     // Before either is due, nothing goes.
     queue
-        .expire_artifacts_once(blobs.as_ref(), now, 1000)
+        .expire_artifacts_once(blobs.as_ref(), now, 1000, &budget)
         .await
         .expect("pass");
     assert!(queue.object_metadata(&done).await.is_ok());
     // An hour on the finished object is due; a day on, the abandoned upload too.
     queue
-        .expire_artifacts_once(blobs.as_ref(), now.plus(HOUR + 1), 1000)
+        .expire_artifacts_once(blobs.as_ref(), now.plus(HOUR + 1), 1000, &budget)
         .await
         .expect("pass");
     assert_eq!(
@@ -673,7 +674,7 @@ async fn the_artifact_reaper_expires_objects_and_abandoned_uploads() {
         .expect("digest")
         .is_some());
     queue
-        .expire_artifacts_once(blobs.as_ref(), now.plus(DAY + 1), 1000)
+        .expire_artifacts_once(blobs.as_ref(), now.plus(DAY + 1), 1000, &budget)
         .await
         .expect("pass");
     assert_eq!(

@@ -254,7 +254,11 @@ async fn resolutions_reach_the_resolver(from_stream: bool) {
     if from_stream {
         assert_eq!(
             queue
-                .resolve_dependents_once(now(), 100)
+                .resolve_dependents_once(
+                    now(),
+                    100,
+                    &shared::time::Budget::of(Duration::from_secs(30))
+                )
                 .await
                 .expect("pass")
                 .done,
@@ -314,7 +318,11 @@ async fn resolutions_reach_the_resolver(from_stream: bool) {
         queue.hold_resolution(dep.as_str()).await.expect("hold");
         assert_eq!(
             queue
-                .resolve_dependents_once(now(), 100)
+                .resolve_dependents_once(
+                    now(),
+                    100,
+                    &shared::time::Budget::of(Duration::from_secs(30))
+                )
                 .await
                 .expect("pass")
                 .done,

@@ -3,7 +3,7 @@
 //! pages are checked against whichever server runs, so that both answer the same.
 
 use crate::common::*;
-use blackbox::burst::{burst_deadline, due, seed};
+use blackbox::burst::{due, held_deadline, seed};
 use blackbox::*;
 use serde_json::{json, Value};
 use shared::records::task::index;
@@ -87,7 +87,8 @@ async fn wait_for_events(app: &TestServer, id: &str, names: &[&str]) {
     }
 }
 
-/// Counts a scheduled function's invocations from now until `done` holds; returns them.
+/// Enables the schedule of `handler` (held while a burst was seeded) and counts its
+/// invocations from then until `done` holds; returns them.
 async fn invocations_until<F, Fut>(
     app: &TestServer,
     handler: &str,
@@ -100,6 +101,7 @@ where
 {
     let shape = app.shape().expect("shape");
     let before = shape.invocations(handler);
+    shape.set_schedule_enabled(handler, true);
     let until = Instant::now() + timeout;
     while !done().await {
         assert!(
@@ -118,13 +120,15 @@ async fn a_deadline_burst_resolves_within_two_scheduled_invocations() {
     }
     // The minute's schedule fires every 10 s: a sped-up firing is skipped while the last
     // invocation runs, so passes never overlap, and each invocation counted is one pass with
-    // the function's whole budget, as deployed.
+    // the function's whole budget, as deployed. It is held while the burst is seeded.
     let app = spawn_app_alone_with(|c| c.reaper_interval_ms = 10_000).await;
+    app.shape()
+        .expect("shape")
+        .set_schedule_enabled("deadlineReaper", false);
     let queue = app.domain_queue().await;
     let tq = task_queue_id();
     let n = shape_burst();
-    let deadline = burst_deadline(&queue, n, task_def(&tq)).await;
-    let (started, start) = (Instant::now(), Ts::now());
+    let (started, start, deadline) = (Instant::now(), Ts::now(), held_deadline());
     seed(&queue, n, |_| {
         def_with(
             &tq,
@@ -133,17 +137,19 @@ async fn a_deadline_burst_resolves_within_two_scheduled_invocations() {
     })
     .await;
     eprintln!("seeded {n} tasks in {:?}", started.elapsed());
-    // Nothing is due until the deadline.
     while Ts::now() <= deadline {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let q = queue.clone();
+    let (q, since) = (queue.clone(), Instant::now());
     let passes = invocations_until(&app, "deadlineReaper", bound(n), || {
         let q = q.clone();
         async move { due(&q, index::DEADLINE, Ts::now()).await == 0 }
     })
     .await;
-    eprintln!("{n} past-deadline tasks resolved in {passes} scheduled invocations");
+    eprintln!(
+        "{n} past-deadline tasks resolved in {passes} scheduled invocations, {:?}",
+        since.elapsed()
+    );
     assert!(passes <= 2, "{passes} invocations");
 }
 
@@ -155,17 +161,19 @@ async fn expired_tasks_are_deleted_within_two_scheduled_invocations() {
     // The expiry reaper's hour becomes 10 s (passes never overlap; see the deadline burst).
     // The deadline reaper keeps an hour: deployed, tasks expire months after their deadline
     // was handled, so here it would only add 5,000 resolutions and their events, which expiry
-    // then waits for, to the pass timed.
+    // then waits for, to the pass timed. Expiry's schedule is held while the burst is seeded.
     let app = spawn_app_alone_with(|c| {
         c.artifact_reaper_interval_ms = 10_000;
         c.reaper_interval_ms = 3_600_000;
     })
     .await;
+    app.shape()
+        .expect("shape")
+        .set_schedule_enabled("expiryReaper", false);
     let queue = app.domain_queue().await;
     let tq = task_queue_id();
     let n = shape_burst();
-    let deadline = burst_deadline(&queue, n, task_def(&tq)).await;
-    let start = Ts::now();
+    let (started, start, deadline) = (Instant::now(), Ts::now(), held_deadline());
     seed(&queue, n, |_| {
         def_with(
             &tq,
@@ -177,16 +185,20 @@ async fn expired_tasks_are_deleted_within_two_scheduled_invocations() {
         )
     })
     .await;
+    eprintln!("seeded {n} tasks in {:?}", started.elapsed());
     while Ts::now() <= deadline.plus(1) {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let q = queue.clone();
+    let (q, since) = (queue.clone(), Instant::now());
     let passes = invocations_until(&app, "expiryReaper", bound(n), || {
         let q = q.clone();
         async move { due(&q, index::TASK_EXPIRY, Ts::now()).await == 0 }
     })
     .await;
-    eprintln!("{n} expired tasks deleted in {passes} scheduled invocations");
+    eprintln!(
+        "{n} expired tasks deleted in {passes} scheduled invocations, {:?}",
+        since.elapsed()
+    );
     assert!(passes <= 2, "{passes} invocations");
 }
 
