@@ -15,7 +15,8 @@ use shared::creds::IssuerCredentials;
 use shared::error::{ApiError, ErrorCode};
 use shared::events::{EventSink, FanoutSink};
 use shared::hints::LocalHints;
-use shared::jobs::{self, Publisher};
+use shared::jobs::declare::{Context, Local};
+use shared::jobs::{self, Job, Publisher, JOBS};
 use shared::queue::workers::Flush;
 use shared::queue::Queue;
 use shared::scheduler::SchedulerSink;
@@ -26,7 +27,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 /// The artifact storage a configuration selects: the local blob store (which this server must
 /// also serve) or S3.
@@ -231,14 +232,34 @@ pub async fn start(cfg: ServerConfig, sink: Arc<dyn EventSink>) -> Result<Runnin
         };
         serve_http(listener, app, shutdown).await;
     });
-    let every = Duration::from_millis(cfg.reaper_interval_ms.max(10));
-    let reapers = tokio::spawn(reaper_loop(queue.clone(), every, stopped.clone()));
-    let dependencies = tokio::spawn(dependency_loop(
+    // Every job on the timer its declaration names; the outbox sweep is the publisher's.
+    let mut tasks = vec![http];
+    let reapers = Duration::from_millis(cfg.reaper_interval_ms.max(10));
+    let expiry = Duration::from_millis(cfg.artifact_reaper_interval_ms.max(10));
+    for job in JOBS {
+        let every = match job.local {
+            Local::Reapers => reapers,
+            Local::Expiry => expiry,
+            Local::Publisher => continue,
+        };
+        // This process's resolutions stand for a stream's records.
+        let woken = match job.stream {
+            Some(_) => hints.dependents_waiting.clone(),
+            None => Arc::new(Notify::new()),
+        };
+        let run = JobLoop {
+            job,
+            queue: queue.clone(),
+            blobs: blobs.port(),
+            grace_ms: cfg.queue.artifact_expiry_grace_ms,
+        };
+        tasks.push(tokio::spawn(run.every(every, woken, stopped.clone())));
+    }
+    tasks.push(tokio::spawn(seen_loop(
         queue.clone(),
-        hints.clone(),
-        every,
+        reapers,
         stopped.clone(),
-    ));
+    )));
     // The scheduler consumes the queue's resolution messages in process, last: an event
     // leaves its outbox only once RabbitMQ, the given sink and the scheduler all took it.
     let mut sinks = vec![];
@@ -250,21 +271,19 @@ pub async fn start(cfg: ServerConfig, sink: Arc<dyn EventSink>) -> Result<Runnin
         sinks.push(Arc::new(SchedulerSink(api.scheduler.clone())));
     }
     let publisher = Publisher::new(Arc::new(FanoutSink(sinks)));
-    let expiry = tokio::spawn(expiry_loop(
+    tasks.push(tokio::spawn(publisher_loop(
         queue.clone(),
-        blobs.port(),
-        Duration::from_millis(cfg.artifact_reaper_interval_ms.max(10)),
-        cfg.queue.artifact_expiry_grace_ms,
-        stopped.clone(),
-    ));
-    let publisher = tokio::spawn(publisher_loop(queue.clone(), hints, publisher, stopped));
+        hints,
+        publisher,
+        stopped,
+    )));
     tracing::info!(%addr, data_dir = %cfg.data_dir.display(), "queue listening");
     Ok(Running {
         addr,
         api,
         root,
         stop,
-        tasks: vec![http, reapers, publisher, expiry, dependencies],
+        tasks,
     })
 }
 
@@ -286,37 +305,39 @@ fn report(what: &str, result: Result<usize, jobs::JobError>) {
     }
 }
 
-/// Satisfies dependents of resolved tasks: at once when this process writes a resolution,
-/// and every `every` for resolutions written elsewhere (or left by a crash).
-async fn dependency_loop(
+/// A job as the local server runs it.
+struct JobLoop {
+    job: &'static Job,
     queue: Arc<Queue>,
-    hints: Arc<LocalHints>,
-    every: Duration,
-    mut stop: watch::Receiver<bool>,
-) {
-    loop {
-        let waiting = hints.dependents_waiting.clone();
-        let woken = waiting.notified();
-        report(
-            "dependency worker",
-            jobs::dependencies(&queue, pass_budget()).await,
-        );
-        tokio::select! {
-            _ = woken => {}
-            _ = tokio::time::sleep(every) => {}
-            _ = stop.wait_for(|s| *s) => return,
+    blobs: Arc<dyn BlobStore>,
+    grace_ms: i64,
+}
+
+impl JobLoop {
+    /// Runs the job every `every`, and at once when `woken`, until `stop`.
+    async fn every(self, every: Duration, woken: Arc<Notify>, mut stop: watch::Receiver<bool>) {
+        let ctx = Context {
+            queue: &self.queue,
+            blobs: self.blobs.as_ref(),
+            artifact_grace_ms: self.grace_ms,
+            publisher: None,
+        };
+        loop {
+            let notified = woken.notified();
+            report(self.job.name, self.job.run(&ctx, pass_budget()).await);
+            tokio::select! {
+                _ = notified => {}
+                _ = tokio::time::sleep(every) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
         }
     }
 }
 
-async fn reaper_loop(queue: Arc<Queue>, every: Duration, mut stop: watch::Receiver<bool>) {
+/// Writes the claimed runs held back for workers' recentTasks (see shared::queue::workers)
+/// every `every`, and all of them when the server stops.
+async fn seen_loop(queue: Arc<Queue>, every: Duration, mut stop: watch::Receiver<bool>) {
     loop {
-        report("claim reaper", jobs::claims(&queue, pass_budget()).await);
-        report(
-            "deadline reaper",
-            jobs::deadlines(&queue, pass_budget()).await,
-        );
-        // Claimed runs held back for workers' recentTasks (see shared::queue::workers).
         queue.flush_seen(Ts::now(), Flush::Due).await;
         let stopping = tokio::select! {
             _ = tokio::time::sleep(every) => false,
@@ -325,26 +346,6 @@ async fn reaper_loop(queue: Arc<Queue>, every: Duration, mut stop: watch::Receiv
         if stopping {
             queue.flush_seen(Ts::now(), Flush::All).await;
             return;
-        }
-    }
-}
-
-/// Deletes expired artifacts (rows and objects), tasks, dependency edges and task groups on a
-/// timer.
-async fn expiry_loop(
-    queue: Arc<Queue>,
-    blobs: Arc<dyn BlobStore>,
-    every: Duration,
-    grace_ms: i64,
-    mut stop: watch::Receiver<bool>,
-) {
-    loop {
-        let done = jobs::artifacts(&queue, blobs.as_ref(), grace_ms, pass_budget()).await;
-        report("artifact expiry", done);
-        report("task expiry", jobs::expiry(&queue, pass_budget()).await);
-        tokio::select! {
-            _ = tokio::time::sleep(every) => {}
-            _ = stop.wait_for(|s| *s) => return,
         }
     }
 }

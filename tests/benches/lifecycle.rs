@@ -41,6 +41,7 @@ use blackbox::burst::{burst_deadline, due, held_deadline, seed};
 use blackbox::env_num;
 use serde_json::{json, Value};
 use shared::events::{Event, EventSink};
+use shared::jobs::declare::{DEADLINE_REAPER, EXPIRY_REAPER};
 use shared::records::task::index;
 use shared::time::Ts;
 use std::future::Future;
@@ -770,10 +771,10 @@ fn start_shape(
     let mut sc = blackbox::shape::ShapeConfig::for_bench(&stack);
     sc.env
         .insert("TCQ_CLAIM_WORK_TIMEOUT_MS".into(), "5000".into());
-    sc.periods.insert("expiryReaper".into(), EXPIRY_EVERY);
+    sc.periods.insert(EXPIRY_REAPER.name.into(), EXPIRY_EVERY);
     if for_expiry {
         sc.periods
-            .insert("deadlineReaper".into(), Duration::from_secs(3600));
+            .insert(DEADLINE_REAPER.name.into(), Duration::from_secs(3600));
     }
     let lambda = sc.lambda_bin.display().to_string();
     match srv_rt.block_on(blackbox::shape::Shape::start(sc)) {
@@ -849,7 +850,7 @@ fn shape_phase(
         load_rt,
         &shape,
         &queue,
-        (burst, max, Kind::Deadline, "deadlineReaper"),
+        (burst, max, Kind::Deadline, DEADLINE_REAPER.name),
     );
     srv_rt.block_on(shape.stop());
     let (stack, shape, _) = start_shape(srv_rt, true)?;
@@ -858,7 +859,7 @@ fn shape_phase(
         load_rt,
         &shape,
         &queue,
-        (burst, max, Kind::Expiry, "expiryReaper"),
+        (burst, max, Kind::Expiry, EXPIRY_REAPER.name),
     );
     srv_rt.block_on(shape.stop());
     Some(Shaped {

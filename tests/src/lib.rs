@@ -257,9 +257,11 @@ async fn spawn_shape(
     // Expiry every `artifact_reaper_interval_ms`, as the local server's loop (deployed: an
     // hour). The outbox sweep keeps the template's five minutes, sped up like the reapers.
     let at_least_a_second = |ms: u64| Duration::from_millis(ms.max(1_000));
-    for job in ["artifactReaper", "expiryReaper"] {
-        let every = at_least_a_second(cfg.artifact_reaper_interval_ms);
-        sc.periods.insert(job.into(), every);
+    for job in shared::jobs::JOBS {
+        if job.local == shared::jobs::declare::Local::Expiry {
+            let every = at_least_a_second(cfg.artifact_reaper_interval_ms);
+            sc.periods.insert(job.name.into(), every);
+        }
     }
     let prefixes = vec![
         (prefix, DEFAULT_EXCHANGE_PREFIX.to_string()),

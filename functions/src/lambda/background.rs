@@ -3,14 +3,14 @@
 //! MQ. Each reports partial batch failures, so that only what failed comes back, and only
 //! when trying again can help ([`JobError::is_retryable`]).
 
-use super::{Error, Job};
+use super::Error;
 use crate::assemble;
 use crate::config::LambdaConfig;
 use shared::api::Api;
 use shared::auth::ROOT_CLIENT_ID;
 use shared::creds::IssuerCredentials;
 use shared::events::amqp::AmqpSink;
-use shared::jobs::{self, JobError, Publisher};
+use shared::jobs::{self, Job, JobError, Publisher};
 use shared::queue::Queue;
 use shared::store::dynamodb::DynamoStore;
 use shared::time::Ts;
@@ -258,16 +258,15 @@ fn budget_of(ctx: &lambda_runtime::Context) -> jobs::Budget {
 
 /// Runs one scheduled job per EventBridge event, its passes repeated while work is due and
 /// [`jobs::BUDGET_SHARE`] of its time lasts (the next invocation continues where it stopped);
-/// the reply says what it did. The dependency resolver also takes batches from the tasks
-/// table's stream.
-pub async fn serve_job(cfg: LambdaConfig, job: Job) -> Result<(), Error> {
+/// the reply says what it did. A job with a stream also takes the stream's batches.
+pub async fn serve_job(cfg: LambdaConfig, job: &'static Job) -> Result<(), Error> {
     let api = Arc::new(api(&cfg).await?);
-    let publisher = match job {
-        Job::OutboxSweeper => {
+    let publisher = match job.publishes {
+        true => {
             let sink = amqp_sink(&cfg)?;
             Some((sink.clone(), Arc::new(Publisher::new(sink))))
         }
-        _ => None,
+        false => None,
     };
     let grace = cfg.queue.artifact_expiry_grace_ms;
     lambda_runtime::run(lambda_runtime::service_fn(
@@ -289,42 +288,38 @@ type JobPublisher = Option<(Arc<AmqpSink>, Arc<Publisher>)>;
 /// One invocation of a job function.
 async fn run_job(
     api: &Api,
-    job: Job,
+    job: &'static Job,
     publisher: JobPublisher,
     grace: i64,
     event: lambda_runtime::LambdaEvent<serde_json::Value>,
 ) -> Result<serde_json::Value, Error> {
     let queue = &api.queue;
-    let now = Ts::now();
     let budget = budget_of(&event.context);
-    if let (Job::DependencyResolver, Some(records)) = (job, event.payload["Records"].as_array()) {
-        let result = jobs::dependencies_of(queue, stream_images(records), now).await;
+    if let (Some(stream), Some(records)) = (&job.stream, event.payload["Records"].as_array()) {
+        let result = (stream.run)(queue, stream_images(records), Ts::now()).await;
         return stream_batch_reply(records, result, false);
     }
-    let result = match (job, publisher) {
-        (Job::ClaimReaper, _) => jobs::claims(queue, budget).await,
-        (Job::DeadlineReaper, _) => jobs::deadlines(queue, budget).await,
-        (Job::DependencyResolver, _) => jobs::dependencies(queue, budget).await,
-        (Job::ExpiryReaper, _) => jobs::expiry(queue, budget).await,
-        (Job::ArtifactReaper, _) => jobs::artifacts(queue, api.blobs.as_ref(), grace, budget).await,
-        (Job::OutboxSweeper, Some((sink, publisher))) => {
-            // Connecting declares the scheduler's consumer queue, so it exists
-            // within a minute of a deployment even before any event is published.
-            sink.ensure_connected().await?;
-            publisher.sweep(queue, &|_| false, budget).await
-        }
-        (Job::OutboxSweeper, None) => return Err("no sink".into()),
+    if let Some((sink, _)) = &publisher {
+        // Connecting declares the scheduler's consumer queue, so it exists within a minute
+        // of a deployment even before any event is published.
+        sink.ensure_connected().await?;
+    }
+    let ctx = jobs::declare::Context {
+        queue,
+        blobs: api.blobs.as_ref(),
+        artifact_grace_ms: grace,
+        publisher: publisher.as_ref().map(|(_, p)| p.as_ref()),
     };
-    match result {
+    match job.run(&ctx, budget).await {
         Ok(n) => {
-            tracing::info!(?job, done = n, "scheduled pass");
-            Ok::<_, Error>(serde_json::json!({ "job": format!("{job:?}"), "done": n }))
+            tracing::info!(job = job.name, done = n, "scheduled pass");
+            Ok::<_, Error>(serde_json::json!({ "job": job.name, "done": n }))
         }
         Err(e) => {
             if e.is_retryable() {
-                tracing::warn!(?job, error = %e, "scheduled pass failed; the next one retries");
+                tracing::warn!(job = job.name, error = %e, "scheduled pass failed; the next one retries");
             } else {
-                tracing::error!(?job, error = %e, "scheduled pass failed");
+                tracing::error!(job = job.name, error = %e, "scheduled pass failed");
             }
             Err(e.into())
         }

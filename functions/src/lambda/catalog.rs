@@ -4,12 +4,11 @@
 //! (`tests/tests/blackbox/infra.rs`) renders exactly this, so a function or trigger added
 //! here is deployed with no other change.
 
-use super::{Function, Job};
+use super::Function;
 use shared::api::declare::{Access, Need, Verb};
-use shared::records::artifact::ARTIFACTS;
 use shared::records::graph::TASK_GRAPHS;
 use shared::records::group::TASK_GROUPS;
-use shared::records::task::{index, TASKS};
+use shared::records::task::TASKS;
 
 /// Variables every function gets (the template's globals); [`LambdaConfig`] reads them.
 ///
@@ -144,44 +143,6 @@ fn table(t: &'static str, a: Access) -> Need {
     Need::Table(t, a)
 }
 
-/// The tables and buckets a job uses, and how long it may run.
-fn job_spec(job: Job) -> (Vec<Need>, &'static str, &'static str) {
-    use Access::Write;
-    let tasks = vec![table(TASKS, Write), table(TASK_GROUPS, Write)];
-    match job {
-        Job::ClaimReaper => (tasks, "rate(1 minute)", "Resolves runs whose claim expired"),
-        Job::DeadlineReaper => (
-            tasks,
-            "rate(1 minute)",
-            "Resolves tasks whose deadline passed",
-        ),
-        Job::DependencyResolver => (
-            tasks,
-            "rate(1 minute)",
-            "Makes dependents of resolved tasks pending",
-        ),
-        Job::OutboxSweeper => (
-            vec![table(TASKS, Write), table(TASK_GRAPHS, Write)],
-            "rate(5 minutes)",
-            "Publishes events the stream publisher left behind",
-        ),
-        Job::ArtifactReaper => (
-            vec![table(ARTIFACTS, Write), Need::Buckets(Write)],
-            "rate(1 hour)",
-            "Deletes expired artifacts (objects, then rows)",
-        ),
-        Job::ExpiryReaper => (
-            vec![
-                table(TASKS, Write),
-                table(TASK_GROUPS, Write),
-                table(ARTIFACTS, Write),
-            ],
-            "rate(1 hour)",
-            "Deletes expired tasks, dependency edges and task groups",
-        ),
-    }
-}
-
 impl Function {
     /// What the template needs to know of this function.
     pub fn spec(&self) -> Spec {
@@ -273,21 +234,18 @@ impl Function {
                 )
             },
             Function::Job(job) => {
-                let (needs, rate, what) = job_spec(job);
-                let mut triggers = vec![Trigger::Schedule(rate)];
-                if job == Job::DependencyResolver {
-                    // Resolutions are handled as they are written; the schedule stays as a
-                    // sweep for what a failed batch left marked.
-                    triggers.push(Trigger::Stream {
-                        table: TASKS,
-                        marked_by: Some(index::RESOLVED),
-                        retries: 10,
-                    });
-                }
+                let mut triggers = vec![Trigger::Schedule(job.rate)];
+                // A stream handles the work as it is written; the schedule stays as a sweep
+                // for what a failed batch left.
+                triggers.extend(job.stream.as_ref().map(|s| Trigger::Stream {
+                    table: s.table,
+                    marked_by: s.marked_by,
+                    retries: s.retries,
+                }));
                 Spec {
                     failures_to: Some("job-failures"),
-                    env: if job == Job::OutboxSweeper { BROKER_ENV } else { &[] },
-                    ..base(what.into(), 300, 512, needs, triggers)
+                    env: if job.publishes { BROKER_ENV } else { &[] },
+                    ..base(job.about.into(), 300, 512, job.needs.to_vec(), triggers)
                 }
             }
             Function::TaskGraphConsumer => base(

@@ -19,49 +19,9 @@ pub mod http;
 use crate::config::LambdaConfig;
 use shared::api::declare::{Endpoint, Functions, Service};
 use shared::api::{Serves, SERVICES};
+use shared::jobs::{Job, JOBS};
 
 type Error = lambda_runtime::Error;
-
-/// A scheduled (or stream-triggered) background job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Job {
-    /// Expires claims whose takenUntil passed.
-    ClaimReaper,
-    /// Resolves tasks whose deadline passed.
-    DeadlineReaper,
-    /// Makes dependents of resolved tasks pending (also on the tasks table's stream).
-    DependencyResolver,
-    /// Publishes events stranded in outboxes (the stream publisher's safety net).
-    OutboxSweeper,
-    /// Deletes expired artifacts: objects, then rows.
-    ArtifactReaper,
-    /// Deletes expired tasks, dependency edges and task groups.
-    ExpiryReaper,
-}
-
-impl Job {
-    /// Every job.
-    pub const ALL: [Job; 6] = [
-        Job::ClaimReaper,
-        Job::DeadlineReaper,
-        Job::DependencyResolver,
-        Job::OutboxSweeper,
-        Job::ArtifactReaper,
-        Job::ExpiryReaper,
-    ];
-
-    /// Its handler name.
-    pub fn handler(self) -> &'static str {
-        match self {
-            Job::ClaimReaper => "claimReaper",
-            Job::DeadlineReaper => "deadlineReaper",
-            Job::DependencyResolver => "dependencyResolver",
-            Job::OutboxSweeper => "outboxSweeper",
-            Job::ArtifactReaper => "artifactReaper",
-            Job::ExpiryReaper => "expiryReaper",
-        }
-    }
-}
 
 /// What one function serves.
 #[derive(Debug, Clone, Copy)]
@@ -73,7 +33,7 @@ pub enum Function {
     /// The publisher, on the tables' streams.
     Publisher,
     /// A background job.
-    Job(Job),
+    Job(&'static Job),
     /// The task-graph scheduler's consumer of resolution messages (Amazon MQ events).
     TaskGraphConsumer,
     /// The web inspector: every request no API route takes (the HTTP API's `$default`).
@@ -94,7 +54,7 @@ impl Function {
             }
         }
         out.push(Function::Publisher);
-        out.extend(Job::ALL.map(Function::Job));
+        out.extend(JOBS.map(Function::Job));
         out.push(Function::TaskGraphConsumer);
         out.push(Function::Ui);
         out
@@ -110,7 +70,7 @@ impl Function {
                 Functions::PerEndpoint { .. } => s.name.to_string(),
             },
             Function::Publisher => "publisher".into(),
-            Function::Job(j) => j.handler().into(),
+            Function::Job(j) => j.name.into(),
             Function::TaskGraphConsumer => "taskGraphConsumer".into(),
             Function::Ui => "ui".into(),
         }

@@ -654,19 +654,27 @@ async fn the_expiry_reaper_removes_rows_and_objects() {
 
     // With the default 30 minute grace nothing is due yet.
     let (queue, blobs) = (app.domain_queue().await, app.domain_blobs().await);
-    let reaper = |grace| {
-        let budget = shared::jobs::Budget::of(std::time::Duration::from_secs(30));
-        shared::jobs::artifacts(&queue, blobs.as_ref(), grace, budget)
+    let with_grace = |grace| shared::jobs::declare::Context {
+        queue: &queue,
+        blobs: blobs.as_ref(),
+        artifact_grace_ms: grace,
+        publisher: None,
     };
-    let n = reaper(shared::queue::artifacts::EXPIRY_GRACE_MS)
-        .await
-        .expect("reaper");
+    let (grace, none) = (
+        with_grace(shared::queue::artifacts::EXPIRY_GRACE_MS),
+        with_grace(0),
+    );
+    let reaper = |ctx| {
+        let budget = shared::jobs::Budget::of(std::time::Duration::from_secs(30));
+        shared::jobs::declare::ARTIFACT_REAPER.run(ctx, budget)
+    };
+    let n = reaper(&grace).await.expect("reaper");
     assert_eq!(n, 0);
     // Without grace: two reapers at once delete both rows exactly once between them.
-    let (a, b) = tokio::join!(reaper(0), reaper(0));
+    let (a, b) = tokio::join!(reaper(&none), reaper(&none));
     assert_eq!(a.expect("reaper a") + b.expect("reaper b"), 2);
     // And again: nothing left to do.
-    assert_eq!(reaper(0).await.expect("reaper"), 0);
+    assert_eq!(reaper(&none).await.expect("reaper"), 0);
     for url in &urls {
         let (s, _) = get_bytes(url).await;
         assert!(s == 404 || s == 403, "object still there: {s} at {url}");

@@ -10,28 +10,45 @@ use shared::records::task::TASKS;
 use shared::store::SkRange;
 use std::time::Duration;
 
-/// How long a short-lived task lives, in ms: long enough for a loaded machine to create,
-/// claim and complete it first (3 s; in the deployed shape 20 s, where cold functions beside
-/// other tests' stacks took more than 8 s for the three).
-fn lifetime_ms() -> i64 {
+/// The least a short-lived task lives, in ms (3 s; in the deployed shape 20 s, where cold
+/// functions beside other tests' stacks took more than 8 s to create, claim and complete one).
+fn least_lifetime_ms() -> i64 {
     local_or_shape(3_000, 20_000)
 }
 
-/// How long to wait for a short-lived task to be gone.
-fn until_gone() -> Duration {
-    Duration::from_millis(lifetime_ms() as u64) + Duration::from_secs(20)
+/// How long a short-lived task lives on `app`, in ms: four times what one create, claim and
+/// complete of a task of its own took there just now (which also warms the functions that
+/// serve them), and at least [`least_lifetime_ms`]. A test makes about five calls before its
+/// short-lived task's deadline must not have passed; a fixed 3 s was too little for the
+/// local server on a loaded LocalStack (its reportCompleted answered 409: deadline exceeded).
+async fn lifetime_on(app: &TestServer, tq: &str) -> i64 {
+    let started = std::time::Instant::now();
+    let id = create(app, &task_def(tq)).await;
+    app.queue()
+        .claimTask(&id, "0", &claimer("g", "w"))
+        .await
+        .expect("claim the warm-up task");
+    complete(app, &id, 0).await;
+    let took = started.elapsed().as_millis() as i64;
+    let lifetime = least_lifetime_ms().max(4 * took);
+    eprintln!("a create, claim and complete took {took} ms: short-lived tasks live {lifetime} ms");
+    lifetime
 }
 
-/// A task in `group` under `scheduler` whose deadline and expiry pass within
-/// [`lifetime_ms`].
-fn short_lived(tq: &str, group: &str, scheduler: &str) -> Value {
-    let deadline = lifetime_ms();
+/// How long to wait for a task living `lifetime` ms to be gone.
+fn until_gone(lifetime: i64) -> Duration {
+    Duration::from_millis(lifetime as u64) + Duration::from_secs(20)
+}
+
+/// A task in `group` under `scheduler` whose deadline and expiry pass within `lifetime` ms
+/// (and 500 ms).
+fn short_lived(tq: &str, group: &str, scheduler: &str, lifetime: i64) -> Value {
     def_with(
         tq,
         json!({
             "created": ts(-5_000),
-            "deadline": ts(deadline),
-            "expires": ts(deadline + 500),
+            "deadline": ts(lifetime),
+            "expires": ts(lifetime + 500),
             "taskGroupId": group,
             "schedulerId": scheduler,
         }),
@@ -77,15 +94,16 @@ async fn expired_tasks_edges_and_groups_are_deleted_and_the_group_id_reused() {
     let q = app.queue();
     let tq = task_queue_id();
     let group = slugid();
+    let lifetime = lifetime_on(&app, &tq).await;
     let long_lived = create(&app, &task_def(&tq)).await;
-    let short = create(&app, &short_lived(&tq, &group, "first")).await;
+    let short = create(&app, &short_lived(&tq, &group, "first", lifetime)).await;
     // As upstream's expire-tasks test: a completed task goes, a longer-lived one stays.
     q.claimTask(&short, "0", &claimer("g", "w"))
         .await
         .expect("claim the short-lived task");
     complete(&app, &short, 0).await;
     // An edge from the long-lived task to the short-lived one: it expires with its dependent.
-    let mut dependent = short_lived(&tq, &group, "first");
+    let mut dependent = short_lived(&tq, &group, "first", lifetime);
     dependent["dependencies"] = json!([long_lived]);
     let dep = create(&app, &dependent).await;
     assert!(partition(&app, TASKS, &long_lived)
@@ -94,16 +112,18 @@ async fn expired_tasks_edges_and_groups_are_deleted_and_the_group_id_reused() {
     // Another scheduler can't use the group while it lives.
     assert_eq!(
         err_status(
-            q.createTask(&slugid(), &short_lived(&tq, &group, "second"))
+            q.createTask(&slugid(), &short_lived(&tq, &group, "second", lifetime))
                 .await
         ),
         409
     );
 
     // Past `expires`, reads say 404 at once, whether or not the job has run.
-    poll(until_gone(), "the short-lived task to be gone", || async {
-        (answer(q.status(&short).await) == 404).then_some(())
-    })
+    poll(
+        until_gone(lifetime),
+        "the short-lived task to be gone",
+        || async { (answer(q.status(&short).await) == 404).then_some(()) },
+    )
     .await;
     assert_eq!(err_status(q.task(&short).await), 404);
     // Then the job deletes every item: tasks, edge, membership, counters and the group.
@@ -144,8 +164,9 @@ async fn a_group_id_is_free_as_soon_as_the_group_expired_even_before_deletion() 
     let q = app.queue();
     let tq = task_queue_id();
     let group = slugid();
-    let old = create(&app, &short_lived(&tq, &group, "first")).await;
-    poll(until_gone(), "the group to expire", || async {
+    let lifetime = least_lifetime_ms();
+    let old = create(&app, &short_lived(&tq, &group, "first", lifetime)).await;
+    poll(until_gone(lifetime), "the group to expire", || async {
         (answer(q.getTaskGroup(&group).await) == 404).then_some(())
     })
     .await;

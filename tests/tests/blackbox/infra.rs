@@ -1774,7 +1774,9 @@ fn policies_grant_only_what_each_function_needs() {
         let buckets = policies
             .iter()
             .any(|p| p.get("S3CrudPolicy").or(p.get("S3ReadPolicy")).is_some());
-        let artifacts = handler == "artifactReaper"
+        use shared::jobs::declare::{ARTIFACT_REAPER, OUTBOX_SWEEPER};
+        let job_is = |job| matches!(function, Function::Job(j) if j == job);
+        let artifacts = job_is(&ARTIFACT_REAPER)
             || matches!(function, Function::Endpoint(_, e) if e.route.contains("/artifacts/")
                 || e.route.contains("/artifact-content/"))
             || matches!(function, Function::Endpoint(s, e) if s.name == "object"
@@ -1786,7 +1788,8 @@ fn policies_grant_only_what_each_function_needs() {
             .any(|p| p.to_string().contains("\"TaskGraphsTable\""));
         let scheduler = matches!(function, Function::Endpoint(s, e) if s.name == "scheduler"
                 && e.route.contains('<'))
-            || ["taskGraphConsumer", "publisher", "outboxSweeper"].contains(&handler);
+            || matches!(function, Function::TaskGraphConsumer | Function::Publisher)
+            || job_is(&OUTBOX_SWEEPER);
         assert_eq!(graphs, scheduler, "{id}");
         // Every function reads the queue's token, but the inspector's, which holds nothing
         // (no secret, no table, no bucket); nothing else in Secrets Manager but the root's.

@@ -100,7 +100,10 @@ async fn artifact_functions_serve_downloads_and_reap() {
         .invoke(event, Duration::from_secs(30))
         .await
         .expect("reaper answered");
-    assert_eq!(reply, json!({"job": "ArtifactReaper", "done": 1}));
+    assert_eq!(
+        reply,
+        json!({"job": shared::jobs::declare::ARTIFACT_REAPER.name, "done": 1})
+    );
     reaper.kill().ok();
     let left = q.listArtifacts(&id, "0", None, None).await.expect("list");
     assert_eq!(left["artifacts"].as_array().map(Vec::len), Some(1));

@@ -116,7 +116,7 @@ async fn scheduled_functions_answer_eventbridge_events() {
         "claim-reaper init (spawn to first /next): {:?}",
         api.first_poll().map(|t| t.duration_since(spawned))
     );
-    assert_eq!(reply["job"], "ClaimReaper");
+    assert_eq!(reply["job"], shared::jobs::declare::CLAIM_REAPER.name);
     assert_eq!(reply["done"], 0);
     reaper.kill().ok();
 }

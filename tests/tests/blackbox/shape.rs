@@ -6,6 +6,7 @@ use crate::common::*;
 use blackbox::burst::{due, held_deadline, seed};
 use blackbox::*;
 use serde_json::{json, Value};
+use shared::jobs::declare::{DEADLINE_REAPER, EXPIRY_REAPER};
 use shared::records::task::index;
 use shared::time::Ts;
 use std::time::{Duration, Instant};
@@ -124,7 +125,7 @@ async fn a_deadline_burst_resolves_within_two_scheduled_invocations() {
     let app = spawn_app_alone_with(|c| c.reaper_interval_ms = 10_000).await;
     app.shape()
         .expect("shape")
-        .set_schedule_enabled("deadlineReaper", false);
+        .set_schedule_enabled(DEADLINE_REAPER.name, false);
     let queue = app.domain_queue().await;
     let tq = task_queue_id();
     let n = shape_burst();
@@ -141,7 +142,7 @@ async fn a_deadline_burst_resolves_within_two_scheduled_invocations() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let (q, since) = (queue.clone(), Instant::now());
-    let passes = invocations_until(&app, "deadlineReaper", bound(n), || {
+    let passes = invocations_until(&app, DEADLINE_REAPER.name, bound(n), || {
         let q = q.clone();
         async move { due(&q, index::DEADLINE, Ts::now()).await == 0 }
     })
@@ -169,7 +170,7 @@ async fn expired_tasks_are_deleted_within_two_scheduled_invocations() {
     .await;
     app.shape()
         .expect("shape")
-        .set_schedule_enabled("expiryReaper", false);
+        .set_schedule_enabled(EXPIRY_REAPER.name, false);
     let queue = app.domain_queue().await;
     let tq = task_queue_id();
     let n = shape_burst();
@@ -190,7 +191,7 @@ async fn expired_tasks_are_deleted_within_two_scheduled_invocations() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let (q, since) = (queue.clone(), Instant::now());
-    let passes = invocations_until(&app, "expiryReaper", bound(n), || {
+    let passes = invocations_until(&app, EXPIRY_REAPER.name, bound(n), || {
         let q = q.clone();
         async move { due(&q, index::TASK_EXPIRY, Ts::now()).await == 0 }
     })

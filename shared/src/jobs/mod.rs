@@ -1,10 +1,9 @@
-//! Background work: each job repeats its pass while work is due and its [`Budget`] lasts,
-//! and returns what it did, or a [`JobError`] that says whether trying again can help. What a
-//! job leaves stays in its index, so the next run (a timer's tick, the next scheduled
-//! invocation) continues where it stopped. The loops, intervals and schedules live outside
-//! (the local server's timers, EventBridge rules, table streams).
+//! Background work: each job ([`declare`]) repeats its pass while work is due and its
+//! [`Budget`] lasts, and returns what it did, or a [`JobError`] that says whether trying
+//! again can help. What a job leaves stays in its index, so the next run (a timer's tick, the
+//! next scheduled invocation) continues where it stopped. The loops and schedules that run
+//! the declarations live outside (the local server's timers, EventBridge rules, streams).
 
-use crate::blobs::BlobStore;
 use crate::error::ApiError;
 use crate::events::drain::{
     drain_all, drain_stream, drain_written, DrainError, DrainOutcome, RecentIds,
@@ -19,20 +18,24 @@ use crate::store::Item;
 use crate::time::Ts;
 use std::sync::Arc;
 
+pub mod declare;
+pub use declare::{Job, JOBS};
+
 /// Items each pass handles per shard.
 pub const BATCH: usize = 100;
 
 pub use crate::time::{Budget, BUDGET_SHARE};
 
 /// Repeats `pass` while it finds more due and the budget lasts; returns the items handled.
-async fn repeat<F, Fut>(budget: Budget, mut pass: F) -> Result<usize, JobError>
+async fn repeat<F, Fut, E>(budget: Budget, mut pass: F) -> Result<usize, JobError>
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<Pass, JobError>>,
+    Fut: std::future::Future<Output = Result<Pass, E>>,
+    E: Into<JobError>,
 {
     let mut total = 0;
     loop {
-        let p = pass().await?;
+        let p = pass().await.map_err(Into::into)?;
         total += p.done;
         if !p.more || !budget.left() {
             return Ok(total);
@@ -49,6 +52,9 @@ pub enum JobError {
     /// Publishing (or the store under it) failed.
     #[error(transparent)]
     Drain(#[from] DrainError),
+    /// A job that publishes was run without a publisher (a bug in its caller).
+    #[error("the job publishes events, but was given no publisher")]
+    NoPublisher,
 }
 
 impl JobError {
@@ -60,58 +66,9 @@ impl JobError {
             JobError::Queue(e) => e.is_retryable(),
             JobError::Drain(DrainError::Sink(_)) => true,
             JobError::Drain(DrainError::Store(e)) => e.is_transient() || e.is_condition_failed(),
+            JobError::NoPublisher => false,
         }
     }
-}
-
-/// The claim reaper: resolves runs whose claim expired.
-pub async fn claims(queue: &Queue, budget: Budget) -> Result<usize, JobError> {
-    repeat(budget, || async {
-        Ok(queue.reap_claims_once(Ts::now(), BATCH, &budget).await?)
-    })
-    .await
-}
-
-/// The deadline reaper: resolves tasks whose deadline passed.
-pub async fn deadlines(queue: &Queue, budget: Budget) -> Result<usize, JobError> {
-    repeat(budget, || async {
-        Ok(queue.reap_deadlines_once(Ts::now(), BATCH, &budget).await?)
-    })
-    .await
-}
-
-/// The dependency worker: satisfies the dependents of tasks that resolved.
-pub async fn dependencies(queue: &Queue, budget: Budget) -> Result<usize, JobError> {
-    repeat(budget, || async {
-        Ok(queue
-            .resolve_dependents_once(Ts::now(), BATCH, &budget)
-            .await?)
-    })
-    .await
-}
-
-/// The expiry job: deletes expired tasks, dependency edges and task groups.
-pub async fn expiry(queue: &Queue, budget: Budget) -> Result<usize, JobError> {
-    repeat(budget, || async {
-        Ok(queue.expire_once(Ts::now(), BATCH, &budget).await?)
-    })
-    .await
-}
-
-/// The artifact expiry job: deletes artifacts (objects, then rows) expired `grace_ms` ago.
-pub async fn artifacts(
-    queue: &Queue,
-    blobs: &dyn BlobStore,
-    grace_ms: i64,
-    budget: Budget,
-) -> Result<usize, JobError> {
-    repeat(budget, || async {
-        let cutoff = Ts::now().plus(-grace_ms);
-        Ok(queue
-            .expire_artifacts_once(blobs, cutoff, BATCH, &budget)
-            .await?)
-    })
-    .await
 }
 
 /// The dependency worker for a batch of changed items (the tasks table's stream in AWS):
@@ -258,7 +215,7 @@ impl Publisher {
             )
             .await?;
             let graphs = self.graph_pass(queue).await?;
-            Ok(Pass {
+            Ok::<_, JobError>(Pass {
                 done: tasks + graphs.done,
                 more: more || graphs.more,
             })
