@@ -12,6 +12,9 @@ export TCQ_PYTHON="$(cd "$VENV" && pwd)/bin/python"
 command -v npm >/dev/null || { echo "npm is required (Node.js 18+)" >&2; exit 1; }
 npm ci --prefix tests/node --no-audit --no-fund --loglevel=error
 export TCQ_NODE_CLIENT="$PWD/tests/node"
+# The CDK app (infra/cdk), which infra:: synthesises and compares with the SAM template.
+npm ci --prefix infra/cdk --no-audit --no-fund --loglevel=error
+export TCQ_CDK_APP="$PWD/infra/cdk"
 # The web inspector (ui/): Debian's Chromium for its browser tests and its npm packages
 # (TypeScript, Vite, playwright-core).
 command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }

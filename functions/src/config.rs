@@ -1,9 +1,10 @@
 //! Configuration, read once per process from flags and environment variables (clap), one
 //! typed struct per process kind: [`ServerConfig`] for `tc-queue` and [`LambdaConfig`] for a
 //! Lambda function; both carry the [`QueueSettings`] every process has. Every variable is
-//! documented here (`--help` prints it) and in README's Configuration table. LocalStack and
+//! documented here (`--help` prints it) and in docs/operating.md's Configuration table. LocalStack and
 //! AWS are reached only through the standard `AWS_*` variables.
 
+use crate::env;
 use clap::{Args, Parser};
 use shared::queue::QueueConfig;
 use std::path::PathBuf;
@@ -12,92 +13,92 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, Args)]
 pub struct QueueSettings {
     /// How long a claim lasts before it must be reclaimed, in seconds.
-    #[arg(long, env = "TCQ_CLAIM_TIMEOUT", default_value_t = 1200)]
+    #[arg(long, env = env::CLAIM_TIMEOUT, default_value_t = 1200)]
     pub claim_timeout_secs: u64,
     /// How long claimWork waits for work, in milliseconds.
-    #[arg(long, env = "TCQ_CLAIM_WORK_TIMEOUT_MS", default_value_t = 20_000)]
+    #[arg(long, env = env::CLAIM_WORK_TIMEOUT_MS, default_value_t = 20_000)]
     pub claim_work_timeout_ms: u64,
     /// A waiting claimWork re-reads the pending index this long after its first empty read,
     /// in milliseconds (then less and less often, up to the maximum below).
-    #[arg(long, env = "TCQ_CLAIM_WORK_POLL_MS", default_value_t = shared::queue::PollSchedule::default().first_ms)]
+    #[arg(long, env = env::CLAIM_WORK_POLL_MS, default_value_t = shared::queue::PollSchedule::default().first_ms)]
     pub claim_work_poll_ms: u64,
     /// Longest interval between a waiting claimWork's reads of the pending index, in
     /// milliseconds.
-    #[arg(long, env = "TCQ_CLAIM_WORK_POLL_MAX_MS", default_value_t = shared::queue::PollSchedule::default().max_ms)]
+    #[arg(long, env = env::CLAIM_WORK_POLL_MAX_MS, default_value_t = shared::queue::PollSchedule::default().max_ms)]
     pub claim_work_poll_max_ms: u64,
     /// The concurrency reserved for claimWork (the claim-work function's, as deployed): at
     /// most four fifths of it may wait at once, so that calls that find work always get an
     /// instance; past that, a call that finds no work answers at once. Unset: unlimited.
-    #[arg(long, env = "TCQ_CLAIM_WORK_CONCURRENCY")]
+    #[arg(long, env = env::CLAIM_WORK_CONCURRENCY)]
     pub claim_work_concurrency: Option<u32>,
     /// Longest allowed task deadline, in days.
-    #[arg(long, env = "TCQ_MAX_TASK_DEADLINE_DAYS", default_value_t = 5)]
+    #[arg(long, env = env::MAX_TASK_DEADLINE_DAYS, default_value_t = 5)]
     pub max_task_deadline_days: i64,
     /// How long a task group outlives its longest-lived task, in milliseconds.
-    #[arg(long, env = "TCQ_GROUP_EXPIRY_EXTENSION_MS", default_value_t = shared::queue::GROUP_EXPIRY_EXTENSION_MS)]
+    #[arg(long, env = env::GROUP_EXPIRY_EXTENSION_MS, default_value_t = shared::queue::GROUP_EXPIRY_EXTENSION_MS)]
     pub group_expiry_extension_ms: i64,
     /// How long a process goes without re-recording a task queue or worker it keeps seeing,
     /// in milliseconds (upstream's 30 minutes).
-    #[arg(long, env = "TCQ_WORKER_INFO_THROTTLE_MS", default_value_t = QueueConfig::default().worker_info_throttle_ms)]
+    #[arg(long, env = env::WORKER_INFO_THROTTLE_MS, default_value_t = QueueConfig::default().worker_info_throttle_ms)]
     pub worker_info_throttle_ms: i64,
     /// Claimed runs held back per worker before they are written to its recentTasks together.
-    #[arg(long, env = "TCQ_RECENT_TASKS_BATCH", default_value_t = QueueConfig::default().recent_tasks_batch)]
+    #[arg(long, env = env::RECENT_TASKS_BATCH, default_value_t = QueueConfig::default().recent_tasks_batch)]
     pub recent_tasks_batch: usize,
     /// Longest a claimed run is held back from its worker's recentTasks, in milliseconds.
-    #[arg(long, env = "TCQ_RECENT_TASKS_DELAY_MS", default_value_t = QueueConfig::default().recent_tasks_delay_ms)]
+    #[arg(long, env = env::RECENT_TASKS_DELAY_MS, default_value_t = QueueConfig::default().recent_tasks_delay_ms)]
     pub recent_tasks_delay_ms: i64,
     /// Prefix of every exchange name.
-    #[arg(long, env = "TCQ_EXCHANGE_PREFIX", default_value = shared::routing::DEFAULT_EXCHANGE_PREFIX)]
+    #[arg(long, env = env::EXCHANGE_PREFIX, default_value = shared::routing::DEFAULT_EXCHANGE_PREFIX)]
     pub exchange_prefix: String,
     /// Prefix of the task-graph scheduler's exchange names.
-    #[arg(long, env = "TCQ_SCHEDULER_EXCHANGE_PREFIX", default_value = shared::routing::SCHEDULER_EXCHANGE_PREFIX)]
+    #[arg(long, env = env::SCHEDULER_EXCHANGE_PREFIX, default_value = shared::routing::SCHEDULER_EXCHANGE_PREFIX)]
     pub scheduler_exchange_prefix: String,
     /// The tables' streams trigger the publisher and the dependency resolver on every write
     /// (the AWS deployment sets it for every function): task records then store only each
     /// write's own events, without the outbox and resolved index entries unless a stream
     /// function failed. Leave it off for a server that publishes in process.
-    #[arg(long, env = "TCQ_EVENTS_FROM_STREAM", default_value_t = false, action = clap::ArgAction::Set)]
+    #[arg(long, env = env::EVENTS_FROM_STREAM, default_value_t = false, action = clap::ArgAction::Set)]
     pub events_from_stream: bool,
     /// Also publish seed 003's exchange layout (`v1/queue:task-*`, seven-word routing keys)
     /// next to today's, from the same outbox.
-    #[arg(long, env = "TCQ_LEGACY_EXCHANGES", default_value_t = false, action = clap::ArgAction::Set,
+    #[arg(long, env = env::LEGACY_EXCHANGES, default_value_t = false, action = clap::ArgAction::Set,
           value_parser = clap::builder::BoolishValueParser::new())]
     pub legacy_exchanges: bool,
     /// The task-graph scheduler's schedulerId.
-    #[arg(long, env = "TCQ_SCHEDULER_ID", default_value = shared::scheduler::DEFAULT_SCHEDULER_ID)]
+    #[arg(long, env = env::SCHEDULER_ID, default_value = shared::scheduler::DEFAULT_SCHEDULER_ID)]
     pub scheduler_id: String,
     /// clientId the queue issues temporary credentials as.
     #[arg(
         long,
-        env = "TCQ_QUEUE_CLIENT_ID",
+        env = env::QUEUE_CLIENT_ID,
         default_value = "static/taskcluster/queue"
     )]
     pub queue_client_id: String,
     /// Scopes of the `anonymous` role (what unsigned requests may do) until a role named
     /// `anonymous` is stored through the auth API; comma- or space-separated.
-    #[arg(long, env = "TCQ_ANONYMOUS_SCOPES")]
+    #[arg(long, env = env::ANONYMOUS_SCOPES)]
     pub anonymous_scopes: Option<String>,
     /// Prefix of the DynamoDB table names (`<prefix>tasks`, `<prefix>task-groups`, ...).
-    #[arg(long, env = "TCQ_TABLE_PREFIX", default_value = "tcq-")]
+    #[arg(long, env = env::TABLE_PREFIX, default_value = "tcq-")]
     pub table_prefix: String,
     /// Where artifact bytes live: `local` (files under the data directory, served by this
     /// server behind signed URLs) or `s3`. Default: `s3` with DynamoDB, else `local`.
-    #[arg(long, env = "TCQ_ARTIFACT_STORAGE", value_parser = ["local", "s3"])]
+    #[arg(long, env = env::ARTIFACT_STORAGE, value_parser = ["local", "s3"])]
     pub artifact_storage: Option<String>,
     /// S3 bucket of `public/…` artifacts (default `<table prefix>public-artifacts`).
-    #[arg(long, env = "TCQ_PUBLIC_ARTIFACT_BUCKET")]
+    #[arg(long, env = env::PUBLIC_ARTIFACT_BUCKET)]
     pub public_artifact_bucket: Option<String>,
     /// S3 bucket of every other artifact (default `<table prefix>private-artifacts`).
-    #[arg(long, env = "TCQ_PRIVATE_ARTIFACT_BUCKET")]
+    #[arg(long, env = env::PRIVATE_ARTIFACT_BUCKET)]
     pub private_artifact_bucket: Option<String>,
     /// Base URL (a CDN) that replaces the public bucket's URL in downloads.
-    #[arg(long, env = "TCQ_PUBLIC_ARTIFACT_BUCKET_CDN")]
+    #[arg(long, env = env::PUBLIC_ARTIFACT_BUCKET_CDN)]
     pub public_artifact_cdn: Option<String>,
     /// How long after `expires` an artifact is deleted (downloads answer 410 meanwhile).
-    #[arg(long, env = "TCQ_ARTIFACT_EXPIRY_GRACE_MS", default_value_t = shared::queue::artifacts::EXPIRY_GRACE_MS)]
+    #[arg(long, env = env::ARTIFACT_EXPIRY_GRACE_MS, default_value_t = shared::queue::artifacts::EXPIRY_GRACE_MS)]
     pub artifact_expiry_grace_ms: i64,
     /// Log JSON lines instead of text (`RUST_LOG` sets the filter, default `info`).
-    #[arg(long, env = "TCQ_LOG_JSON", default_value_t = false, action = clap::ArgAction::Set,
+    #[arg(long, env = env::LOG_JSON, default_value_t = false, action = clap::ArgAction::Set,
           value_parser = clap::builder::BoolishValueParser::new())]
     pub log_json: bool,
 }
@@ -176,48 +177,48 @@ impl QueueSettings {
 )]
 pub struct ServerConfig {
     /// Address to listen on.
-    #[arg(long, env = "TCQ_BIND", default_value = "127.0.0.1")]
+    #[arg(long, env = env::BIND, default_value = "127.0.0.1")]
     pub bind: String,
     /// Port to listen on (0 picks a free one).
-    #[arg(long, env = "TCQ_PORT", default_value_t = 8080)]
+    #[arg(long, env = env::PORT, default_value_t = 8080)]
     pub port: u16,
     /// Directory for the database and the queue's credentials.
-    #[arg(long, env = "TCQ_DATA_DIR", default_value = ".data")]
+    #[arg(long, env = env::DATA_DIR, default_value = ".data")]
     pub data_dir: PathBuf,
     /// Storage backend: `embedded` (SQLite under the data directory) or `aws` (DynamoDB,
     /// configured by the standard AWS environment: AWS_REGION, AWS_ENDPOINT_URL, credentials).
-    #[arg(long, env = "TCQ_BACKEND", default_value = "embedded", value_parser = ["embedded", "aws"])]
+    #[arg(long, env = env::BACKEND, default_value = "embedded", value_parser = ["embedded", "aws"])]
     pub backend: String,
     /// With the aws backend: create missing tables (and buckets) at start (LocalStack, tests).
-    #[arg(long, env = "TCQ_CREATE_TABLES", default_value_t = false)]
+    #[arg(long, env = env::CREATE_TABLES, default_value_t = false)]
     pub create_tables: bool,
     /// SQLite durability: `NORMAL` survives a killed process, `FULL` also power loss.
-    #[arg(long, env = "TCQ_SQLITE_SYNC", default_value = "NORMAL", value_parser = ["NORMAL", "FULL"], ignore_case = true)]
+    #[arg(long, env = env::SQLITE_SYNC, default_value = "NORMAL", value_parser = ["NORMAL", "FULL"], ignore_case = true)]
     pub sqlite_sync: String,
     /// How often the claim and deadline reapers (and the dependency sweep) run, in ms.
-    #[arg(long, env = "TCQ_REAPER_INTERVAL_MS", default_value_t = 500)]
+    #[arg(long, env = env::REAPER_INTERVAL_MS, default_value_t = 500)]
     pub reaper_interval_ms: u64,
     /// How often the expiry passes (artifacts; tasks, edges and groups) run, in ms.
     #[arg(
         long,
-        env = "TCQ_ARTIFACT_REAPER_INTERVAL_MS",
+        env = env::ARTIFACT_REAPER_INTERVAL_MS,
         default_value_t = 60_000
     )]
     pub artifact_reaper_interval_ms: u64,
     /// Run the scheduler's consumer of resolution messages in this process (off when another
     /// consumer, such as the AWS function, reacts to them instead).
-    #[arg(long, env = "TCQ_SCHEDULER_CONSUMER", default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(long, env = env::SCHEDULER_CONSUMER, default_value_t = true, action = clap::ArgAction::Set)]
     pub scheduler_consumer: bool,
     /// accessToken of the queue's client; generated and kept in the data directory when unset.
-    #[arg(long, env = "TCQ_QUEUE_ACCESS_TOKEN", hide_env_values = true)]
+    #[arg(long, env = env::QUEUE_ACCESS_TOKEN, hide_env_values = true)]
     pub queue_access_token: Option<String>,
     /// accessToken of the root client `static/taskcluster/root` (scopes `*`); generated and
     /// kept in the data directory (`root-credentials.json`, owner-only) when unset.
-    #[arg(long, env = "TCQ_ROOT_ACCESS_TOKEN", hide_env_values = true)]
+    #[arg(long, env = env::ROOT_ACCESS_TOKEN, hide_env_values = true)]
     pub root_access_token: Option<String>,
     /// Publish events to this RabbitMQ broker (e.g. `amqp://guest:guest@127.0.0.1:5672`), as
     /// well as to the given sink.
-    #[arg(long, env = "TCQ_AMQP_URL", hide_env_values = true)]
+    #[arg(long, env = env::AMQP_URL, hide_env_values = true)]
     pub amqp_url: Option<String>,
     /// The queue itself.
     #[command(flatten)]
@@ -251,30 +252,30 @@ impl ServerConfig {
 #[command(name = "lambda", about = "Every Lambda function of the queue's stack")]
 pub struct LambdaConfig {
     /// What the function serves (Lambda passes the function's `Handler` on as `_HANDLER`).
-    #[arg(long, env = "_HANDLER")]
+    #[arg(long, env = env::HANDLER)]
     pub handler: Option<String>,
     /// The function's name: without `_HANDLER`, the handler is found from it.
-    #[arg(long, env = "AWS_LAMBDA_FUNCTION_NAME")]
+    #[arg(long, env = env::AWS_LAMBDA_FUNCTION_NAME)]
     pub function_name: Option<String>,
     /// The queue's access token (it issues workers' temporary credentials).
-    #[arg(long, env = "TCQ_QUEUE_ACCESS_TOKEN", hide_env_values = true)]
+    #[arg(long, env = env::QUEUE_ACCESS_TOKEN, hide_env_values = true)]
     pub queue_access_token: Option<String>,
     /// Name of the Secrets Manager secret holding the queue's access token (a bare token or
     /// JSON with `accessToken`), read at cold start when `TCQ_QUEUE_ACCESS_TOKEN` is unset.
-    #[arg(long, env = "TCQ_QUEUE_ACCESS_TOKEN_SECRET")]
+    #[arg(long, env = env::QUEUE_ACCESS_TOKEN_SECRET)]
     pub queue_access_token_secret: Option<String>,
     /// The root client's access token (without it there is no root client).
-    #[arg(long, env = "TCQ_ROOT_ACCESS_TOKEN", hide_env_values = true)]
+    #[arg(long, env = env::ROOT_ACCESS_TOKEN, hide_env_values = true)]
     pub root_access_token: Option<String>,
     /// Name of the Secrets Manager secret holding the root client's access token.
-    #[arg(long, env = "TCQ_ROOT_ACCESS_TOKEN_SECRET")]
+    #[arg(long, env = env::ROOT_ACCESS_TOKEN_SECRET)]
     pub root_access_token_secret: Option<String>,
     /// The RabbitMQ (Amazon MQ) broker the publisher and the outbox sweeper publish to.
-    #[arg(long, env = "TCQ_AMQP_URL", hide_env_values = true)]
+    #[arg(long, env = env::AMQP_URL, hide_env_values = true)]
     pub amqp_url: Option<String>,
     /// The durable queue the task-graph consumer reads: the publishers declare it and bind
     /// it to the resolution exchanges for `TCQ_SCHEDULER_ID` before they publish.
-    #[arg(long, env = "TCQ_SCHEDULER_QUEUE")]
+    #[arg(long, env = env::SCHEDULER_QUEUE)]
     pub scheduler_queue: Option<String>,
     /// The queue itself.
     #[command(flatten)]

@@ -5,6 +5,7 @@
 
 pub mod assemble;
 pub mod config;
+pub mod env;
 pub mod lambda;
 pub mod server;
 pub mod ui;

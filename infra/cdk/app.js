@@ -11,8 +11,10 @@ const stack = new cdk.Stack(app, process.env.TCQ_STACK || 'tcq');
 const template = new CfnInclude(stack, 'Queue', {
   templateFile: path.join(repo, 'infra', 'template.yaml'),
 });
-// Built beforehand: cargo lambda build --release --arm64 --bin lambda
-const code = new Asset(stack, 'Bootstrap', { path: path.join(repo, 'target', 'lambda', 'lambda') });
+// Built beforehand: cargo lambda build --release --arm64 --bin lambda (TCQ_LAMBDA_DIR: another
+// directory, such as the test command's stand-in).
+const codeDir = process.env.TCQ_LAMBDA_DIR || path.join(repo, 'target', 'lambda', 'lambda');
+const code = new Asset(stack, 'Bootstrap', { path: codeDir });
 let n = 0;
 for (const child of template.node.children) {
   if (child.cfnResourceType === 'AWS::Serverless::Function') {

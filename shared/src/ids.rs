@@ -1,6 +1,7 @@
 //! Identifiers, parsed once at the edge so that the domain never holds an unchecked id.
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ApiResult};
+use crate::store::MAX_KEY_PART_BYTES;
 use base64::Engine;
 use std::fmt;
 
@@ -173,6 +174,19 @@ pub fn parse_run_id(s: &str) -> Result<u32, ApiError> {
             "runId {s:?} must be an integer 0..1000"
         ))),
     }
+}
+
+/// `400 InvalidRequestArguments` if `value`, the caller's `what`, is longer than
+/// [`MAX_KEY_PART_BYTES`]: a value that
+/// becomes part of a store key is checked at the API's edge, before the store is asked.
+pub fn check_key_part(what: &str, value: &str) -> ApiResult<()> {
+    if value.len() > MAX_KEY_PART_BYTES {
+        return Err(ApiError::bad_argument(format!(
+            "{what} is {} bytes long, more than {MAX_KEY_PART_BYTES}",
+            value.len()
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,30 +1,143 @@
 //! Exchange names and routing keys, built in this one module.
 
+/// Every exchange the queue and the task-graph scheduler publish to, by its short name (the
+/// part after the service's prefix). Events carry the short name ([`Exchange::name`]); this
+/// is the one list of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exchange {
+    /// `task-defined`
+    TaskDefined,
+    /// `task-pending`
+    TaskPending,
+    /// `task-running`
+    TaskRunning,
+    /// `artifact-created`
+    ArtifactCreated,
+    /// `task-completed`
+    TaskCompleted,
+    /// `task-failed`
+    TaskFailed,
+    /// `task-exception`
+    TaskException,
+    /// `task-group-resolved`
+    TaskGroupResolved,
+    /// `task-group-sealed`
+    TaskGroupSealed,
+    /// `task-priority-changed`
+    TaskPriorityChanged,
+    /// `task-group-priority-changed`
+    TaskGroupPriorityChanged,
+    /// `task-graph-running` (the scheduler's, seed 001)
+    TaskGraphRunning,
+    /// `task-graph-extended`
+    TaskGraphExtended,
+    /// `task-graph-blocked`
+    TaskGraphBlocked,
+    /// `task-graph-finished`
+    TaskGraphFinished,
+}
+
+impl Exchange {
+    /// The queue's exchanges.
+    pub const QUEUE: [Exchange; 11] = [
+        Exchange::TaskDefined,
+        Exchange::TaskPending,
+        Exchange::TaskRunning,
+        Exchange::ArtifactCreated,
+        Exchange::TaskCompleted,
+        Exchange::TaskFailed,
+        Exchange::TaskException,
+        Exchange::TaskGroupResolved,
+        Exchange::TaskGroupSealed,
+        Exchange::TaskPriorityChanged,
+        Exchange::TaskGroupPriorityChanged,
+    ];
+
+    /// The task-graph scheduler's exchanges.
+    pub const SCHEDULER: [Exchange; 4] = [
+        Exchange::TaskGraphRunning,
+        Exchange::TaskGraphExtended,
+        Exchange::TaskGraphBlocked,
+        Exchange::TaskGraphFinished,
+    ];
+
+    /// The queue's exchanges that announce a run's resolution (what a task-graph scheduler
+    /// consumes).
+    pub const RESOLUTIONS: [Exchange; 3] = [
+        Exchange::TaskCompleted,
+        Exchange::TaskFailed,
+        Exchange::TaskException,
+    ];
+
+    /// Its short name, e.g. `task-pending`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Exchange::TaskDefined => "task-defined",
+            Exchange::TaskPending => "task-pending",
+            Exchange::TaskRunning => "task-running",
+            Exchange::ArtifactCreated => "artifact-created",
+            Exchange::TaskCompleted => "task-completed",
+            Exchange::TaskFailed => "task-failed",
+            Exchange::TaskException => "task-exception",
+            Exchange::TaskGroupResolved => "task-group-resolved",
+            Exchange::TaskGroupSealed => "task-group-sealed",
+            Exchange::TaskPriorityChanged => "task-priority-changed",
+            Exchange::TaskGroupPriorityChanged => "task-group-priority-changed",
+            Exchange::TaskGraphRunning => "task-graph-running",
+            Exchange::TaskGraphExtended => "task-graph-extended",
+            Exchange::TaskGraphBlocked => "task-graph-blocked",
+            Exchange::TaskGraphFinished => "task-graph-finished",
+        }
+    }
+
+    /// The exchange whose short name is `short`.
+    pub fn named(short: &str) -> Option<Exchange> {
+        Exchange::QUEUE
+            .into_iter()
+            .chain(Exchange::SCHEDULER)
+            .find(|e| e.name() == short)
+    }
+
+    /// True if it announces a run's resolution.
+    pub fn is_resolution(self) -> bool {
+        Exchange::RESOLUTIONS.contains(&self)
+    }
+
+    /// Its legacy exchange (seed 003), if it has one: failures and exceptions both go to
+    /// `v1/queue:task-failed`, whose status's reason tells which.
+    pub const fn legacy(self) -> Option<&'static str> {
+        Some(match self {
+            Exchange::TaskPending => LEGACY_EXCHANGES[0],
+            Exchange::TaskRunning => LEGACY_EXCHANGES[1],
+            Exchange::TaskCompleted => LEGACY_EXCHANGES[2],
+            Exchange::TaskFailed | Exchange::TaskException => LEGACY_EXCHANGES[3],
+            _ => return None,
+        })
+    }
+}
+
+/// The short names of `exchanges`.
+const fn names<const N: usize>(exchanges: [Exchange; N]) -> [&'static str; N] {
+    let mut out = [""; N];
+    let mut i = 0;
+    while i < N {
+        out[i] = exchanges[i].name();
+        i += 1;
+    }
+    out
+}
+
 /// The short names of every exchange the queue publishes to.
-pub const EXCHANGES: [&str; 11] = [
-    "task-defined",
-    "task-pending",
-    "task-running",
-    "artifact-created",
-    "task-completed",
-    "task-failed",
-    "task-exception",
-    "task-group-resolved",
-    "task-group-sealed",
-    "task-priority-changed",
-    "task-group-priority-changed",
-];
+pub const EXCHANGES: [&str; 11] = names(Exchange::QUEUE);
 
 /// The default exchange prefix.
 pub const DEFAULT_EXCHANGE_PREFIX: &str = "exchange/taskcluster-queue/v1/";
 
 /// The exchanges of the task-graph scheduler (seed 001).
-pub const SCHEDULER_EXCHANGES: [&str; 4] = [
-    "task-graph-running",
-    "task-graph-extended",
-    "task-graph-blocked",
-    "task-graph-finished",
-];
+pub const SCHEDULER_EXCHANGES: [&str; 4] = names(Exchange::SCHEDULER);
+
+/// The short names of [`Exchange::RESOLUTIONS`].
+pub const RESOLUTION_NAMES: [&str; 3] = names(Exchange::RESOLUTIONS);
 
 /// The scheduler's default exchange prefix.
 pub const SCHEDULER_EXCHANGE_PREFIX: &str = "exchange/taskcluster-scheduler/v1/";
@@ -122,16 +235,10 @@ pub const LEGACY_EXCHANGES: [&str; 4] = [
     "v1/queue:task-failed",
 ];
 
-/// The legacy exchange of one of today's exchanges (by short name), if it has one: failures
-/// and exceptions both go to `v1/queue:task-failed`, whose status's reason tells which.
+/// The legacy exchange of one of today's exchanges (by short name), if it has one
+/// ([`Exchange::legacy`]).
 pub fn legacy_exchange(short: &str) -> Option<&'static str> {
-    Some(match short {
-        "task-pending" => LEGACY_EXCHANGES[0],
-        "task-running" => LEGACY_EXCHANGES[1],
-        "task-completed" => LEGACY_EXCHANGES[2],
-        "task-failed" | "task-exception" => LEGACY_EXCHANGES[3],
-        _ => return None,
-    })
+    Exchange::named(short)?.legacy()
 }
 
 /// AMQP 0-9-1 routing keys are short strings: 255 bytes at most. The primary keys stay

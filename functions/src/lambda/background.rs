@@ -4,74 +4,13 @@
 //! when trying again can help ([`JobError::is_retryable`]).
 
 use super::Error;
-use crate::assemble;
 use crate::config::LambdaConfig;
-use shared::api::Api;
-use shared::auth::ROOT_CLIENT_ID;
-use shared::creds::IssuerCredentials;
 use shared::events::amqp::AmqpSink;
 use shared::jobs::{self, Job, JobError, Publisher};
-use shared::queue::Queue;
+use shared::api::Api;
 use shared::store::dynamodb::DynamoStore;
 use shared::time::Ts;
 use std::sync::Arc;
-
-/// A secret given directly, else read from the Secrets Manager secret named by `secret`.
-async fn secret(direct: &Option<String>, secret: &Option<String>) -> Result<Option<String>, Error> {
-    if direct.is_some() {
-        return Ok(direct.clone());
-    }
-    match secret {
-        Some(name) => {
-            let sdk = shared::store::dynamodb::sdk_config().await?;
-            Ok(Some(shared::secrets::access_token(&sdk, name).await?))
-        }
-        None => Ok(None),
-    }
-}
-
-/// The three services over DynamoDB (and S3 unless `TCQ_ARTIFACT_STORAGE` says otherwise),
-/// as configured. A missing variable is named here, at cold start, rather than failing the
-/// first request.
-///
-/// Secrets: the queue's access token (required) and the root client's (optional; without it
-/// there is no root client, and clients must already exist in the `auth` table).
-pub async fn api(cfg: &LambdaConfig) -> Result<Api, Error> {
-    let token = secret(&cfg.queue_access_token, &cfg.queue_access_token_secret)
-        .await?
-        .ok_or("TCQ_QUEUE_ACCESS_TOKEN or TCQ_QUEUE_ACCESS_TOKEN_SECRET is not set (the queue's credentials, used to issue workers' temporary credentials)")?;
-    let root = secret(&cfg.root_access_token, &cfg.root_access_token_secret)
-        .await?
-        .map(|t| IssuerCredentials {
-            client_id: ROOT_CLIENT_ID.into(),
-            access_token: t,
-        });
-    if root.is_none() {
-        tracing::warn!("TCQ_ROOT_ACCESS_TOKEN is not set: no root client");
-    }
-    let store = Arc::new(assemble::open_dynamodb(&cfg.queue, false).await?);
-    let issuer = IssuerCredentials {
-        client_id: cfg.queue.queue_client_id.clone(),
-        access_token: token,
-    };
-    let auth = assemble::auth_service(
-        store.clone(),
-        root.as_ref(),
-        &issuer,
-        cfg.queue.anonymous_scopes(),
-    );
-    let blobs: Arc<dyn shared::blobs::BlobStore> = match cfg.queue.artifact_storage.as_deref() {
-        Some("local") => Arc::new(shared::blobs::NoBlobs),
-        _ => Arc::new(assemble::open_s3(&cfg.queue, false).await?),
-    };
-    let queue = Arc::new(Queue::new(
-        store,
-        assemble::work_signal(cfg.amqp_url.as_deref(), &cfg.queue),
-        issuer,
-        cfg.queue.queue_config(),
-    ));
-    Ok(assemble::api(queue, auth, blobs, &cfg.queue))
-}
 
 /// The RabbitMQ sink of `TCQ_AMQP_URL`; it connects on first use and the connection is kept
 /// across warm invocations. With `TCQ_SCHEDULER_QUEUE` set, every (re)connect also declares
@@ -94,7 +33,7 @@ fn amqp_sink(cfg: &LambdaConfig) -> Result<Arc<AmqpSink>, Error> {
 /// succeeds; any failure redelivers the whole batch, which is safe because
 /// [`shared::scheduler::Scheduler::on_resolution`] is idempotent.
 pub async fn serve_task_graph_consumer(cfg: LambdaConfig) -> Result<(), Error> {
-    let api = Arc::new(api(&cfg).await?);
+    let api = Arc::new(super::api(&cfg).await?);
     tracing::info!(scheduler_id = %api.scheduler.scheduler_id, "task-graph consumer");
     lambda_runtime::run(lambda_runtime::service_fn(
         move |event: lambda_runtime::LambdaEvent<serde_json::Value>| {
@@ -180,7 +119,7 @@ pub async fn task_graph_batch(
 /// RabbitMQ with confirms. A failed batch is reported as a partial batch failure from its
 /// first record, so Lambda retries it from there (at least once; order per task kept).
 pub async fn serve_publisher(cfg: LambdaConfig) -> Result<(), Error> {
-    let queue = api(&cfg).await?.queue;
+    let queue = super::api(&cfg).await?.queue;
     let sink = amqp_sink(&cfg)?;
     // Declares the exchanges and the scheduler's consumer queue at cold start (best effort:
     // every publish connects again if needed).
@@ -260,7 +199,7 @@ fn budget_of(ctx: &lambda_runtime::Context) -> jobs::Budget {
 /// [`jobs::BUDGET_SHARE`] of its time lasts (the next invocation continues where it stopped);
 /// the reply says what it did. A job with a stream also takes the stream's batches.
 pub async fn serve_job(cfg: LambdaConfig, job: &'static Job) -> Result<(), Error> {
-    let api = Arc::new(api(&cfg).await?);
+    let api = Arc::new(super::api(&cfg).await?);
     let publisher = match job.publishes {
         true => {
             let sink = amqp_sink(&cfg)?;

@@ -5,7 +5,8 @@
 //! here is deployed with no other change.
 
 use super::Function;
-use shared::api::declare::{Access, Need, Verb};
+use crate::env;
+use shared::api::declare::{Access, Need, Reservation, Verb};
 use shared::records::graph::TASK_GRAPHS;
 use shared::records::group::TASK_GROUPS;
 use shared::records::task::TASKS;
@@ -14,21 +15,21 @@ use shared::records::task::TASKS;
 ///
 /// [`LambdaConfig`]: crate::config::LambdaConfig
 pub const COMMON_ENV: &[&str] = &[
-    "TCQ_TABLE_PREFIX",
-    "TCQ_QUEUE_ACCESS_TOKEN_SECRET",
-    "TCQ_ROOT_ACCESS_TOKEN_SECRET",
-    "TCQ_ARTIFACT_STORAGE",
-    "TCQ_PUBLIC_ARTIFACT_BUCKET",
-    "TCQ_PRIVATE_ARTIFACT_BUCKET",
-    "TCQ_EXCHANGE_PREFIX",
-    "TCQ_SCHEDULER_ID",
-    "TCQ_SCHEDULER_EXCHANGE_PREFIX",
-    "TCQ_CLAIM_WORK_TIMEOUT_MS",
-    "TCQ_EVENTS_FROM_STREAM",
-    "TCQ_LOG_JSON",
+    env::TABLE_PREFIX,
+    env::QUEUE_ACCESS_TOKEN_SECRET,
+    env::ROOT_ACCESS_TOKEN_SECRET,
+    env::ARTIFACT_STORAGE,
+    env::PUBLIC_ARTIFACT_BUCKET,
+    env::PRIVATE_ARTIFACT_BUCKET,
+    env::EXCHANGE_PREFIX,
+    env::SCHEDULER_ID,
+    env::SCHEDULER_EXCHANGE_PREFIX,
+    env::CLAIM_WORK_TIMEOUT_MS,
+    env::EVENTS_FROM_STREAM,
+    env::LOG_JSON,
     // Every function that makes a run pending sends claimWork wake-ups through the broker.
-    "TCQ_AMQP_URL",
-    "TCQ_ANONYMOUS_SCOPES",
+    env::AMQP_URL,
+    env::ANONYMOUS_SCOPES,
 ];
 
 /// The template parameter of the `anonymous` role's default scopes.
@@ -38,7 +39,15 @@ pub const ANONYMOUS_SCOPES: &str = "AnonymousScopes";
 pub const LEGACY_EXCHANGES: &str = "LegacyExchanges";
 
 /// Variables of the functions that publish to RabbitMQ.
-const BROKER_ENV: &[&str] = &["TCQ_SCHEDULER_QUEUE", "TCQ_LEGACY_EXCHANGES"];
+const BROKER_ENV: &[&str] = &[env::SCHEDULER_QUEUE, env::LEGACY_EXCHANGES];
+
+/// Variables of a function whose calls wait for work (a [`Reservation`]): its concurrency
+/// and its long poll's pace.
+const WAITING_ENV: &[&str] = &[
+    env::CLAIM_WORK_CONCURRENCY,
+    env::CLAIM_WORK_POLL_MS,
+    env::CLAIM_WORK_POLL_MAX_MS,
+];
 
 /// What invokes a function.
 #[derive(Debug, Clone, PartialEq)]
@@ -111,10 +120,10 @@ fn timeout_secs(long_running: bool) -> u32 {
 }
 
 /// The template parameter of claimWork's reserved concurrency.
-pub const CLAIM_WORK_CONCURRENCY: &str = "ClaimWorkConcurrency";
+pub const CLAIM_WORK_CONCURRENCY: &str = shared::api::endpoints::claims::CLAIM_WORK.parameter;
 
-/// claimWork's memory: it waits, mostly (see README's cost table for the measurement).
-pub const CLAIM_WORK_MEMORY_MB: u32 = 128;
+/// claimWork's memory: it waits, mostly (docs/deploying.md's cost table has the measurement).
+pub const CLAIM_WORK_MEMORY_MB: u32 = shared::api::endpoints::claims::CLAIM_WORK.memory_mb;
 
 /// Each table or the buckets once, with the widest access any of `needs` asks for.
 fn union(needs: impl Iterator<Item = Need>) -> Vec<Need> {
@@ -168,34 +177,27 @@ impl Function {
                 };
                 let what = format!(
                     "{} endpoint {} ({} {})",
-                    if service.name == "queue" { "Queue" } else { "Task-graph scheduler" },
+                    service.title,
                     e.name,
                     e.verb.method(),
                     e.route
                 );
                 let spec = base(what, timeout_secs(e.long_running), 256, e.needs.to_vec(), vec![route]);
-                if e.name == "claimWork" {
-                    // Every waiting call holds an instance: a reservation of its own keeps idle
-                    // workers from taking the account's concurrency from everything else.
-                    Spec {
-                        memory_mb: CLAIM_WORK_MEMORY_MB,
-                        env: &[
-                            "TCQ_CLAIM_WORK_CONCURRENCY",
-                            "TCQ_CLAIM_WORK_POLL_MS",
-                            "TCQ_CLAIM_WORK_POLL_MAX_MS",
-                        ],
-                        reserved_concurrency: Some(CLAIM_WORK_CONCURRENCY),
+                match e.reservation {
+                    Some(Reservation { parameter, memory_mb }) => Spec {
+                        memory_mb,
+                        env: WAITING_ENV,
+                        reserved_concurrency: Some(parameter),
                         ..spec
-                    }
-                } else {
-                    spec
+                    },
+                    None => spec,
                 }
             }
             Function::Service(service) => {
                 let needs = union(service.endpoints().flat_map(|e| e.needs.iter().copied()));
                 let what = format!("The {} service (every route under {}/)", service.name, service.prefix);
                 let mut triggers = vec![Trigger::Prefix(service.prefix)];
-                if service.name == "auth" {
+                if service.serves_documents {
                     // The deployment's schemas and references (`shared::api::references`) are
                     // served by the smallest always-deployed function.
                     triggers.extend([Trigger::Prefix("/schemas"), Trigger::Prefix("/references")]);
@@ -203,7 +205,7 @@ impl Function {
                     triggers.extend(
                         shared::api::SERVICES
                             .iter()
-                            .filter(|s| s.name != service.name)
+                            .filter(|s| !std::ptr::eq(**s, service))
                             .map(|s| Trigger::Route {
                                 verb: Verb::Get,
                                 path: shared::api::openapi::path(s),

@@ -12,7 +12,7 @@ use std::sync::Arc;
 /// Serves `serves` until the Lambda runtime stops the function; the services are built once
 /// per cold start.
 pub async fn serve(cfg: LambdaConfig, serves: Serves) -> Result<(), Error> {
-    let api = Arc::new(super::background::api(&cfg).await?);
+    let api = Arc::new(super::api(&cfg).await?);
     lambda_http::run(lambda_http::service_fn(move |req: Request| {
         let api = api.clone();
         async move { Ok::<_, Error>(handle(&api, serves, req).await) }

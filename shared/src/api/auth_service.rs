@@ -207,9 +207,12 @@ pub static ENDPOINTS: &[Endpoint] = &[
 /// The auth service: `/api/auth/v1/`, one Lambda function (`auth`).
 pub static AUTH: Service = Service {
     name: "auth",
+    title: "Auth",
     prefix: "/api/auth/v1",
     groups: &[monitoring::ENDPOINTS, ENDPOINTS],
     functions: Functions::One { handler: "auth" },
+    exchanges: None,
+    serves_documents: true,
 };
 
 fn id(call: &Call, name: &'static str) -> Params {

@@ -157,8 +157,23 @@ pub struct Endpoint {
     /// May run up to the gateway's limit rather than a quick call's (see
     /// [`Endpoint::long_running`]).
     pub long_running: bool,
+    /// Set when its calls hold their function's instance while they wait (a long poll):
+    /// deployed with a reservation of its own (see [`Reservation`]).
+    pub reservation: Option<Reservation>,
     /// The handler.
     pub handler: Handler,
+}
+
+/// The deployment of an endpoint whose calls hold their function's instance while they wait
+/// (claimWork's long poll): every waiting call is an instance, so its concurrency is reserved
+/// (idle workers cannot take the account's concurrency from everything else), and its memory
+/// is the least, as it mostly waits.
+#[derive(Debug, Clone, Copy)]
+pub struct Reservation {
+    /// The template parameter that sets its reserved concurrency (`ClaimWorkConcurrency`).
+    pub parameter: &'static str,
+    /// Its memory, in MB.
+    pub memory_mb: u32,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -194,6 +209,7 @@ impl Endpoint {
             needs: &[],
             authn: Authn::Deployment,
             long_running: false,
+            reservation: None,
             handler,
         }
     }
@@ -265,6 +281,16 @@ impl Endpoint {
         }
     }
 
+    /// Its calls hold their function's instance while they wait: deployed as `reservation`
+    /// says. Such an endpoint is long-running.
+    pub const fn reserved(self, reservation: Reservation) -> Self {
+        Endpoint {
+            reservation: Some(reservation),
+            long_running: true,
+            ..self
+        }
+    }
+
     /// Authenticated against upstream's fixed test client.
     pub const fn test_client(self) -> Self {
         Endpoint {
@@ -325,14 +351,30 @@ pub enum Functions {
 /// A service: its endpoints under one prefix.
 #[derive(Debug)]
 pub struct Service {
-    /// `queue`, `auth`, `scheduler`.
+    /// `queue`, `auth`, `scheduler`, `object`.
     pub name: &'static str,
+    /// What its functions' descriptions call it (`Queue`).
+    pub title: &'static str,
     /// Every route is served under this prefix, e.g. `/api/queue/v1`.
     pub prefix: &'static str,
     /// Its endpoints, one list per resource, in matching order.
     pub groups: &'static [&'static [Endpoint]],
     /// How it is cut into Lambda functions.
     pub functions: Functions,
+    /// The exchanges it publishes to, under their default prefix.
+    pub exchanges: Option<Exchanges>,
+    /// True for the one service whose function also serves the deployment's documents: the
+    /// schemas, references and the other services' OpenAPI documents.
+    pub serves_documents: bool,
+}
+
+/// A service's exchanges.
+#[derive(Debug)]
+pub struct Exchanges {
+    /// Their default prefix (`exchange/taskcluster-queue/v1/`).
+    pub prefix: &'static str,
+    /// Their short names.
+    pub names: &'static [&'static str],
 }
 
 impl Service {

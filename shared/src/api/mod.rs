@@ -169,11 +169,7 @@ impl Api {
         }
         if req.method == Method::GET && references::is_document_path(&req.path) {
             return match references::document(&req.path, &root_url(&req.headers)) {
-                Some(doc) => {
-                    let mut r = ApiResponse::json(200, &doc);
-                    r.headers.extend(standard_headers());
-                    r
-                }
+                Some(doc) => ApiResponse::json(200, &doc),
                 None => {
                     let e = ApiError::not_found(format!("No such document: {}", req.path));
                     let info = json!({ "method": "", "params": {}, "payload": {}, "time": now });

@@ -84,9 +84,12 @@ pub static ENDPOINTS: &[Endpoint] = &[
 /// The object service: `/api/object/v1/`, one function per endpoint, named `object<Name>`.
 pub static OBJECT: Service = Service {
     name: "object",
+    title: "Object",
     prefix: "/api/object/v1",
     groups: &[monitoring::ENDPOINTS, ENDPOINTS],
     functions: Functions::PerEndpoint { prefix: "object" },
+    exchanges: None,
+    serves_documents: false,
 };
 
 /// Checks `object:upload:<projectId>:<name>`, the project taken from the body.

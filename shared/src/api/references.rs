@@ -6,19 +6,7 @@
 //! service's OpenAPI document at `/api/<service>/v1/openapi.json` ([`super::openapi`]).
 
 use super::declare::{Scopes, Service};
-use crate::routing::{
-    DEFAULT_EXCHANGE_PREFIX, EXCHANGES, SCHEDULER_EXCHANGES, SCHEDULER_EXCHANGE_PREFIX,
-};
 use serde_json::{json, Value};
-
-/// A reference path's service, if it publishes exchanges, with their prefix and names.
-fn exchanges_of(service: &str) -> Option<(&'static str, &'static [&'static str])> {
-    match service {
-        "queue" => Some((DEFAULT_EXCHANGE_PREFIX, &EXCHANGES)),
-        "scheduler" => Some((SCHEDULER_EXCHANGE_PREFIX, &SCHEDULER_EXCHANGES)),
-        _ => None,
-    }
-}
 
 /// True if `path` is where a published document would be (answered to anyone, before any
 /// route is matched).
@@ -51,7 +39,10 @@ pub fn document(path: &str, root_url: &str) -> Option<Value> {
     let svc = super::SERVICES.iter().find(|s| s.name == service)?;
     match file {
         "api.json" => Some(api(svc)),
-        "exchanges.json" => exchanges_of(service).map(|(p, names)| exchanges(service, p, names)),
+        "exchanges.json" => svc
+            .exchanges
+            .as_ref()
+            .map(|x| exchanges(service, x.prefix, x.names)),
         _ => None,
     }
 }
@@ -60,7 +51,7 @@ fn manifest() -> Value {
     let mut refs = vec![];
     for s in super::SERVICES {
         refs.push(format!("/references/{}/v1/api.json", s.name));
-        if exchanges_of(s.name).is_some() {
+        if s.exchanges.is_some() {
             refs.push(format!("/references/{}/v1/exchanges.json", s.name));
         }
     }

@@ -9,8 +9,8 @@
 
 use super::declare::{Endpoint, Service};
 use crate::error::{ApiError, ApiResult};
+use crate::ids::check_key_part;
 use crate::ids::{is_identifier, parse_run_id, TaskId, TaskQueueId};
-use crate::store::check_key_part;
 use http::Method;
 use std::collections::HashMap;
 

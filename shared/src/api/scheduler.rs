@@ -1,7 +1,7 @@
 //! The task-graph scheduler's endpoints (`/api/scheduler/v1/`, seed 001), one Lambda
 //! function each.
 
-use super::declare::{Access, Call, Endpoint, Functions, Need, Reply, Service, Verb};
+use super::declare::{Access, Call, Endpoint, Exchanges, Functions, Need, Reply, Service, Verb};
 use super::endpoints::monitoring;
 use super::endpoints::tasks::{create_task_params, CREATE_TASK_SCOPES};
 use super::Api;
@@ -10,6 +10,7 @@ use crate::handler;
 use crate::records::graph::TASK_GRAPHS;
 use crate::records::group::TASK_GROUPS;
 use crate::records::task::TASKS;
+use crate::routing::{SCHEDULER_EXCHANGES, SCHEDULER_EXCHANGE_PREFIX};
 use crate::scheduler::submission::Submission;
 use crate::scopes::ScopeExpr;
 use serde_json::{json, Value};
@@ -95,11 +96,17 @@ pub static ENDPOINTS: &[Endpoint] = &[
 /// `scheduler-<endpoint>` (several names are the queue's too).
 pub static SCHEDULER: Service = Service {
     name: "scheduler",
+    title: "Task-graph scheduler",
     prefix: "/api/scheduler/v1",
     groups: &[monitoring::ENDPOINTS, ENDPOINTS],
     functions: Functions::PerEndpoint {
         prefix: "scheduler",
     },
+    exchanges: Some(Exchanges {
+        prefix: SCHEDULER_EXCHANGE_PREFIX,
+        names: &SCHEDULER_EXCHANGES,
+    }),
+    serves_documents: false,
 };
 
 /// `own` and createTask's scopes for every task of `submission`.

@@ -561,7 +561,7 @@ impl AuthService {
     /// clients alike.
     pub async fn list_clients(&self, prefix: Option<&str>, page: &PageReq) -> ApiResult<Value> {
         if let Some(p) = prefix {
-            crate::store::check_key_part("prefix", p)?;
+            crate::ids::check_key_part("prefix", p)?;
         }
         let after = page.token.as_deref().map(decode_token).transpose()?;
         let after_id = after.as_ref().map(|c| c.0.clone());

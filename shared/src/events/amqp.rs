@@ -88,7 +88,7 @@ pub struct AmqpSink {
 }
 
 /// The queue exchanges a task-graph scheduler consumes: the resolutions.
-pub const RESOLUTION_EXCHANGES: [&str; 3] = ["task-completed", "task-failed", "task-exception"];
+pub const RESOLUTION_EXCHANGES: [&str; 3] = crate::routing::RESOLUTION_NAMES;
 
 /// The binding pattern of a consumer of the queue's messages about the tasks of scheduler
 /// `scheduler_id` (the routing key's eighth word is the task's schedulerId).

@@ -354,6 +354,7 @@ mod tests {
     use super::*;
     use crate::events::RecordingSink;
     use crate::records::task::{index, Priority, TaskRecord, SK_STATUS, TASKS};
+    use crate::routing::Exchange;
     use crate::store::sqlite::SqliteStore;
     use crate::time::Ts;
     use async_trait::async_trait;
@@ -548,7 +549,7 @@ mod tests {
             outbox: vec![],
             sweep: false,
         };
-        g.emit("task-graph-running");
+        g.emit(Exchange::TaskGraphRunning);
         let put = |g: &GraphRecord, cond: Cond| {
             let item = g.item().unwrap();
             let store = &store;
@@ -567,7 +568,7 @@ mod tests {
         let first = put(&g, Cond::NotExists).await;
         let mut g: GraphRecord = serde_json::from_value(first.data.clone()).unwrap();
         g.state = state::FINISHED.into();
-        g.emit("task-graph-finished");
+        g.emit(Exchange::TaskGraphFinished);
         let second = put(&g, Cond::Version(first.version)).await;
         assert_eq!(second.data["outbox"].as_array().map(Vec::len), Some(1));
         assert!(first.indexes.is_empty() && second.indexes.is_empty());

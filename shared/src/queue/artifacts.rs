@@ -10,6 +10,7 @@ use super::core::{backoff, chunked, Pass, Queue, MAX_ATTEMPTS};
 use crate::blobs::{BlobStore, Bucket};
 use crate::creds::{for_object_download, for_object_upload, TempCredentials};
 use crate::error::{ApiError, ApiResult, ErrorCode};
+use crate::ids::check_key_part;
 use crate::ids::TaskId;
 use crate::page::PageReq;
 use crate::records::artifact::{
@@ -21,8 +22,9 @@ use crate::records::object::{
     UPLOAD_TTL_MS,
 };
 use crate::records::task::TASKS;
+use crate::routing::Exchange;
 use crate::store::shard::{due_upto, shard_pk, SHARDS};
-use crate::store::{check_key_part, Cond, SkRange, WriteOp};
+use crate::store::{Cond, SkRange, WriteOp};
 use crate::time::{Budget, Ts, MINUTE, SECOND};
 use serde_json::{json, Map, Value};
 
@@ -210,7 +212,7 @@ impl Queue {
         })?;
         let mut extra = Map::new();
         extra.insert("artifact".into(), art.metadata());
-        rec.emit("artifact-created", Some(&run), true, extra);
+        rec.emit(Exchange::ArtifactCreated, Some(&run), true, extra);
         let status = WriteOp::Put {
             table: TASKS,
             item: Self::status_item(rec)?,

@@ -436,13 +436,6 @@ impl Queue {
             .map(|()| self.after_write(rec, version + 1)))
     }
 
-    /// Read, apply `f`, write conditionally; retries on concurrent changes. Returns the new
-    /// record and `f`'s result. Nothing is written if `f` changed nothing.
-    ///
-    /// The first read is eventually consistent (half the read units): a write conditioned on
-    /// its version only succeeds if it was current. Any other outcome on it (no task, an
-    /// error from `f`, nothing to change, a lost condition) is decided again on a strong read,
-    /// so nothing is answered from a stale record.
     /// [`Queue::mutate`] for a worker's call at `now`: what time already decided (a passed
     /// claim or deadline, [`TaskRecord::settle`]) is applied first, and stored even when `f`
     /// then refuses (its error is returned after), so the answer and the stored state are
@@ -475,6 +468,13 @@ impl Queue {
         }
     }
 
+    /// Read, apply `f`, write conditionally; retries on concurrent changes. Returns the new
+    /// record and `f`'s result. Nothing is written if `f` changed nothing.
+    ///
+    /// The first read is eventually consistent (half the read units): a write conditioned on
+    /// its version only succeeds if it was current. Any other outcome on it (no task, an
+    /// error from `f`, nothing to change, a lost condition) is decided again on a strong read,
+    /// so nothing is answered from a stale record.
     pub(crate) async fn mutate<T>(
         &self,
         task_id: &str,

@@ -25,6 +25,7 @@ use crate::records::group::{
     member_task_id, sk_member, GroupRecord, SK_GROUP, SK_MEMBER_PREFIX, TASK_GROUPS,
 };
 use crate::records::task::{Priority, TaskRecord, TASKS};
+use crate::routing::Exchange;
 use crate::store::{Cond, Cursor, SkRange, WriteOp};
 use crate::time::Ts;
 use futures_util::future::try_join_all;
@@ -168,7 +169,7 @@ impl Queue {
                     cond: Cond::Version(group_version),
                 }
             };
-            carrier.emit_group_event("task-group-sealed", group.to_json());
+            carrier.emit_group_event(Exchange::TaskGroupSealed, group.to_json());
             let ops = vec![
                 group_op,
                 WriteOp::Put {
@@ -272,7 +273,7 @@ impl Queue {
             let mut payload = reply.as_object().cloned().unwrap_or_default();
             payload.remove("taskIds");
             self.mutate(&carrier.task_id, |r| {
-                r.emit_group_event("task-group-priority-changed", payload.clone());
+                r.emit_group_event(Exchange::TaskGroupPriorityChanged, payload.clone());
                 Ok(())
             })
             .await?;
@@ -399,7 +400,7 @@ impl Queue {
         let (ops, emptied) = counter::uncount_ops(&shares, &gid, &rec.task_id);
         if emptied {
             if let Some((group, _)) = self.live_group(&gid, now).await? {
-                rec.emit_group_event("task-group-resolved", group.to_json());
+                rec.emit_group_event(Exchange::TaskGroupResolved, group.to_json());
             }
         }
         Ok(ops)

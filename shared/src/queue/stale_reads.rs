@@ -9,6 +9,7 @@ use crate::creds::IssuerCredentials;
 use crate::ids::{TaskId, TaskQueueId};
 use crate::records::group::{SK_UNRESOLVED_PREFIX, TASK_GROUPS};
 use crate::records::task::{ReasonResolved, RunState, TaskRecord, SK_DEF, SK_STATUS, TASKS};
+use crate::routing::Exchange;
 use crate::signal::LocalSignal;
 use crate::store::sqlite::SqliteStore;
 use crate::store::{Cond, Cursor, Item, Page, SkRange, Store, StoreError, WriteOp};
@@ -209,7 +210,7 @@ fn announced(rec: &TaskRecord) -> usize {
     let groups = rec
         .outbox
         .iter()
-        .filter(|e| e.exchange == "task-group-resolved");
+        .filter(|e| e.exchange == Exchange::TaskGroupResolved.name());
     groups.count()
 }
 

@@ -10,6 +10,7 @@
 
 use super::outbox::{outbox_entry, OutboxEvent, Outboxed};
 use crate::error::{ApiError, ApiResult};
+use crate::routing::Exchange;
 use crate::store::{IndexEntry, Item};
 use crate::time::Ts;
 use serde::{Deserialize, Serialize};
@@ -98,10 +99,10 @@ impl GraphRecord {
     }
 
     /// Queues the scheduler event `exchange` (its short name) about this graph as it now is.
-    pub fn emit(&mut self, exchange: &str) {
+    pub fn emit(&mut self, exchange: Exchange) {
         self.outbox.push(OutboxEvent {
             id: crate::ids::new_slugid(),
-            exchange: exchange.to_string(),
+            exchange: exchange.name().to_string(),
             routing_key: crate::routing::task_graph_routing_key(
                 &self.scheduler_id,
                 &self.task_graph_id,

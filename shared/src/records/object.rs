@@ -7,8 +7,9 @@
 
 use super::artifact::ARTIFACT_EXPIRY;
 use crate::error::{ApiError, ApiResult};
+use crate::ids::check_key_part;
 use crate::store::shard::{shard_of, shard_pk, time_key};
-use crate::store::{check_key_part, IndexEntry, Item};
+use crate::store::{IndexEntry, Item};
 use crate::time::{Ts, DAY};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};

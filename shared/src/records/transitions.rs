@@ -8,7 +8,7 @@ use super::task::{
 };
 use crate::error::{ApiError, ApiResult};
 use crate::ids::new_slugid;
-use crate::routing::{route_ccs, task_routing_key, TaskKey};
+use crate::routing::{route_ccs, task_routing_key, Exchange, TaskKey};
 use crate::time::Ts;
 use serde_json::{json, Map, Value};
 
@@ -42,7 +42,7 @@ impl TaskRecord {
 
     /// Appends a task-group event (no CCs) to this task's outbox, which carries it to the
     /// publisher like any other event of the task.
-    pub(crate) fn emit_group_event(&mut self, exchange: &str, payload: Map<String, Value>) {
+    pub(crate) fn emit_group_event(&mut self, exchange: Exchange, payload: Map<String, Value>) {
         let word = |k: &str, or: &str| {
             payload
                 .get(k)
@@ -59,7 +59,7 @@ impl TaskRecord {
         body.extend(payload);
         self.outbox.push(OutboxEvent {
             id: new_slugid(),
-            exchange: exchange.to_string(),
+            exchange: exchange.name().to_string(),
             routing_key,
             cc: vec![],
             payload: Value::Object(body),
@@ -70,7 +70,7 @@ impl TaskRecord {
     /// Appends an event for this task, rendered from the current status.
     pub(crate) fn emit(
         &mut self,
-        exchange: &str,
+        exchange: Exchange,
         run: Option<&Run>,
         with_worker: bool,
         extra: Map<String, Value>,
@@ -105,7 +105,7 @@ impl TaskRecord {
         payload.extend(extra);
         let event = OutboxEvent {
             id: new_slugid(),
-            exchange: exchange.to_string(),
+            exchange: exchange.name().to_string(),
             routing_key,
             cc: route_ccs(&self.routes),
             payload: Value::Object(payload),
@@ -123,7 +123,7 @@ impl TaskRecord {
     /// `task-defined`, and `task-pending` if run 0 is pending (createTask, also on repeats).
     pub fn emit_created(&mut self) {
         let tags = self.tags_extra();
-        self.emit("task-defined", None, false, tags);
+        self.emit(Exchange::TaskDefined, None, false, tags);
         if let Some(r) = self
             .runs
             .first()
@@ -136,12 +136,12 @@ impl TaskRecord {
 
     fn emit_pending(&mut self, run: &Run) {
         let tags = self.tags_extra();
-        self.emit("task-pending", Some(run), false, tags);
+        self.emit(Exchange::TaskPending, Some(run), false, tags);
     }
 
     fn emit_exception(&mut self, run: &Run, with_worker: bool) {
         let tags = self.tags_extra();
-        self.emit("task-exception", Some(run), with_worker, tags);
+        self.emit(Exchange::TaskException, Some(run), with_worker, tags);
     }
 
     fn deadline_passed(&self, now: Ts) -> bool {
@@ -292,7 +292,7 @@ impl TaskRecord {
         let run = run.clone();
         let mut extra = self.tags_extra();
         extra.insert("takenUntil".into(), json!(taken_until));
-        self.emit("task-running", Some(&run), true, extra);
+        self.emit(Exchange::TaskRunning, Some(&run), true, extra);
         Ok(ClaimOutcome::Claimed)
     }
 
@@ -364,9 +364,9 @@ impl TaskRecord {
 
     fn emit_resolution(&mut self, run: &Run, retry: Option<&Run>) {
         let exchange = match run.state {
-            RunState::Completed => "task-completed",
-            RunState::Failed => "task-failed",
-            _ => "task-exception",
+            RunState::Completed => Exchange::TaskCompleted,
+            RunState::Failed => Exchange::TaskFailed,
+            _ => Exchange::TaskException,
         };
         let tags = self.tags_extra();
         self.emit(exchange, Some(run), true, tags);
@@ -439,7 +439,7 @@ impl TaskRecord {
         extra.insert("oldPriority".into(), json!(old.as_str()));
         extra.insert("newPriority".into(), json!(new.as_str()));
         // The message carries no run fields, so its routing key has none either.
-        self.emit("task-priority-changed", None, false, extra);
+        self.emit(Exchange::TaskPriorityChanged, None, false, extra);
         Ok(())
     }
 }

@@ -26,6 +26,7 @@ use crate::records::graph::{
     node_state, sk_graph_task, state, GraphRecord, TaskNode, SK_GRAPH_TASK_PREFIX, SK_TASK_GRAPH,
     TASK_GRAPHS,
 };
+use crate::routing::Exchange;
 use crate::store::{Cond, SkRange, Store, WriteOp};
 use crate::time::Ts;
 use serde_json::{json, Value};
@@ -273,7 +274,7 @@ impl Scheduler {
                 for e in entries {
                     self.task_definition(&g, e)?;
                 }
-                g.emit("task-graph-running");
+                g.emit(Exchange::TaskGraphRunning);
                 match self
                     .store()
                     .write(WriteOp::Put {
@@ -487,7 +488,7 @@ impl Scheduler {
             }
             let changed = before != (g.requires.clone(), g.requires_left.clone());
             if changed {
-                g.emit("task-graph-extended");
+                g.emit(Exchange::TaskGraphExtended);
             }
             Ok(changed)
         })
@@ -668,7 +669,7 @@ impl Scheduler {
                 g.requires_left.retain(|t| t != &tid);
                 if g.requires_left.is_empty() && g.state == state::RUNNING {
                     g.state = state::FINISHED.into();
-                    g.emit("task-graph-finished");
+                    g.emit(Exchange::TaskGraphFinished);
                 }
                 Ok(true)
             })
@@ -733,7 +734,7 @@ impl Scheduler {
                 return Ok(false);
             }
             g.state = state::BLOCKED.into();
-            g.emit("task-graph-blocked");
+            g.emit(Exchange::TaskGraphBlocked);
             Ok(true)
         })
         .await?;
@@ -749,10 +750,11 @@ pub struct SchedulerSink(pub Arc<Scheduler>);
 
 /// True for the exchanges the scheduler consumes.
 pub fn is_resolution_exchange(exchange: &str) -> bool {
-    matches!(
-        exchange.rsplit('/').next(),
-        Some("task-completed" | "task-failed" | "task-exception")
-    )
+    exchange
+        .rsplit('/')
+        .next()
+        .and_then(Exchange::named)
+        .is_some_and(Exchange::is_resolution)
 }
 
 #[async_trait::async_trait]

@@ -35,18 +35,6 @@ pub const MAX_ITEM_BYTES: usize = 400 * 1024;
 /// backend alike (DynamoDB would refuse the read or write itself, a 500).
 pub const MAX_KEY_PART_BYTES: usize = 900;
 
-/// `400 InvalidRequestArguments` if `value`, the caller's `what`, is longer than
-/// [`MAX_KEY_PART_BYTES`].
-pub fn check_key_part(what: &str, value: &str) -> crate::error::ApiResult<()> {
-    if value.len() > MAX_KEY_PART_BYTES {
-        return Err(crate::error::ApiError::bad_argument(format!(
-            "{what} is {} bytes long, more than {MAX_KEY_PART_BYTES}",
-            value.len()
-        )));
-    }
-    Ok(())
-}
-
 /// One entry of a sparse secondary index, derived from the item by the domain's key module.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexEntry {

@@ -178,7 +178,7 @@ fn env_value(var: &str) -> Value {
         "TCQ_CLAIM_WORK_CONCURRENCY" => r(CLAIM_WORK_CONCURRENCY),
         "TCQ_ANONYMOUS_SCOPES" => r(ANONYMOUS_SCOPES),
         "TCQ_LEGACY_EXCHANGES" => r(LEGACY_EXCHANGES),
-        // The re-read schedule the pickup bench measured (README: claimWork across processes).
+        // The re-read schedule the pickup bench measured (docs/architecture.md: claimWork across processes).
         "TCQ_CLAIM_WORK_POLL_MS" => json!(PollSchedule::default().first_ms.to_string()),
         "TCQ_CLAIM_WORK_POLL_MAX_MS" => json!(PollSchedule::default().max_ms.to_string()),
         other => panic!("no template value for {other}"),
@@ -424,7 +424,7 @@ fn template() -> Value {
             "Type": "String",
             "Default": "false",
             "AllowedValues": ["false", "true"],
-            "Description": "Also publish seed 003's exchanges (v1/queue:task-*, seven-word routing keys) next to today's (README: Events)"
+            "Description": "Also publish seed 003's exchanges (v1/queue:task-*, seven-word routing keys) next to today's (docs/events.md)"
         }),
     );
     params.insert(
@@ -435,7 +435,7 @@ fn template() -> Value {
             concat!(
                 "Concurrency reserved for claimWork: each idle worker's long poll holds one ",
                 "instance; four fifths may wait at once, and past that calls without work ",
-                "answer at once (README: Cost)"
+                "answer at once (docs/deploying.md: Choosing a claim mode)"
             ),
         ),
     );
@@ -1005,7 +1005,7 @@ fn template() -> Value {
     json!({
         "AWSTemplateFormatVersion": "2010-09-09",
         "Transform": "AWS::Serverless-2016-10-31",
-        "Description": "Taskcluster Queue on AWS Lambda (see the README's Deploy section)",
+        "Description": "Taskcluster Queue on AWS Lambda (see docs/deploying.md)",
         "Parameters": params,
         "Conditions": {
             "IsProvisioned": { "Fn::Equals": [r("BillingMode"), "PROVISIONED"] },
@@ -1846,4 +1846,99 @@ fn every_endpoint_declares_its_scopes() {
             }
         }
     }
+}
+
+/// `v` with every number a float: the template writes `1.0` where CDK's JSON writes `1`.
+fn numbers_as_floats(v: Value) -> Value {
+    match v {
+        Value::Number(n) => n.as_f64().map(Value::from).unwrap_or(Value::Number(n)),
+        Value::Array(a) => Value::Array(a.into_iter().map(numbers_as_floats).collect()),
+        Value::Object(o) => Value::Object(
+            o.into_iter()
+                .map(|(k, v)| (k, numbers_as_floats(v)))
+                .collect(),
+        ),
+        v => v,
+    }
+}
+
+/// The CDK app (`infra/cdk/app.js`), synthesised as `cdk synth` would, declares the
+/// template's parameters, conditions, rules, outputs, resources and globals, each as the
+/// template has it, but for every function's code, which is the one CDK asset; besides,
+/// only CDK's own bootstrap check (and its metadata resource, where it adds one). Needs `TCQ_CDK_APP`, the app's directory with its npm packages installed
+/// (the test command's tools do it).
+#[test]
+fn the_cdk_app_declares_what_the_template_does() {
+    let Ok(app) = std::env::var("TCQ_CDK_APP") else {
+        eprintln!("TCQ_CDK_APP is not set (scripts/test-tools.sh sets it): CDK not checked");
+        return;
+    };
+    let (out, code) = (
+        tempfile::tempdir().expect("out"),
+        tempfile::tempdir().expect("code"),
+    );
+    std::fs::write(code.path().join("bootstrap"), b"stand-in").expect("bootstrap");
+    let run = std::process::Command::new("node")
+        .arg("app.js")
+        .current_dir(&app)
+        .env("CDK_OUTDIR", out.path())
+        .env("TCQ_LAMBDA_DIR", code.path())
+        .env("TCQ_STACK", "tcq")
+        .output()
+        .expect("node");
+    assert!(
+        run.status.success(),
+        "synth failed: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let synth: Value = serde_json::from_slice(
+        &std::fs::read(out.path().join("tcq.template.json")).expect("synthesised template"),
+    )
+    .expect("json");
+    let want = template();
+    let functions = 1 + SERVICES.len(); // at least: the inspector and a function per service
+    let mut with_asset = 0;
+    for section in ["Parameters", "Conditions", "Rules", "Outputs", "Resources"] {
+        let (have, want) = (&synth[section], &want[section]);
+        for (id, w) in want.as_object().expect(section) {
+            let mut h = have[id].clone();
+            let mut w = w.clone();
+            if w["Type"] == "AWS::Serverless::Function" {
+                let uri = h["Properties"]
+                    .as_object_mut()
+                    .and_then(|p| p.remove("CodeUri"))
+                    .unwrap_or_default();
+                assert!(
+                    uri["Bucket"].is_object() && uri["Key"].is_string(),
+                    "{id}'s code is not the asset: {uri}"
+                );
+                w["Properties"].as_object_mut().map(|p| p.remove("CodeUri"));
+                with_asset += 1;
+            }
+            assert_eq!(
+                numbers_as_floats(h),
+                numbers_as_floats(w),
+                "{section}.{id} differs in the CDK app"
+            );
+        }
+        let extra: Vec<&String> = have
+            .as_object()
+            .expect(section)
+            .keys()
+            .filter(|k| want.get(k.as_str()).is_none())
+            .collect();
+        let cdk_own: &[&str] = match section {
+            "Parameters" => &["BootstrapVersion"],
+            "Rules" => &["CheckBootstrapVersion"],
+            "Resources" | "Conditions" => &["CDKMetadata", "CDKMetadataAvailable"],
+            _ => &[],
+        };
+        assert!(
+            extra.iter().all(|k| cdk_own.contains(&k.as_str())),
+            "{section}: the CDK app declares {extra:?} besides the template"
+        );
+    }
+    assert!(with_asset > functions, "{with_asset} functions");
+    assert_eq!(synth["Transform"], want["Transform"]);
+    assert_eq!(synth["Globals"], want["Globals"]);
 }

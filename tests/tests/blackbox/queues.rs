@@ -165,8 +165,8 @@ async fn both_encodings(app: &TestServer, tq: &str, tail: &str) -> Vec<Value> {
     let mut out = vec![];
     let mut encodings = vec![tq.to_string(), tq.replace('/', "%2F")];
     // As deployed the gateway hands the path on decoded, and it is signed again as the
-    // official clients encode it (`%2F`): only that spelling authenticates there (README:
-    // known differences).
+    // official clients encode it (`%2F`): only that spelling authenticates there
+    // (docs/differences.md).
     if !in_shape() {
         encodings.push(tq.replace('/', "%2f"));
     }

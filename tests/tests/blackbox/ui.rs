@@ -4,7 +4,7 @@
 //! server whose data the official Rust client made; the test then checks the server's side
 //! (a task the page canceled is canceled). The browser tests need `TCQ_CHROMIUM` and `ui/`'s
 //! npm packages, which `scripts/test.sh` installs; screenshots go to the test target folder,
-//! and with `TCQ_BLESS=1` to `docs/screenshots/` (the README's).
+//! and with `TCQ_BLESS=1` to `docs/screenshots/` (shown in docs/inspector.md).
 
 use crate::common::*;
 use blackbox::scheduler::*;

@@ -423,7 +423,7 @@ async fn bad_url_parameters_are_invalid_request_arguments() {
         ("GET", "/task-queues/prov%2Fwt-/claimed".into(), None),
     ];
     // As deployed the gateway hands the path on decoded, and bytes that are no UTF-8 cannot be
-    // encoded back as they were signed (README: known differences).
+    // encoded back as they were signed (docs/differences.md).
     if !in_shape() {
         cases.push(("GET", "/task/%FF%FE%FD".into(), None));
     }
@@ -533,7 +533,7 @@ async fn bodies_over_ten_megabytes_are_413() {
     let mut def = task_def(&tq);
     def["payload"] = json!({ "blob": "x".repeat(10 * 1024 * 1024) });
     let id = slugid();
-    // As deployed the gateway refuses them in its own shape (README: known differences): the
+    // As deployed the gateway refuses them in its own shape (docs/differences.md): the
     // status is the same.
     let too_large = |got: &(u16, Value)| {
         if in_shape() {
@@ -574,8 +574,8 @@ async fn tasks_over_the_400_kb_item_limit_are_413_and_leave_nothing() {
         if fits {
             assert_eq!(got.0, 200, "payload of {size} bytes: {:#}", got.1);
         } else if in_shape() && size > 6 * 1024 * 1024 {
-            // Over Lambda's 6 MB the gateway answers in its own shape (README: known
-            // differences); the status is the same.
+            // Over Lambda's 6 MB the gateway answers in its own shape (docs/differences.md);
+            // the status is the same.
             assert_eq!(got.0, 413, "{:#}", got.1);
         } else {
             assert_error(&got, 413, "InputTooLarge");
@@ -853,8 +853,8 @@ async fn schemas_and_references_are_served_and_cited() {
 async fn routes_answer_with_or_without_a_trailing_slash() {
     let app = spawn_app().await;
     let id = create(&app, &task_def(&task_queue_id())).await;
-    // As deployed, each queue route is one gateway route, as declared (README: known
-    // differences); the auth service's `{proxy+}` takes both spellings there too.
+    // As deployed, each queue route is one gateway route, as declared (docs/differences.md);
+    // the auth service's `{proxy+}` takes both spellings there too.
     let queue_paths = if in_shape() {
         vec![]
     } else {

@@ -1,13 +1,21 @@
 //! Claims: workers take pending runs and keep them.
 
 use super::WRITE_TASKS;
-use crate::api::declare::{Call, Endpoint, Reply, Verb};
+use crate::api::declare::{Call, Endpoint, Reply, Reservation, Verb};
 use crate::api::Api;
 use crate::error::ApiResult;
 use crate::handler;
 use crate::scopes::{Params, Template};
 use crate::time::Ts;
 use serde_json::json;
+
+/// claimWork's deployment: each waiting call holds an instance, so its concurrency is
+/// reserved by the template parameter `ClaimWorkConcurrency`, at 128 MB (it waits, mostly;
+/// docs/deploying.md's cost table gives the measurement).
+pub const CLAIM_WORK: Reservation = Reservation {
+    parameter: "ClaimWorkConcurrency",
+    memory_mb: 128,
+};
 
 /// Claiming and reclaiming runs.
 pub static ENDPOINTS: &[Endpoint] = &[
@@ -25,7 +33,7 @@ pub static ENDPOINTS: &[Endpoint] = &[
     .input("claim-work-request")
     .output("claim-work-response")
     .needs(WRITE_TASKS)
-    .long_running(),
+    .reserved(CLAIM_WORK),
     Endpoint::new(
         "claimTask",
         Verb::Post,

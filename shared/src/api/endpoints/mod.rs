@@ -12,10 +12,11 @@ pub mod task_queues;
 pub mod tasks;
 pub mod workers;
 
-use super::declare::{Access, Functions, Need, Service};
+use super::declare::{Access, Exchanges, Functions, Need, Service};
 use crate::records::artifact::ARTIFACTS;
 use crate::records::group::TASK_GROUPS;
 use crate::records::task::TASKS;
+use crate::routing::{DEFAULT_EXCHANGE_PREFIX, EXCHANGES};
 
 /// Reads tasks.
 pub(crate) const READ_TASKS: &[Need] = &[Need::Table(TASKS, Access::Read)];
@@ -55,6 +56,7 @@ pub(crate) const WRITE_WORKERS: &[Need] = &[Need::Table(TASK_GROUPS, Access::Wri
 /// The queue service: `/api/queue/v1/`, one Lambda function per endpoint.
 pub static QUEUE: Service = Service {
     name: "queue",
+    title: "Queue",
     prefix: "/api/queue/v1",
     groups: &[
         monitoring::ENDPOINTS,
@@ -69,4 +71,9 @@ pub static QUEUE: Service = Service {
         artifacts::ENDPOINTS,
     ],
     functions: Functions::PerEndpoint { prefix: "" },
+    exchanges: Some(Exchanges {
+        prefix: DEFAULT_EXCHANGE_PREFIX,
+        names: &EXCHANGES,
+    }),
+    serves_documents: false,
 };
