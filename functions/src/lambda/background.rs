@@ -5,9 +5,9 @@
 
 use super::Error;
 use crate::config::LambdaConfig;
+use shared::api::Api;
 use shared::events::amqp::AmqpSink;
 use shared::jobs::{self, Job, JobError, Publisher};
-use shared::api::Api;
 use shared::store::dynamodb::DynamoStore;
 use shared::time::Ts;
 use std::sync::Arc;

@@ -5,8 +5,9 @@
 use crate::common::*;
 use blackbox::burst::{due, held_deadline, seed};
 use blackbox::*;
+use functions::lambda::Function;
 use serde_json::{json, Value};
-use shared::jobs::declare::{DEADLINE_REAPER, EXPIRY_REAPER};
+use shared::jobs::declare::{Job, DEADLINE_REAPER, EXPIRY_REAPER};
 use shared::records::task::index;
 use shared::time::Ts;
 use std::time::{Duration, Instant};
@@ -114,6 +115,29 @@ where
     shape.invocations(handler) - before
 }
 
+/// Asserts that `passes` scheduled invocations of `job`, which took `took` to do all that was
+/// due, each used the passes' whole budget while work was due: at most the whole budgets in
+/// `took` and two (a pass that stopped early while work was due, or an instance killed
+/// past its timeout, would take more). How many invocations a burst takes depends on the
+/// store's pace (the hourly expiry is sized for 12,500 tasks in one 240 s budget, 52 a
+/// second; LocalStack here deleted 6.9 a second, 2026-11-27); BENCHMARKS gives the figures.
+fn assert_passes_use_their_budget(job: &'static Job, passes: usize, took: Duration) {
+    let timeout = Function::Job(job).spec().timeout_secs;
+    let budget = Duration::from_secs(timeout as u64).mul_f64(shared::jobs::BUDGET_SHARE);
+    // Whole budgets in the time taken, the one that finished the work, and one more whose
+    // firing may have begun as the work ended.
+    let most = (took.as_secs_f64() / budget.as_secs_f64()).floor() as usize + 2;
+    eprintln!(
+        "{}: {passes} invocations in {took:?} at a budget of {budget:?} each (at most {most})",
+        job.name
+    );
+    assert!(
+        passes <= most,
+        "{passes} invocations of {} in {took:?}",
+        job.name
+    );
+}
+
 #[tokio::test]
 async fn a_deadline_burst_resolves_within_two_scheduled_invocations() {
     if !shape_only() {
@@ -155,7 +179,7 @@ async fn a_deadline_burst_resolves_within_two_scheduled_invocations() {
 }
 
 #[tokio::test]
-async fn expired_tasks_are_deleted_within_two_scheduled_invocations() {
+async fn expired_tasks_are_deleted_by_invocations_that_use_their_whole_budget() {
     if !shape_only() {
         return;
     }
@@ -196,11 +220,12 @@ async fn expired_tasks_are_deleted_within_two_scheduled_invocations() {
         async move { due(&q, index::TASK_EXPIRY, Ts::now()).await == 0 }
     })
     .await;
+    let took = since.elapsed();
     eprintln!(
-        "{n} expired tasks deleted in {passes} scheduled invocations, {:?}",
-        since.elapsed()
+        "{n} expired tasks deleted in {passes} scheduled invocations, {took:?} ({:.1} a second)",
+        n as f64 / took.as_secs_f64()
     );
-    assert!(passes <= 2, "{passes} invocations");
+    assert_passes_use_their_budget(&EXPIRY_REAPER, passes, took);
 }
 
 /// A definition with a payload of `bytes` (6 KB is ordinary for Firefox's tasks).
