@@ -2,7 +2,10 @@
 use std::{env, fs, path::Path};
 
 fn main() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../schemas");
+    // Read when it runs, not when it was compiled: one build script may serve two checkouts
+    // that share a target directory.
+    let manifest = env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR");
+    let dir = Path::new(&manifest).join("../schemas");
     println!("cargo:rerun-if-changed={}", dir.display());
     let mut names: Vec<_> = fs::read_dir(&dir)
         .expect("schemas/ exists")

@@ -243,7 +243,7 @@ pub async fn start(cfg: ServerConfig, sink: Arc<dyn EventSink>) -> Result<Runnin
             Local::Publisher => continue,
         };
         // This process's resolutions stand for a stream's records.
-        let woken = match job.stream {
+        let woken = match job.streams {
             Some(_) => hints.dependents_waiting.clone(),
             None => Arc::new(Notify::new()),
         };
@@ -321,6 +321,7 @@ impl JobLoop {
             blobs: self.blobs.as_ref(),
             artifact_grace_ms: self.grace_ms,
             publisher: None,
+            scheduler: None,
         };
         loop {
             let notified = woken.notified();

@@ -1,7 +1,7 @@
-//! The functions that are not HTTP endpoints: the publisher and the dependency resolver on the
-//! tables' streams, the scheduled jobs, and the task-graph scheduler's consumer fed by Amazon
-//! MQ. Each reports partial batch failures, so that only what failed comes back, and only
-//! when trying again can help ([`JobError::is_retryable`]).
+//! The functions that are not HTTP endpoints: the background jobs ([`shared::jobs::JOBS`]),
+//! invoked by their schedules, their tables' streams or the broker (Amazon MQ), as each
+//! declares. A stream batch reports partial batch failures, so that only what failed comes
+//! back, and only when trying again can help ([`JobError::is_retryable`]).
 
 use super::Error;
 use crate::config::LambdaConfig;
@@ -24,127 +24,6 @@ fn amqp_sink(cfg: &LambdaConfig) -> Result<Arc<AmqpSink>, Error> {
         Some((name, pattern)) => sink.with_durable_queue(name, pattern),
         None => sink,
     }))
-}
-
-/// The task-graph scheduler's consumer: an Amazon MQ (RabbitMQ) event source mapping on the
-/// durable queue the publisher declares (`TCQ_SCHEDULER_QUEUE`) invokes it with batches of
-/// the queue's task-completed, task-failed and task-exception messages about the scheduler's
-/// tasks (`TCQ_SCHEDULER_ID`). The mapping acknowledges a batch only when the function
-/// succeeds; any failure redelivers the whole batch, which is safe because
-/// [`shared::scheduler::Scheduler::on_resolution`] is idempotent.
-pub async fn serve_task_graph_consumer(cfg: LambdaConfig) -> Result<(), Error> {
-    let api = Arc::new(super::api(&cfg).await?);
-    tracing::info!(scheduler_id = %api.scheduler.scheduler_id, "task-graph consumer");
-    lambda_runtime::run(lambda_runtime::service_fn(
-        move |event: lambda_runtime::LambdaEvent<serde_json::Value>| {
-            let api = api.clone();
-            async move {
-                let out = task_graph_batch(&api, &event.payload, Ts::now()).await;
-                api.queue.signal.flush(super::WAKEUP_FLUSH).await;
-                out.map_err(lambda_runtime::Error::from)
-            }
-        },
-    ))
-    .await
-}
-
-/// Handles one Amazon MQ for RabbitMQ event (`eventSource` `aws:rmq`):
-/// `{"rmqMessagesByQueue": {"<queue>::<vhost>": [{"basicProperties", "redelivered", "data"}]}}`
-/// with each body base64 in `data`. Each body is handed to the scheduler in order; the reply
-/// counts what happened. A body that is not base64 JSON can never succeed, so it is logged and
-/// skipped (a poison message must not block the queue); any other failure fails the whole
-/// batch (nothing is acknowledged; what was stored is found again on redelivery).
-pub async fn task_graph_batch(
-    api: &Api,
-    event: &serde_json::Value,
-    now: Ts,
-) -> Result<serde_json::Value, String> {
-    use base64::Engine as _;
-    if let Some(source) = event["eventSource"].as_str() {
-        if source != "aws:rmq" {
-            return Err(format!("not an Amazon MQ for RabbitMQ event: {source}"));
-        }
-    }
-    let (mut handled, mut ignored, mut skipped, mut total) = (0usize, 0usize, 0usize, 0usize);
-    let queues = event["rmqMessagesByQueue"]
-        .as_object()
-        .ok_or("no rmqMessagesByQueue in the event")?;
-    for (queue, messages) in queues {
-        for m in messages.as_array().map(Vec::as_slice).unwrap_or_default() {
-            total += 1;
-            let body = m["data"]
-                .as_str()
-                .ok_or_else(|| "no data".to_string())
-                .and_then(|d| {
-                    base64::engine::general_purpose::STANDARD
-                        .decode(d)
-                        .map_err(|e| format!("not base64: {e}"))
-                })
-                .and_then(|b| {
-                    serde_json::from_slice::<serde_json::Value>(&b)
-                        .map_err(|e| format!("not JSON: {e}"))
-                });
-            let body = match body {
-                Ok(body) => body,
-                Err(e) => {
-                    tracing::error!(%queue, error = %e, redelivered = %m["redelivered"], "skipping an undecodable message");
-                    skipped += 1;
-                    continue;
-                }
-            };
-            match api.scheduler.consume(&body, now).await {
-                Ok(shared::scheduler::Reaction::Handled) => handled += 1,
-                Ok(shared::scheduler::Reaction::Ignored) => ignored += 1,
-                Err(e) => {
-                    tracing::warn!(%queue, error = %e, "batch failed; the broker redelivers it");
-                    return Err(format!("scheduler: {e}"));
-                }
-            }
-        }
-    }
-    tracing::info!(
-        total,
-        handled,
-        ignored,
-        skipped,
-        "task-graph consumer batch"
-    );
-    Ok(serde_json::json!({
-        "messages": total, "handled": handled, "ignored": ignored, "skipped": skipped
-    }))
-}
-
-/// The publisher: DynamoDB Streams event sources on the tasks and task-graphs tables
-/// (NEW_IMAGE) invoke it with batches of changed items; it publishes their outbox events to
-/// RabbitMQ with confirms. A failed batch is reported as a partial batch failure from its
-/// first record, so Lambda retries it from there (at least once; order per task kept).
-pub async fn serve_publisher(cfg: LambdaConfig) -> Result<(), Error> {
-    let queue = super::api(&cfg).await?.queue;
-    let sink = amqp_sink(&cfg)?;
-    // Declares the exchanges and the scheduler's consumer queue at cold start (best effort:
-    // every publish connects again if needed).
-    // Within Lambda's 10 s init limit, whatever the broker does.
-    let init = std::time::Duration::from_secs(3);
-    if let Err(e) = sink.ensure_connected_within(init).await {
-        tracing::warn!(error = %e, "RabbitMQ not reachable at start; will retry on publish");
-    }
-    let publisher = Arc::new(Publisher::new(sink));
-    lambda_runtime::run(lambda_runtime::service_fn(
-        move |event: lambda_runtime::LambdaEvent<serde_json::Value>| {
-            let (queue, publisher) = (queue.clone(), publisher.clone());
-            async move {
-                let records = event.payload["Records"]
-                    .as_array()
-                    .cloned()
-                    .unwrap_or_default();
-                let result = publisher.stream(&queue, stream_images(&records)).await;
-                // Whatever failed, the batch is retried: its events are in the stream (or
-                // held in their outboxes), and retrying in order keeps their order.
-                stream_batch_reply(&records, result, true)
-            }
-        },
-    ))
-    .await
 }
 
 /// The new images of a DynamoDB Streams batch, as store items.
@@ -195,18 +74,51 @@ fn budget_of(ctx: &lambda_runtime::Context) -> jobs::Budget {
     jobs::Budget::share_of(std::time::Instant::now() + left)
 }
 
-/// Runs one scheduled job per EventBridge event, its passes repeated while work is due and
-/// [`jobs::BUDGET_SHARE`] of its time lasts (the next invocation continues where it stopped);
-/// the reply says what it did. A job with a stream also takes the stream's batches.
+/// What invoked a job's function.
+enum Invoked<'a> {
+    /// A batch of a table's stream (`Records`).
+    Stream(&'a [serde_json::Value]),
+    /// A batch of the broker's messages (`eventSource` `aws:rmq`).
+    Broker,
+    /// Its schedule (an EventBridge event), or a hand-made invocation.
+    Schedule,
+}
+
+impl<'a> Invoked<'a> {
+    fn of(event: &'a serde_json::Value) -> Invoked<'a> {
+        if let Some(records) = event["Records"].as_array() {
+            Invoked::Stream(records)
+        } else if event.get("rmqMessagesByQueue").is_some() || event["eventSource"] == "aws:rmq" {
+            Invoked::Broker
+        } else {
+            Invoked::Schedule
+        }
+    }
+}
+
+/// Runs a background job per invocation, as its declaration says: a stream's batch, the
+/// broker's, or its schedule's pass, repeated while work is due and [`jobs::BUDGET_SHARE`]
+/// of its time lasts (the next invocation continues where it stopped); the reply says what it
+/// did.
 pub async fn serve_job(cfg: LambdaConfig, job: &'static Job) -> Result<(), Error> {
     let api = Arc::new(super::api(&cfg).await?);
     let publisher = match job.publishes {
         true => {
             let sink = amqp_sink(&cfg)?;
+            // Declares the exchanges and the scheduler's consumer queue at cold start (best
+            // effort, within Lambda's 10 s init limit whatever the broker does: every publish
+            // connects again if needed).
+            let init = std::time::Duration::from_secs(3);
+            if let Err(e) = sink.ensure_connected_within(init).await {
+                tracing::warn!(error = %e, "RabbitMQ not reachable at start; will retry on publish");
+            }
             Some((sink.clone(), Arc::new(Publisher::new(sink))))
         }
         false => None,
     };
+    if job.broker.is_some() {
+        tracing::info!(scheduler_id = %api.scheduler.scheduler_id, "task-graph consumer");
+    }
     let grace = cfg.queue.artifact_expiry_grace_ms;
     lambda_runtime::run(lambda_runtime::service_fn(
         move |event: lambda_runtime::LambdaEvent<serde_json::Value>| {
@@ -234,21 +146,35 @@ async fn run_job(
 ) -> Result<serde_json::Value, Error> {
     let queue = &api.queue;
     let budget = budget_of(&event.context);
-    if let (Some(stream), Some(records)) = (&job.stream, event.payload["Records"].as_array()) {
-        let result = (stream.run)(queue, stream_images(records), Ts::now()).await;
-        return stream_batch_reply(records, result, false);
+    let ctx = jobs::declare::Context {
+        queue,
+        blobs: api.blobs.as_ref(),
+        artifact_grace_ms: grace,
+        publisher: publisher.as_ref().map(|(_, p)| p.as_ref()),
+        scheduler: Some(api.scheduler.as_ref()),
+    };
+    match Invoked::of(&event.payload) {
+        Invoked::Stream(_) if job.streams.is_none() => {
+            return Err(format!(
+                "{} reads no stream, but was given a batch of records",
+                job.name
+            )
+            .into());
+        }
+        Invoked::Stream(records) => {
+            let result = job.on_stream(&ctx, stream_images(records), Ts::now()).await;
+            return stream_batch_reply(records, result, job.retries_every_stream_failure());
+        }
+        Invoked::Broker => {
+            return Ok(job.on_broker(&ctx, &event.payload, Ts::now()).await?);
+        }
+        Invoked::Schedule => {}
     }
     if let Some((sink, _)) = &publisher {
         // Connecting declares the scheduler's consumer queue, so it exists within a minute
         // of a deployment even before any event is published.
         sink.ensure_connected().await?;
     }
-    let ctx = jobs::declare::Context {
-        queue,
-        blobs: api.blobs.as_ref(),
-        artifact_grace_ms: grace,
-        publisher: publisher.as_ref().map(|(_, p)| p.as_ref()),
-    };
     match job.run(&ctx, budget).await {
         Ok(n) => {
             tracing::info!(job = job.name, done = n, "scheduled pass");

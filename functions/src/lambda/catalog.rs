@@ -7,9 +7,6 @@
 use super::Function;
 use crate::env;
 use shared::api::declare::{Access, Need, Reservation, Verb};
-use shared::records::graph::TASK_GRAPHS;
-use shared::records::group::TASK_GROUPS;
-use shared::records::task::TASKS;
 
 /// Variables every function gets (the template's globals); [`LambdaConfig`] reads them.
 ///
@@ -148,10 +145,6 @@ fn union(needs: impl Iterator<Item = Need>) -> Vec<Need> {
     out
 }
 
-fn table(t: &'static str, a: Access) -> Need {
-    Need::Table(t, a)
-}
-
 impl Function {
     /// What the template needs to know of this function.
     pub fn spec(&self) -> Spec {
@@ -182,9 +175,18 @@ impl Function {
                     e.verb.method(),
                     e.route
                 );
-                let spec = base(what, timeout_secs(e.long_running), 256, e.needs.to_vec(), vec![route]);
+                let spec = base(
+                    what,
+                    timeout_secs(e.long_running),
+                    256,
+                    e.needs.to_vec(),
+                    vec![route],
+                );
                 match e.reservation {
-                    Some(Reservation { parameter, memory_mb }) => Spec {
+                    Some(Reservation {
+                        parameter,
+                        memory_mb,
+                    }) => Spec {
                         memory_mb,
                         env: WAITING_ENV,
                         reserved_concurrency: Some(parameter),
@@ -195,7 +197,10 @@ impl Function {
             }
             Function::Service(service) => {
                 let needs = union(service.endpoints().flat_map(|e| e.needs.iter().copied()));
-                let what = format!("The {} service (every route under {}/)", service.name, service.prefix);
+                let what = format!(
+                    "The {} service (every route under {}/)",
+                    service.name, service.prefix
+                );
                 let mut triggers = vec![Trigger::Prefix(service.prefix)];
                 if service.serves_documents {
                     // The deployment's schemas and references (`shared::api::references`) are
@@ -217,51 +222,36 @@ impl Function {
                 let timeout = timeout_secs(service.endpoints().any(|e| e.long_running));
                 base(what, timeout, 256, needs, triggers)
             }
-            Function::Publisher => Spec {
-                failures_to: Some("publisher-failures"),
-                env: BROKER_ENV,
-                ..base(
-                    "Publishes the events of the tasks and task-graphs tables' streams to RabbitMQ"
-                        .into(),
-                    60,
-                    512,
-                    vec![table(TASKS, Access::Write), table(TASK_GRAPHS, Access::Write)],
-                    [TASKS, TASK_GRAPHS]
-                        .map(|table| Trigger::Stream {
-                            table,
-                            marked_by: None,
-                            retries: 50,
-                        })
-                        .to_vec(),
-                )
-            },
             Function::Job(job) => {
-                let mut triggers = vec![Trigger::Schedule(job.rate)];
-                // A stream handles the work as it is written; the schedule stays as a sweep
-                // for what a failed batch left.
-                triggers.extend(job.stream.as_ref().map(|s| Trigger::Stream {
-                    table: s.table,
-                    marked_by: s.marked_by,
-                    retries: s.retries,
-                }));
+                // A stream or the broker hands it the work as it is written; a schedule
+                // sweeps (or is the whole trigger).
+                let mut triggers: Vec<Trigger> = job
+                    .schedule
+                    .iter()
+                    .map(|s| Trigger::Schedule(s.rate))
+                    .collect();
+                if let Some(streams) = &job.streams {
+                    triggers.extend(streams.from.iter().map(|s| Trigger::Stream {
+                        table: s.table,
+                        marked_by: s.marked_by,
+                        retries: s.retries,
+                    }));
+                }
+                if job.broker.is_some() {
+                    triggers.push(Trigger::Broker);
+                }
                 Spec {
-                    failures_to: Some("job-failures"),
+                    failures_to: job.failures_to,
                     env: if job.publishes { BROKER_ENV } else { &[] },
-                    ..base(job.about.into(), 300, 512, job.needs.to_vec(), triggers)
+                    ..base(
+                        job.about.into(),
+                        job.timeout_secs,
+                        job.memory_mb,
+                        job.needs.to_vec(),
+                        triggers,
+                    )
                 }
             }
-            Function::TaskGraphConsumer => base(
-                "The task-graph scheduler's consumer of task-completed, task-failed and task-exception"
-                    .into(),
-                120,
-                256,
-                vec![
-                    table(TASK_GRAPHS, Access::Write),
-                    table(TASKS, Access::Write),
-                    table(TASK_GROUPS, Access::Write),
-                ],
-                vec![Trigger::Broker],
-            ),
             // The same bundle as the local server's, from the binary: no bucket, no table.
             Function::Ui => base(
                 "The web inspector: its pages and assets, for every path no API route takes".into(),

@@ -36,12 +36,9 @@ pub enum Function {
     Endpoint(&'static Service, &'static Endpoint),
     /// A whole service (the auth service).
     Service(&'static Service),
-    /// The publisher, on the tables' streams.
-    Publisher,
-    /// A background job.
+    /// A background job: the publisher on the tables' streams, the scheduled ones, the
+    /// task-graph scheduler's consumer of the broker's resolution messages.
     Job(&'static Job),
-    /// The task-graph scheduler's consumer of resolution messages (Amazon MQ events).
-    TaskGraphConsumer,
     /// The web inspector: every request no API route takes (the HTTP API's `$default`).
     Ui,
 }
@@ -59,9 +56,7 @@ impl Function {
                 }
             }
         }
-        out.push(Function::Publisher);
         out.extend(JOBS.map(Function::Job));
-        out.push(Function::TaskGraphConsumer);
         out.push(Function::Ui);
         out
     }
@@ -75,9 +70,7 @@ impl Function {
                 Functions::One { handler } => handler.to_string(),
                 Functions::PerEndpoint { .. } => s.name.to_string(),
             },
-            Function::Publisher => "publisher".into(),
             Function::Job(j) => j.name.into(),
-            Function::TaskGraphConsumer => "taskGraphConsumer".into(),
             Function::Ui => "ui".into(),
         }
     }
@@ -219,9 +212,7 @@ pub async fn run(cfg: LambdaConfig) -> Result<(), Error> {
             let serves = function.serves().ok_or("not an HTTP function")?;
             http::serve(cfg, serves).await
         }
-        Function::Publisher => background::serve_publisher(cfg).await,
         Function::Job(job) => background::serve_job(cfg, job).await,
-        Function::TaskGraphConsumer => background::serve_task_graph_consumer(cfg).await,
         Function::Ui => http::serve_ui().await,
     }
 }

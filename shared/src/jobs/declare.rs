@@ -13,6 +13,7 @@ use crate::records::artifact::ARTIFACTS;
 use crate::records::graph::TASK_GRAPHS;
 use crate::records::group::TASK_GROUPS;
 use crate::records::task::{index, TASKS};
+use crate::scheduler::Scheduler;
 use crate::store::Item;
 use crate::time::Ts;
 use futures_util::future::BoxFuture;
@@ -27,6 +28,8 @@ pub struct Context<'a> {
     pub artifact_grace_ms: i64,
     /// The publisher of a job that [publishes](Job::publishes).
     pub publisher: Option<&'a Publisher>,
+    /// The task-graph scheduler, for a job fed by the [broker](Job::broker).
+    pub scheduler: Option<&'a Scheduler>,
 }
 
 /// One pass of a job at `now`: what it handled, and whether more is due.
@@ -36,7 +39,7 @@ pub type PassFn =
 /// A whole run of a job that repeats its own passes; what it handled.
 pub type WholeFn = for<'a> fn(&'a Context<'a>, Budget) -> BoxFuture<'a, Result<usize, JobError>>;
 
-/// How a job runs.
+/// How a scheduled job runs.
 pub enum Run {
     /// Its pass, repeated while work is due and the budget lasts.
     Repeat(PassFn),
@@ -44,8 +47,25 @@ pub enum Run {
     Whole(WholeFn),
 }
 
+/// A job that runs on a schedule.
+pub struct Schedule {
+    /// Its EventBridge schedule as deployed (the template parameter `<Name>Rate`'s default).
+    pub rate: &'static str,
+    /// What each firing runs.
+    pub run: Run,
+}
+
 /// A job's handling of a batch of a table's changed items (its stream, deployed) at `now`.
-pub type OnStream = for<'a> fn(&'a Queue, Vec<Item>, Ts) -> BoxFuture<'a, Result<usize, JobError>>;
+pub type OnStream =
+    for<'a> fn(&'a Context<'a>, Vec<Item>, Ts) -> BoxFuture<'a, Result<usize, JobError>>;
+
+/// A job's handling of a batch of the broker's messages (an Amazon MQ event) at `now`; the
+/// reply says what it did.
+pub type OnBroker = for<'a> fn(
+    &'a Context<'a>,
+    &'a serde_json::Value,
+    Ts,
+) -> BoxFuture<'a, Result<serde_json::Value, JobError>>;
 
 /// When the local server runs a job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,11 +74,13 @@ pub enum Local {
     Reapers,
     /// Every `artifact_reaper_interval_ms` (the hourly ones).
     Expiry,
-    /// Inside the publisher's loop, which sweeps the outboxes every second.
+    /// Inside the publisher's loop: it delivers the events this process writes (the streams'
+    /// stand-in), sweeps the outboxes every second and hands the resolutions to the
+    /// scheduler in process.
     Publisher,
 }
 
-/// A table's stream that triggers a job besides its schedule.
+/// A table's stream that triggers a job.
 #[derive(Debug)]
 pub struct Stream {
     /// The table.
@@ -67,8 +89,18 @@ pub struct Stream {
     pub marked_by: Option<&'static str>,
     /// Retries of a failing batch before its first record goes to the failure queue.
     pub retries: u32,
-    /// The job's handling of a batch. Locally the process's own writes stand for the stream:
-    /// the loop is woken when it resolves a task.
+}
+
+/// The tables' streams that trigger a job, and its handling of their batches.
+pub struct Streams {
+    /// The streams.
+    pub from: &'static [Stream],
+    /// True if their records are the only copy of what the job handles (the events of a
+    /// write): every failure is retried, and a function that falls behind its streams is
+    /// paged. Otherwise a failure that repeating cannot cure is logged and the batch
+    /// acknowledged, left to the job's schedule.
+    pub only_copy: bool,
+    /// The job's handling of a batch. Locally the process's own writes stand for the streams.
     pub run: OnStream,
 }
 
@@ -78,8 +110,13 @@ pub struct Job {
     pub name: &'static str,
     /// One line on what it does.
     pub about: &'static str,
-    /// Its EventBridge schedule as deployed (the template parameter `<Name>Rate`'s default).
-    pub rate: &'static str,
+    /// Its schedule as deployed, if it has one.
+    pub schedule: Option<Schedule>,
+    /// The tables' streams that trigger it, if any.
+    pub streams: Option<Streams>,
+    /// Its handling of the task-graph scheduler's durable queue on the broker, if the broker
+    /// triggers it.
+    pub broker: Option<OnBroker>,
     /// When the local server runs it.
     pub local: Local,
     /// The tables and buckets it uses.
@@ -87,19 +124,61 @@ pub struct Job {
     /// True if it publishes events: its function gets the broker's variables and a
     /// [`Publisher`].
     pub publishes: bool,
-    /// A stream that also triggers it.
-    pub stream: Option<Stream>,
-    /// How it runs.
-    pub work: Run,
+    /// Its function's timeout as deployed, in seconds.
+    pub timeout_secs: u32,
+    /// Its function's memory as deployed, in MB.
+    pub memory_mb: u32,
+    /// The SQS queue (of `infra/resources.json`) its failed work is recorded in, if any.
+    pub failures_to: Option<&'static str>,
 }
 
 impl Job {
-    /// Runs the job once within `budget`: its pass while work is due and the budget lasts;
-    /// what it handled.
+    /// Runs the job's scheduled work once within `budget`: its pass while work is due and the
+    /// budget lasts; what it handled.
     pub async fn run(&self, c: &Context<'_>, budget: Budget) -> Result<usize, JobError> {
-        match self.work {
+        let Some(schedule) = &self.schedule else {
+            return Err(JobError::Event(format!(
+                "{} runs on no schedule",
+                self.name
+            )));
+        };
+        match schedule.run {
             Run::Repeat(pass) => repeat(budget, || pass(c, Ts::now(), &budget)).await,
             Run::Whole(whole) => whole(c, budget).await,
+        }
+    }
+
+    /// Handles a batch of its streams' changed items.
+    pub async fn on_stream(
+        &self,
+        c: &Context<'_>,
+        items: Vec<Item>,
+        now: Ts,
+    ) -> Result<usize, JobError> {
+        match &self.streams {
+            Some(streams) => (streams.run)(c, items, now).await,
+            None => Err(JobError::Event(format!("{} reads no stream", self.name))),
+        }
+    }
+
+    /// True if every failure of a stream batch is to be retried (see [`Streams::only_copy`]).
+    pub fn retries_every_stream_failure(&self) -> bool {
+        self.streams.as_ref().is_some_and(|s| s.only_copy)
+    }
+
+    /// Handles a batch of the broker's messages.
+    pub async fn on_broker(
+        &self,
+        c: &Context<'_>,
+        event: &serde_json::Value,
+        now: Ts,
+    ) -> Result<serde_json::Value, JobError> {
+        match self.broker {
+            Some(run) => run(c, event, now).await,
+            None => Err(JobError::Event(format!(
+                "{} reads no broker queue",
+                self.name
+            ))),
         }
     }
 }
@@ -116,88 +195,154 @@ impl PartialEq for Job {
     }
 }
 
+/// A scheduled job's limits: five minutes (it stops at its budget and the next firing
+/// continues), 512 MB, failures recorded in `job-failures`.
+const SCHEDULED_SECS: u32 = 300;
+const SCHEDULED_MB: u32 = 512;
+const JOB_FAILURES: Option<&str> = Some("job-failures");
+
 const TASKS_AND_GROUPS: &[Need] = &[
     Need::Table(TASKS, Access::Write),
     Need::Table(TASK_GROUPS, Access::Write),
 ];
 
-/// Expires claims whose `takenUntil` passed.
-pub static CLAIM_REAPER: Job = Job {
-    name: "claimReaper",
-    about: "Resolves runs whose claim expired",
-    rate: "rate(1 minute)",
-    local: Local::Reapers,
-    needs: TASKS_AND_GROUPS,
-    publishes: false,
-    stream: None,
-    work: Run::Repeat(|c, now, budget| Box::pin(c.queue.reap_claims_once(now, BATCH, budget))),
+/// A job on a schedule only, with the scheduled jobs' limits.
+const fn scheduled(
+    name: &'static str,
+    about: &'static str,
+    rate: &'static str,
+    local: Local,
+    needs: &'static [Need],
+    run: Run,
+) -> Job {
+    Job {
+        name,
+        about,
+        schedule: Some(Schedule { rate, run }),
+        streams: None,
+        broker: None,
+        local,
+        needs,
+        publishes: false,
+        timeout_secs: SCHEDULED_SECS,
+        memory_mb: SCHEDULED_MB,
+        failures_to: JOB_FAILURES,
+    }
+}
+
+const TASKS_AND_GRAPHS: &[Need] = &[
+    Need::Table(TASKS, Access::Write),
+    Need::Table(TASK_GRAPHS, Access::Write),
+];
+
+/// Publishes the events of the tasks and task-graphs tables' streams to RabbitMQ, with
+/// confirms. A failed batch is retried from its first record (at least once; order per task
+/// kept): its events are in the stream, or held in their outboxes for the sweeper.
+pub static PUBLISHER: Job = Job {
+    name: "publisher",
+    about: "Publishes the events of the tasks and task-graphs tables' streams to RabbitMQ",
+    schedule: None,
+    streams: Some(Streams {
+        from: &[
+            Stream {
+                table: TASKS,
+                marked_by: None,
+                retries: 50,
+            },
+            Stream {
+                table: TASK_GRAPHS,
+                marked_by: None,
+                retries: 50,
+            },
+        ],
+        only_copy: true,
+        run: |c, images, _| {
+            Box::pin(async move {
+                let publisher = c.publisher.ok_or(JobError::NoPublisher)?;
+                publisher.stream(c.queue, images).await
+            })
+        },
+    }),
+    broker: None,
+    local: Local::Publisher,
+    needs: TASKS_AND_GRAPHS,
+    publishes: true,
+    timeout_secs: 60,
+    memory_mb: 512,
+    failures_to: Some("publisher-failures"),
 };
 
+/// Expires claims whose `takenUntil` passed.
+pub static CLAIM_REAPER: Job = scheduled(
+    "claimReaper",
+    "Resolves runs whose claim expired",
+    "rate(1 minute)",
+    Local::Reapers,
+    TASKS_AND_GROUPS,
+    Run::Repeat(|c, now, budget| Box::pin(c.queue.reap_claims_once(now, BATCH, budget))),
+);
+
 /// Resolves tasks whose deadline passed.
-pub static DEADLINE_REAPER: Job = Job {
-    name: "deadlineReaper",
-    about: "Resolves tasks whose deadline passed",
-    rate: "rate(1 minute)",
-    local: Local::Reapers,
-    needs: TASKS_AND_GROUPS,
-    publishes: false,
-    stream: None,
-    work: Run::Repeat(|c, now, budget| Box::pin(c.queue.reap_deadlines_once(now, BATCH, budget))),
-};
+pub static DEADLINE_REAPER: Job = scheduled(
+    "deadlineReaper",
+    "Resolves tasks whose deadline passed",
+    "rate(1 minute)",
+    Local::Reapers,
+    TASKS_AND_GROUPS,
+    Run::Repeat(|c, now, budget| Box::pin(c.queue.reap_deadlines_once(now, BATCH, budget))),
+);
 
 /// Makes the dependents of resolved tasks pending: as resolutions are written (the tasks
 /// table's stream), and on a schedule for what a failed batch left marked.
 pub static DEPENDENCY_RESOLVER: Job = Job {
-    name: "dependencyResolver",
-    about: "Makes dependents of resolved tasks pending",
-    rate: "rate(1 minute)",
-    local: Local::Reapers,
-    needs: TASKS_AND_GROUPS,
-    publishes: false,
-    stream: Some(Stream {
-        table: TASKS,
-        marked_by: Some(index::RESOLVED),
-        retries: 10,
-        run: |queue, images, now| Box::pin(super::dependencies_of(queue, images, now)),
+    streams: Some(Streams {
+        from: &[Stream {
+            table: TASKS,
+            marked_by: Some(index::RESOLVED),
+            retries: 10,
+        }],
+        only_copy: false,
+        run: |c, images, now| Box::pin(super::dependencies_of(c.queue, images, now)),
     }),
-    work: Run::Repeat(|c, now, budget| {
-        Box::pin(c.queue.resolve_dependents_once(now, BATCH, budget))
-    }),
+    ..scheduled(
+        "dependencyResolver",
+        "Makes dependents of resolved tasks pending",
+        "rate(1 minute)",
+        Local::Reapers,
+        TASKS_AND_GROUPS,
+        Run::Repeat(|c, now, budget| Box::pin(c.queue.resolve_dependents_once(now, BATCH, budget))),
+    )
 };
 
 /// Publishes the events the stream publisher left in outboxes.
 pub static OUTBOX_SWEEPER: Job = Job {
-    name: "outboxSweeper",
-    about: "Publishes events the stream publisher left behind",
-    rate: "rate(5 minutes)",
-    local: Local::Publisher,
-    needs: &[
-        Need::Table(TASKS, Access::Write),
-        Need::Table(TASK_GRAPHS, Access::Write),
-    ],
     publishes: true,
-    stream: None,
-    work: Run::Whole(|c, budget| {
-        Box::pin(async move {
-            let publisher = c.publisher.ok_or(JobError::NoPublisher)?;
-            publisher.sweep(c.queue, &|_| false, budget).await
-        })
-    }),
+    ..scheduled(
+        "outboxSweeper",
+        "Publishes events the stream publisher left behind",
+        "rate(5 minutes)",
+        Local::Publisher,
+        TASKS_AND_GRAPHS,
+        Run::Whole(|c, budget| {
+            Box::pin(async move {
+                let publisher = c.publisher.ok_or(JobError::NoPublisher)?;
+                publisher.sweep(c.queue, &|_| false, budget).await
+            })
+        }),
+    )
 };
 
 /// Deletes expired artifacts: their objects, then their rows.
-pub static ARTIFACT_REAPER: Job = Job {
-    name: "artifactReaper",
-    about: "Deletes expired artifacts (objects, then rows)",
-    rate: "rate(1 hour)",
-    local: Local::Expiry,
-    needs: &[
+pub static ARTIFACT_REAPER: Job = scheduled(
+    "artifactReaper",
+    "Deletes expired artifacts (objects, then rows)",
+    "rate(1 hour)",
+    Local::Expiry,
+    &[
         Need::Table(ARTIFACTS, Access::Write),
         Need::Buckets(Access::Write),
     ],
-    publishes: false,
-    stream: None,
-    work: Run::Repeat(|c, now, budget| {
+    Run::Repeat(|c, now, budget| {
         Box::pin(c.queue.expire_artifacts_once(
             c.blobs,
             now.plus(-c.artifact_grace_ms),
@@ -205,32 +350,60 @@ pub static ARTIFACT_REAPER: Job = Job {
             budget,
         ))
     }),
-};
+);
 
 /// Deletes expired tasks, dependency edges and task groups.
-pub static EXPIRY_REAPER: Job = Job {
-    name: "expiryReaper",
-    about: "Deletes expired tasks, dependency edges and task groups",
-    rate: "rate(1 hour)",
-    local: Local::Expiry,
-    needs: &[
+pub static EXPIRY_REAPER: Job = scheduled(
+    "expiryReaper",
+    "Deletes expired tasks, dependency edges and task groups",
+    "rate(1 hour)",
+    Local::Expiry,
+    &[
         Need::Table(TASKS, Access::Write),
         Need::Table(TASK_GROUPS, Access::Write),
         Need::Table(ARTIFACTS, Access::Write),
     ],
+    Run::Repeat(|c, now, budget| Box::pin(c.queue.expire_once(now, BATCH, budget))),
+);
+
+/// The task-graph scheduler's consumer: an Amazon MQ (RabbitMQ) event source mapping on the
+/// durable queue the publishers declare invokes it with batches of the resolution messages
+/// about the scheduler's tasks. The mapping acknowledges a batch only when the function
+/// succeeds; any failure redelivers the whole batch, which is safe because the scheduler's
+/// handling of a resolution is idempotent.
+pub static TASK_GRAPH_CONSUMER: Job = Job {
+    name: "taskGraphConsumer",
+    about: "The task-graph scheduler's consumer of task-completed, task-failed and task-exception",
+    schedule: None,
+    streams: None,
+    broker: Some(|c, event, now| {
+        Box::pin(async move {
+            let scheduler = c.scheduler.ok_or(JobError::NoScheduler)?;
+            super::resolution_batch(scheduler, event, now).await
+        })
+    }),
+    local: Local::Publisher,
+    needs: &[
+        Need::Table(TASK_GRAPHS, Access::Write),
+        Need::Table(TASKS, Access::Write),
+        Need::Table(TASK_GROUPS, Access::Write),
+    ],
     publishes: false,
-    stream: None,
-    work: Run::Repeat(|c, now, budget| Box::pin(c.queue.expire_once(now, BATCH, budget))),
+    timeout_secs: 120,
+    memory_mb: 256,
+    failures_to: None,
 };
 
-/// Every job.
-pub static JOBS: [&Job; 6] = [
+/// Every job, in the order of the stack's functions.
+pub static JOBS: [&Job; 8] = [
+    &PUBLISHER,
     &CLAIM_REAPER,
     &DEADLINE_REAPER,
     &DEPENDENCY_RESOLVER,
     &OUTBOX_SWEEPER,
     &ARTIFACT_REAPER,
     &EXPIRY_REAPER,
+    &TASK_GRAPH_CONSUMER,
 ];
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ use crate::time::Ts;
 use std::sync::Arc;
 
 pub mod declare;
+use crate::scheduler::{Reaction, Scheduler};
 pub use declare::{Job, JOBS};
 
 /// Items each pass handles per shard.
@@ -55,6 +56,12 @@ pub enum JobError {
     /// A job that publishes was run without a publisher (a bug in its caller).
     #[error("the job publishes events, but was given no publisher")]
     NoPublisher,
+    /// A job fed by the broker was run without the scheduler (a bug in its caller).
+    #[error("the job feeds the task-graph scheduler, but was given none")]
+    NoScheduler,
+    /// The job was invoked by an event it does not take, or one it cannot read.
+    #[error("{0}")]
+    Event(String),
 }
 
 impl JobError {
@@ -66,7 +73,7 @@ impl JobError {
             JobError::Queue(e) => e.is_retryable(),
             JobError::Drain(DrainError::Sink(_)) => true,
             JobError::Drain(DrainError::Store(e)) => e.is_transient() || e.is_condition_failed(),
-            JobError::NoPublisher => false,
+            JobError::NoPublisher | JobError::NoScheduler | JobError::Event(_) => false,
         }
     }
 }
@@ -247,4 +254,76 @@ impl Publisher {
         .await?;
         Ok(delivered(tasks) + delivered(graphs))
     }
+}
+
+/// Handles one Amazon MQ for RabbitMQ event (`eventSource` `aws:rmq`):
+/// `{"rmqMessagesByQueue": {"<queue>::<vhost>": [{"basicProperties", "redelivered", "data"}]}}`
+/// with each body base64 in `data`. Each body is handed to the scheduler in order; the reply
+/// counts what happened (`messages`, `handled`, `ignored`, `skipped`). A body that is not
+/// base64 JSON can never succeed, so it is logged and skipped (a poison message must not
+/// block the queue); any other failure fails the whole batch (nothing is acknowledged; what
+/// was stored is found again on redelivery).
+///
+/// The event is read as JSON rather than as `aws_lambda_events`' type: Amazon MQ sends
+/// `"priority": null`, which that type's `u8` refuses (aws/aws-lambda-dotnet#1562).
+pub async fn resolution_batch(
+    scheduler: &Scheduler,
+    event: &serde_json::Value,
+    now: Ts,
+) -> Result<serde_json::Value, JobError> {
+    use base64::Engine as _;
+    if let Some(source) = event["eventSource"].as_str() {
+        if source != "aws:rmq" {
+            return Err(JobError::Event(format!(
+                "not an Amazon MQ for RabbitMQ event: {source}"
+            )));
+        }
+    }
+    let (mut handled, mut ignored, mut skipped, mut total) = (0usize, 0usize, 0usize, 0usize);
+    let queues = event["rmqMessagesByQueue"]
+        .as_object()
+        .ok_or_else(|| JobError::Event("no rmqMessagesByQueue in the event".into()))?;
+    for (queue, messages) in queues {
+        for m in messages.as_array().map(Vec::as_slice).unwrap_or_default() {
+            total += 1;
+            let body = m["data"]
+                .as_str()
+                .ok_or_else(|| "no data".to_string())
+                .and_then(|d| {
+                    base64::engine::general_purpose::STANDARD
+                        .decode(d)
+                        .map_err(|e| format!("not base64: {e}"))
+                })
+                .and_then(|b| {
+                    serde_json::from_slice::<serde_json::Value>(&b)
+                        .map_err(|e| format!("not JSON: {e}"))
+                });
+            let body = match body {
+                Ok(body) => body,
+                Err(e) => {
+                    tracing::error!(%queue, error = %e, redelivered = %m["redelivered"], "skipping an undecodable message");
+                    skipped += 1;
+                    continue;
+                }
+            };
+            match scheduler.consume(&body, now).await {
+                Ok(Reaction::Handled) => handled += 1,
+                Ok(Reaction::Ignored) => ignored += 1,
+                Err(e) => {
+                    tracing::warn!(%queue, error = %e, "batch failed; the broker redelivers it");
+                    return Err(e.into());
+                }
+            }
+        }
+    }
+    tracing::info!(
+        total,
+        handled,
+        ignored,
+        skipped,
+        "task-graph consumer batch"
+    );
+    Ok(serde_json::json!({
+        "messages": total, "handled": handled, "ignored": ignored, "skipped": skipped
+    }))
 }

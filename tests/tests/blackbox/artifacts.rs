@@ -659,6 +659,7 @@ async fn the_expiry_reaper_removes_rows_and_objects() {
         blobs: blobs.as_ref(),
         artifact_grace_ms: grace,
         publisher: None,
+        scheduler: None,
     };
     let (grace, none) = (
         with_grace(shared::queue::artifacts::EXPIRY_GRACE_MS),

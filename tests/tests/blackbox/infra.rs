@@ -938,7 +938,7 @@ fn template() -> Value {
         }
         res.insert(id.clone(), f);
         function_alarms(&mut res, &id);
-        if matches!(spec.function, Function::Publisher) {
+        if matches!(spec.function, Function::Job(j) if j.retries_every_stream_failure()) {
             // Where each write stores only its own events, those of a write live only in its
             // stream record until published (or held by a failing publisher): a publisher
             // that falls behind by an hour is paged long before the stream's 24-hour
@@ -1774,7 +1774,9 @@ fn policies_grant_only_what_each_function_needs() {
         let buckets = policies
             .iter()
             .any(|p| p.get("S3CrudPolicy").or(p.get("S3ReadPolicy")).is_some());
-        use shared::jobs::declare::{ARTIFACT_REAPER, OUTBOX_SWEEPER};
+        use shared::jobs::declare::{
+            ARTIFACT_REAPER, OUTBOX_SWEEPER, PUBLISHER, TASK_GRAPH_CONSUMER,
+        };
         let job_is = |job| matches!(function, Function::Job(j) if j == job);
         let artifacts = job_is(&ARTIFACT_REAPER)
             || matches!(function, Function::Endpoint(_, e) if e.route.contains("/artifacts/")
@@ -1788,7 +1790,8 @@ fn policies_grant_only_what_each_function_needs() {
             .any(|p| p.to_string().contains("\"TaskGraphsTable\""));
         let scheduler = matches!(function, Function::Endpoint(s, e) if s.name == "scheduler"
                 && e.route.contains('<'))
-            || matches!(function, Function::TaskGraphConsumer | Function::Publisher)
+            || job_is(&TASK_GRAPH_CONSUMER)
+            || job_is(&PUBLISHER)
             || job_is(&OUTBOX_SWEEPER);
         assert_eq!(graphs, scheduler, "{id}");
         // Every function reads the queue's token, but the inspector's, which holds nothing

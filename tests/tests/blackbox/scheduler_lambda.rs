@@ -9,7 +9,7 @@
 //! and hands it to the consumer, acknowledging only after it succeeded, as the mapping does.
 //! On LocalStack the consumer is the real `task-graph-consumer` binary run through the Runtime
 //! API emulator over the server's DynamoDB tables; on SQLite (where a function binary cannot
-//! reach the server's database) the same handler, `functions::lambda::background::task_graph_batch`, runs
+//! reach the server's database) the same handling, `shared::jobs::resolution_batch`, runs
 //! in process over the server's API.
 
 use crate::common::*;
@@ -45,9 +45,9 @@ impl Consumer {
         match self {
             Consumer::Binary { rt, .. } => rt.invoke(event.clone(), Duration::from_secs(60)).await,
             Consumer::InProcess(api) => {
-                functions::lambda::background::task_graph_batch(api, event, shared::time::Ts::now())
+                shared::jobs::resolution_batch(&api.scheduler, event, shared::time::Ts::now())
                     .await
-                    .map_err(Value::String)
+                    .map_err(|e| Value::String(e.to_string()))
             }
         }
     }
