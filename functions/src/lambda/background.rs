@@ -5,10 +5,13 @@
 
 use super::Error;
 use crate::config::LambdaConfig;
+use aws_lambda_events::event::dynamodb::{Event as StreamEvent, EventRecord};
+use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
+use serde_dynamo::AttributeValue;
 use shared::api::Api;
 use shared::events::amqp::AmqpSink;
 use shared::jobs::{self, Job, JobError, Publisher};
-use shared::store::dynamodb::DynamoStore;
+use shared::store::dynamodb::{DynamoStore, ImageData};
 use shared::time::Ts;
 use std::sync::Arc;
 
@@ -26,11 +29,30 @@ fn amqp_sink(cfg: &LambdaConfig) -> Result<Arc<AmqpSink>, Error> {
     }))
 }
 
+/// The store item of a stream record's new image, or `None` if it is not one of ours.
+fn stream_item(image: &serde_dynamo::Item) -> Option<shared::store::Item> {
+    let attrs = image.inner();
+    let text = |k: &str| match attrs.get(k) {
+        Some(AttributeValue::S(s)) => Some(s.as_str()),
+        _ => None,
+    };
+    let version = match attrs.get("v") {
+        Some(AttributeValue::N(n)) => n.parse().ok()?,
+        _ => return None,
+    };
+    let data = match attrs.get("d") {
+        Some(AttributeValue::B(bytes)) => ImageData::Deflated(bytes),
+        Some(AttributeValue::S(json)) => ImageData::Json(json),
+        _ => return None,
+    };
+    DynamoStore::item_from_image(text("pk")?, text("sk")?, version, data)
+}
+
 /// The new images of a DynamoDB Streams batch, as store items.
-fn stream_images(records: &[serde_json::Value]) -> Vec<shared::store::Item> {
+fn stream_images(records: &[EventRecord]) -> Vec<shared::store::Item> {
     records
         .iter()
-        .filter_map(|r| DynamoStore::item_from_stream_image(&r["dynamodb"]["NewImage"]))
+        .filter_map(|r| stream_item(&r.change.new_image))
         .collect()
 }
 
@@ -39,29 +61,28 @@ fn stream_images(records: &[serde_json::Value]) -> Vec<shared::store::Item> {
 /// order (handling a record twice changes nothing); a failure that repeating cannot cure is
 /// logged and the batch acknowledged: what it left is held for the scheduled pass.
 fn stream_batch_reply(
-    records: &[serde_json::Value],
+    records: &[EventRecord],
     result: Result<usize, JobError>,
     always_retry: bool,
-) -> Result<serde_json::Value, Error> {
-    let failures = match result {
-        Ok(n) => {
-            tracing::info!(records = records.len(), handled = n, "stream batch");
-            vec![]
-        }
+) -> Result<DynamoDbEventResponse, Error> {
+    let mut reply = DynamoDbEventResponse::default();
+    match result {
+        Ok(n) => tracing::info!(records = records.len(), handled = n, "stream batch"),
         Err(e) if always_retry || e.is_retryable() => {
             tracing::warn!(error = %e, "stream batch failed; Lambda retries it");
             let first = records
                 .first()
-                .and_then(|r| r["dynamodb"]["SequenceNumber"].as_str())
+                .and_then(|r| r.change.sequence_number.clone())
                 .ok_or_else(|| Error::from(e.to_string()))?;
-            vec![serde_json::json!({ "itemIdentifier": first })]
+            let mut failure = DynamoDbBatchItemFailure::default();
+            failure.item_identifier = Some(first);
+            reply.batch_item_failures.push(failure);
         }
         Err(e) => {
-            tracing::error!(error = %e, "stream batch failed for good; left to the scheduled pass");
-            vec![]
+            tracing::error!(error = %e, "stream batch failed for good; left to the scheduled pass")
         }
-    };
-    Ok(serde_json::json!({ "batchItemFailures": failures }))
+    }
+    Ok(reply)
 }
 
 /// [`jobs::BUDGET_SHARE`] of what is left of an invocation (its deadline, from the runtime).
@@ -75,19 +96,21 @@ fn budget_of(ctx: &lambda_runtime::Context) -> jobs::Budget {
 }
 
 /// What invoked a job's function.
-enum Invoked<'a> {
+enum Invoked {
     /// A batch of a table's stream (`Records`).
-    Stream(&'a [serde_json::Value]),
-    /// A batch of the broker's messages (`eventSource` `aws:rmq`).
+    Stream,
+    /// A batch of the broker's messages (`eventSource` `aws:rmq`), read as JSON (see
+    /// [`jobs::resolution_batch`]).
     Broker,
-    /// Its schedule (an EventBridge event), or a hand-made invocation.
+    /// Its schedule (an EventBridge event, of which nothing is read), or a hand-made
+    /// invocation.
     Schedule,
 }
 
-impl<'a> Invoked<'a> {
-    fn of(event: &'a serde_json::Value) -> Invoked<'a> {
-        if let Some(records) = event["Records"].as_array() {
-            Invoked::Stream(records)
+impl Invoked {
+    fn of(event: &serde_json::Value) -> Invoked {
+        if event.get("Records").is_some() {
+            Invoked::Stream
         } else if event.get("rmqMessagesByQueue").is_some() || event["eventSource"] == "aws:rmq" {
             Invoked::Broker
         } else {
@@ -154,16 +177,20 @@ async fn run_job(
         scheduler: Some(api.scheduler.as_ref()),
     };
     match Invoked::of(&event.payload) {
-        Invoked::Stream(_) if job.streams.is_none() => {
+        Invoked::Stream if job.streams.is_none() => {
             return Err(format!(
                 "{} reads no stream, but was given a batch of records",
                 job.name
             )
             .into());
         }
-        Invoked::Stream(records) => {
+        Invoked::Stream => {
+            let event: StreamEvent = serde_json::from_value(event.payload)
+                .map_err(|e| format!("not a DynamoDB stream event: {e}"))?;
+            let records = &event.records;
             let result = job.on_stream(&ctx, stream_images(records), Ts::now()).await;
-            return stream_batch_reply(records, result, job.retries_every_stream_failure());
+            let reply = stream_batch_reply(records, result, job.retries_every_stream_failure())?;
+            return Ok(serde_json::to_value(reply)?);
         }
         Invoked::Broker => {
             return Ok(job.on_broker(&ctx, &event.payload, Ts::now()).await?);
@@ -188,5 +215,81 @@ async fn run_job(
             }
             Err(e.into())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A stream batch as Lambda hands it over (every field AWS always sends).
+    fn batch(images: &[serde_json::Value]) -> StreamEvent {
+        let records: Vec<_> = images
+            .iter()
+            .enumerate()
+            .map(|(i, image)| {
+                json!({
+                    "awsRegion": "us-east-1", "eventID": i.to_string(), "eventName": "MODIFY",
+                    "eventSource": "aws:dynamodb", "eventVersion": "1.1",
+                    "dynamodb": {
+                        "ApproximateCreationDateTime": 1_764_000_000.0,
+                        "NewImage": image, "SequenceNumber": format!("{}", 100 + i),
+                        "SizeBytes": 300, "StreamViewType": "NEW_IMAGE"
+                    }
+                })
+            })
+            .collect();
+        serde_json::from_value(json!({ "Records": records })).expect("a stream event")
+    }
+
+    #[test]
+    fn stream_images_are_read_as_items_and_others_left_out() {
+        let ours = json!({
+            "pk": { "S": "task-1" }, "sk": { "S": "status" }, "v": { "N": "7" },
+            "d": { "S": "{\"state\":\"pending\"}" }
+        });
+        // Not deflated data, and no version: not items this code wrote.
+        let garbled = json!({
+            "pk": { "S": "task-2" }, "sk": { "S": "status" }, "v": { "N": "1" },
+            "d": { "B": "bm90IGRlZmxhdGVk" }
+        });
+        let unversioned = json!({ "pk": { "S": "task-3" }, "sk": { "S": "status" } });
+        let event = batch(&[ours, garbled, unversioned]);
+        let items = stream_images(&event.records);
+        assert_eq!(items.len(), 1);
+        assert_eq!((items[0].pk.as_str(), items[0].version), ("task-1", 7));
+        assert_eq!(items[0].data, json!({ "state": "pending" }));
+    }
+
+    #[test]
+    fn a_failed_batch_is_retried_from_its_first_record_unless_retrying_cannot_help() {
+        let event = batch(&[json!({}), json!({})]);
+        let retryable = || {
+            let down = shared::events::SinkError::new("down");
+            Err(JobError::Drain(shared::events::drain::DrainError::Sink(
+                down,
+            )))
+        };
+        let reply = stream_batch_reply(&event.records, retryable(), false).expect("a reply");
+        assert_eq!(
+            serde_json::to_value(reply).expect("JSON"),
+            json!({ "batchItemFailures": [{ "itemIdentifier": "100" }] })
+        );
+        let reply =
+            stream_batch_reply(&event.records, Err(JobError::NoPublisher), false).expect("a reply");
+        assert!(
+            reply.batch_item_failures.is_empty(),
+            "a bug is left to the schedule"
+        );
+        let reply =
+            stream_batch_reply(&event.records, Err(JobError::NoPublisher), true).expect("a reply");
+        assert_eq!(
+            reply.batch_item_failures.len(),
+            1,
+            "unless every failure is retried"
+        );
+        let reply = stream_batch_reply(&event.records, Ok(2), false).expect("a reply");
+        assert!(reply.batch_item_failures.is_empty());
     }
 }

@@ -299,7 +299,10 @@ mod tests {
     fn the_auth_service_writes_its_table() {
         let auth = specs()
             .into_iter()
-            .find(|s| s.function.handler() == "auth")
+            .find(|s| {
+                matches!(s.function, Function::Service(svc)
+                    if std::ptr::eq(svc, &shared::api::auth_service::AUTH))
+            })
             .expect("auth");
         assert_eq!(auth.needs, vec![Need::Table(AUTH, Access::Write)]);
     }

@@ -43,6 +43,15 @@ pub struct Usage {
     pub writes_by_target: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
 }
 
+/// The data attribute `d` of a stream record's image, as stored: deflated JSON (binary), or
+/// JSON text (items written before compression, or by hand).
+pub enum ImageData<'a> {
+    /// Deflated JSON bytes (a `B` attribute, already decoded from base64).
+    Deflated(&'a [u8]),
+    /// JSON text (an `S` attribute).
+    Json(&'a str),
+}
+
 /// DynamoDB-backed [`Store`].
 #[derive(Clone)]
 pub struct DynamoStore {
@@ -294,24 +303,17 @@ impl DynamoStore {
         })
     }
 
-    /// The item in a DynamoDB Streams record's `NewImage` (the JSON form a Lambda receives,
-    /// `{"pk": {"S": ..}, "v": {"N": ..}, ..}`), or `None` if it is not one of ours.
-    pub fn item_from_stream_image(image: &serde_json::Value) -> Option<Item> {
-        use base64::Engine as _;
-        let text = |k: &str| image[k]["S"].as_str();
-        let data = match (image["d"]["B"].as_str(), text("d")) {
-            // Lambda hands binary attributes over base64-encoded.
-            (Some(b64), _) => {
-                let bytes = base64::engine::general_purpose::STANDARD.decode(b64).ok()?;
-                serde_json::from_slice(&inflate(&bytes).ok()?).ok()?
-            }
-            (None, Some(json)) => serde_json::from_str(json).ok()?,
-            (None, None) => return None,
+    /// The item of a stream record's image (`NewImage`): its key, its version `v` and its
+    /// data `d`, or `None` if the data cannot be read.
+    pub fn item_from_image(pk: &str, sk: &str, version: u64, data: ImageData<'_>) -> Option<Item> {
+        let data = match data {
+            ImageData::Deflated(bytes) => serde_json::from_slice(&inflate(bytes).ok()?).ok()?,
+            ImageData::Json(text) => serde_json::from_str(text).ok()?,
         };
         Some(Item {
-            pk: text("pk")?.to_string(),
-            sk: text("sk")?.to_string(),
-            version: image["v"]["N"].as_str()?.parse().ok()?,
+            pk: pk.to_string(),
+            sk: sk.to_string(),
+            version,
             data,
             indexes: vec![],
         })

@@ -1781,14 +1781,16 @@ fn policies_grant_only_what_each_function_needs() {
         let artifacts = job_is(&ARTIFACT_REAPER)
             || matches!(function, Function::Endpoint(_, e) if e.route.contains("/artifacts/")
                 || e.route.contains("/artifact-content/"))
-            || matches!(function, Function::Endpoint(s, e) if s.name == "object"
+            || matches!(function, Function::Endpoint(s, e)
+                if std::ptr::eq(s, &shared::api::object_service::OBJECT)
                 && e.route.contains("load/<"));
         assert_eq!(buckets, artifacts, "{id}");
         // The task graphs: the scheduler's functions and the publishers of their events.
         let graphs = policies
             .iter()
             .any(|p| p.to_string().contains("\"TaskGraphsTable\""));
-        let scheduler = matches!(function, Function::Endpoint(s, e) if s.name == "scheduler"
+        let scheduler = matches!(function, Function::Endpoint(s, e)
+                if std::ptr::eq(s, &shared::api::scheduler::SCHEDULER)
                 && e.route.contains('<'))
             || job_is(&TASK_GRAPH_CONSUMER)
             || job_is(&PUBLISHER)

@@ -574,9 +574,14 @@ async fn the_publisher_function_declares_the_consumer_queue_first() {
 
     // The status item, as the stream's NEW_IMAGE carries it.
     let image = raw_status(&prefix, &id).await;
+    // Every field AWS always sends (the function reads the event as `aws_lambda_events` types it).
     let record = json!({
-        "eventID": "1", "eventName": "INSERT", "eventSource": "aws:dynamodb",
-        "dynamodb": { "NewImage": image, "SequenceNumber": "100", "StreamViewType": "NEW_IMAGE" }
+        "awsRegion": "us-east-1", "eventID": "1", "eventName": "INSERT",
+        "eventSource": "aws:dynamodb", "eventVersion": "1.1",
+        "dynamodb": {
+            "NewImage": image, "SequenceNumber": "100", "SizeBytes": 1_000,
+            "StreamViewType": "NEW_IMAGE"
+        }
     });
     let rt = RuntimeApi::start().await;
     let (mut publisher, _) = start_function("publisher", &rt, &prefix, &env);
