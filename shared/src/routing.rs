@@ -98,6 +98,20 @@ impl Exchange {
             .find(|e| e.name() == short)
     }
 
+    /// What its messages are about, and so their routing keys' words.
+    pub const fn subject(self) -> Subject {
+        match self {
+            Exchange::TaskGroupResolved
+            | Exchange::TaskGroupSealed
+            | Exchange::TaskGroupPriorityChanged => Subject::TaskGroup,
+            Exchange::TaskGraphRunning
+            | Exchange::TaskGraphExtended
+            | Exchange::TaskGraphBlocked
+            | Exchange::TaskGraphFinished => Subject::TaskGraph,
+            _ => Subject::Task,
+        }
+    }
+
     /// True if it announces a run's resolution.
     pub fn is_resolution(self) -> bool {
         Exchange::RESOLUTIONS.contains(&self)
@@ -114,6 +128,17 @@ impl Exchange {
             _ => return None,
         })
     }
+}
+
+/// What an exchange's messages are about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subject {
+    /// A task (and its run).
+    Task,
+    /// A task group.
+    TaskGroup,
+    /// A task graph (the scheduler's).
+    TaskGraph,
 }
 
 /// The short names of `exchanges`.

@@ -373,8 +373,8 @@ pub struct Service {
 pub struct Exchanges {
     /// Their default prefix (`exchange/taskcluster-queue/v1/`).
     pub prefix: &'static str,
-    /// Their short names.
-    pub names: &'static [&'static str],
+    /// The exchanges.
+    pub list: &'static [crate::routing::Exchange],
 }
 
 impl Service {

@@ -6,6 +6,7 @@
 //! service's OpenAPI document at `/api/<service>/v1/openapi.json` ([`super::openapi`]).
 
 use super::declare::{Scopes, Service};
+use crate::routing::{Exchange, Subject};
 use serde_json::{json, Value};
 
 /// True if `path` is where a published document would be (answered to anyone, before any
@@ -42,7 +43,7 @@ pub fn document(path: &str, root_url: &str) -> Option<Value> {
         "exchanges.json" => svc
             .exchanges
             .as_ref()
-            .map(|x| exchanges(service, x.prefix, x.names)),
+            .map(|x| exchanges(service, x.prefix, x.list)),
         _ => None,
     }
 }
@@ -144,7 +145,7 @@ fn routing_key(words: &[(&str, &str, bool)]) -> Vec<Value> {
 }
 
 /// The exchanges reference of `service`, with its default prefix.
-fn exchanges(service: &str, prefix: &str, names: &[&str]) -> Value {
+fn exchanges(service: &str, prefix: &str, list: &[Exchange]) -> Value {
     let task = [
         ("taskId", "The task's taskId.", true),
         ("runId", "The run's runId, or `_`.", false),
@@ -174,15 +175,14 @@ fn exchanges(service: &str, prefix: &str, names: &[&str]) -> Value {
         ("taskGraphId", "The graph's taskGraphId.", true),
         ("routing", "The graph's routing.", true),
     ];
-    let entries: Vec<Value> = names
+    let entries: Vec<Value> = list
         .iter()
-        .map(|short| {
-            let words: &[(&str, &str, bool)] = if short.starts_with("task-graph-") {
-                &graph
-            } else if short.starts_with("task-group-") {
-                &group
-            } else {
-                &task
+        .map(|exchange| {
+            let short = exchange.name();
+            let words: &[(&str, &str, bool)] = match exchange.subject() {
+                Subject::TaskGraph => &graph,
+                Subject::TaskGroup => &group,
+                Subject::Task => &task,
             };
             json!({
                 "type": "topic-exchange",

@@ -10,7 +10,7 @@ use crate::handler;
 use crate::records::graph::TASK_GRAPHS;
 use crate::records::group::TASK_GROUPS;
 use crate::records::task::TASKS;
-use crate::routing::{SCHEDULER_EXCHANGES, SCHEDULER_EXCHANGE_PREFIX};
+use crate::routing::{Exchange, SCHEDULER_EXCHANGE_PREFIX};
 use crate::scheduler::submission::Submission;
 use crate::scopes::ScopeExpr;
 use serde_json::{json, Value};
@@ -104,7 +104,7 @@ pub static SCHEDULER: Service = Service {
     },
     exchanges: Some(Exchanges {
         prefix: SCHEDULER_EXCHANGE_PREFIX,
-        names: &SCHEDULER_EXCHANGES,
+        list: &Exchange::SCHEDULER,
     }),
     serves_documents: false,
 };

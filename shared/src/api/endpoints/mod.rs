@@ -16,7 +16,7 @@ use super::declare::{Access, Exchanges, Functions, Need, Service};
 use crate::records::artifact::ARTIFACTS;
 use crate::records::group::TASK_GROUPS;
 use crate::records::task::TASKS;
-use crate::routing::{DEFAULT_EXCHANGE_PREFIX, EXCHANGES};
+use crate::routing::{Exchange, DEFAULT_EXCHANGE_PREFIX};
 
 /// Reads tasks.
 pub(crate) const READ_TASKS: &[Need] = &[Need::Table(TASKS, Access::Read)];
@@ -73,7 +73,7 @@ pub static QUEUE: Service = Service {
     functions: Functions::PerEndpoint { prefix: "" },
     exchanges: Some(Exchanges {
         prefix: DEFAULT_EXCHANGE_PREFIX,
-        names: &EXCHANGES,
+        list: &Exchange::QUEUE,
     }),
     serves_documents: false,
 };
