@@ -177,19 +177,19 @@ async fn run_job(
         scheduler: Some(api.scheduler.as_ref()),
     };
     match Invoked::of(&event.payload) {
-        Invoked::Stream if job.streams.is_none() => {
-            return Err(format!(
-                "{} reads no stream, but was given a batch of records",
-                job.name
-            )
-            .into());
-        }
         Invoked::Stream => {
+            let Some(streams) = &job.streams else {
+                return Err(format!(
+                    "{} reads no stream, but was given a batch of records",
+                    job.name
+                )
+                .into());
+            };
             let event: StreamEvent = serde_json::from_value(event.payload)
                 .map_err(|e| format!("not a DynamoDB stream event: {e}"))?;
             let records = &event.records;
-            let result = job.on_stream(&ctx, stream_images(records), Ts::now()).await;
-            let reply = stream_batch_reply(records, result, job.retries_every_stream_failure())?;
+            let result = (streams.run)(&ctx, stream_images(records), Ts::now()).await;
+            let reply = stream_batch_reply(records, result, streams.only_copy)?;
             return Ok(serde_json::to_value(reply)?);
         }
         Invoked::Broker => {

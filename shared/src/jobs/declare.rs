@@ -148,19 +148,6 @@ impl Job {
         }
     }
 
-    /// Handles a batch of its streams' changed items.
-    pub async fn on_stream(
-        &self,
-        c: &Context<'_>,
-        items: Vec<Item>,
-        now: Ts,
-    ) -> Result<usize, JobError> {
-        match &self.streams {
-            Some(streams) => (streams.run)(c, items, now).await,
-            None => Err(JobError::Event(format!("{} reads no stream", self.name))),
-        }
-    }
-
     /// True if every failure of a stream batch is to be retried (see [`Streams::only_copy`]).
     pub fn retries_every_stream_failure(&self) -> bool {
         self.streams.as_ref().is_some_and(|s| s.only_copy)

@@ -5,7 +5,6 @@
 use crate::common::*;
 use blackbox::burst::{due, held_deadline, seed};
 use blackbox::*;
-use functions::lambda::Function;
 use serde_json::{json, Value};
 use shared::jobs::declare::{Job, DEADLINE_REAPER, EXPIRY_REAPER};
 use shared::records::task::index;
@@ -122,8 +121,7 @@ where
 /// store's pace (the hourly expiry is sized for 12,500 tasks in one 240 s budget, 52 a
 /// second; LocalStack here deleted 6.9 a second, 2026-11-27); BENCHMARKS gives the figures.
 fn assert_passes_use_their_budget(job: &'static Job, passes: usize, took: Duration) {
-    let timeout = Function::Job(job).spec().timeout_secs;
-    let budget = Duration::from_secs(timeout as u64).mul_f64(shared::jobs::BUDGET_SHARE);
+    let budget = Duration::from_secs(job.timeout_secs as u64).mul_f64(shared::jobs::BUDGET_SHARE);
     // Whole budgets in the time taken, the one that finished the work, and one more whose
     // firing may have begun as the work ended.
     let most = (took.as_secs_f64() / budget.as_secs_f64()).floor() as usize + 2;
@@ -153,12 +151,9 @@ async fn a_deadline_burst_resolves_within_two_scheduled_invocations() {
     let queue = app.domain_queue().await;
     let tq = task_queue_id();
     let n = shape_burst();
-    let (started, start, deadline) = (Instant::now(), Ts::now(), held_deadline());
+    let (started, deadline) = (Instant::now(), held_deadline());
     seed(&queue, n, |_| {
-        def_with(
-            &tq,
-            json!({ "created": start.to_string(), "deadline": deadline.to_string() }),
-        )
+        def_with(&tq, json!({ "deadline": deadline.to_string() }))
     })
     .await;
     eprintln!("seeded {n} tasks in {:?}", started.elapsed());
@@ -198,12 +193,11 @@ async fn expired_tasks_are_deleted_by_invocations_that_use_their_whole_budget() 
     let queue = app.domain_queue().await;
     let tq = task_queue_id();
     let n = shape_burst();
-    let (started, start, deadline) = (Instant::now(), Ts::now(), held_deadline());
+    let (started, deadline) = (Instant::now(), held_deadline());
     seed(&queue, n, |_| {
         def_with(
             &tq,
             json!({
-                "created": start.to_string(),
                 "deadline": deadline.to_string(),
                 "expires": deadline.plus(1).to_string()
             }),
