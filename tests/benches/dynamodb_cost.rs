@@ -169,7 +169,7 @@ async fn main() {
         *last = now;
     };
     for _ in 0..n {
-        let id = new_task(&queue, &tq, false).await;
+        let id = blackbox::new_task(&queue, &tq, false).await;
         step(0, &mut last);
         drain(&queue, &images, &sink, &id).await;
         step(3, &mut last);
@@ -352,7 +352,7 @@ async fn main() {
     // is the edge alone (its reads, its item and its index entry).
     let base = snap(&usage);
     for _ in 0..k {
-        new_task(&queue, &tq, true).await;
+        blackbox::new_task(&queue, &tq, true).await;
     }
     let before = snap(&usage);
     for _ in 0..k {
@@ -402,17 +402,6 @@ async fn main() {
 }
 
 /// A new task on `tq` (unscheduled if `define`), created as the endpoint creates it.
-async fn new_task(queue: &Queue, tq: &TaskQueueId, define: bool) -> TaskId {
-    let id = TaskId::parse(&blackbox::slugid()).expect("id");
-    let mut body = blackbox::task_def(tq.as_str());
-    shared::schema::validate_input("create-task-request", &mut body).expect("valid");
-    queue
-        .create_task(&id, body, define, Ts::now())
-        .await
-        .expect("create");
-    id
-}
-
 /// One object artifact of a running task, per step: createArtifact (artifact and object in one
 /// transaction), createUpload (putUrl: a repeat of the upload createArtifact began),
 /// finishUpload, finishArtifact (with its `artifact-created` event) and delivering the
@@ -431,7 +420,7 @@ async fn object_artifacts(
     let blobs = LocalBlobs::new(dir.path().to_path_buf(), "http://127.0.0.1:1", "secret");
     let mut ids = vec![];
     for _ in 0..k {
-        let id = new_task(queue, tq, false).await;
+        let id = blackbox::new_task(queue, tq, false).await;
         let claims = queue
             .claim_work(tq, "g", "w", 1, &Ts::now)
             .await

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 pub mod amqp;
 pub mod burst;
+pub mod counting;
 pub mod crash_loop;
 pub mod race;
 pub mod release;
@@ -669,4 +670,21 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .unwrap_or(0)
+}
+
+/// Creates a task on `tq` through the queue's own operation (validated as the endpoint
+/// validates it), defined only if `define`; for benches that count what operations cost.
+pub async fn new_task(
+    queue: &shared::queue::Queue,
+    tq: &shared::ids::TaskQueueId,
+    define: bool,
+) -> shared::ids::TaskId {
+    let id = shared::ids::TaskId::parse(&slugid()).expect("id");
+    let mut body = task_def(tq.as_str());
+    shared::schema::validate_input("create-task-request", &mut body).expect("valid");
+    queue
+        .create_task(&id, body, define, shared::time::Ts::now())
+        .await
+        .expect("create");
+    id
 }

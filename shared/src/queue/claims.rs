@@ -308,8 +308,9 @@ impl Queue {
         let wait = Duration::from_millis(self.cfg.claim_work_timeout_ms.max(0) as u64);
         let until = Instant::now() + wait;
         let mut empty_reads = 0;
+        // Registered before the first read: a run made pending meanwhile wakes this call.
+        let mut waiter = self.signal.waiter(q.as_str());
         loop {
-            let token = self.signal.token(q.as_str());
             let ClaimPass { claims, lost } = self
                 .try_claim_work(q, worker_group, worker_id, count, clock())
                 .await?;
@@ -338,13 +339,13 @@ impl Queue {
             // wake-up that crosses processes), so it is re-read on a schedule; a signal cuts
             // the wait short.
             empty_reads += 1;
-            let schedule = if self.signal.crosses_processes(q.as_str()) {
+            let schedule = if waiter.crosses_processes() {
                 &self.cfg.claim_work_poll_woken
             } else {
                 &self.cfg.claim_work_poll
             };
             let next = schedule.interval(empty_reads, rand::random::<f64>());
-            self.signal.wait(q.as_str(), token, left.min(next)).await;
+            waiter.wait(left.min(next)).await;
         }
     }
 

@@ -26,10 +26,10 @@ pub struct QueueConfig {
     /// another process (another function, another server over the same store) created;
     /// signals from this process wake it at once.
     pub claim_work_poll: PollSchedule,
-    /// The same while wake-ups from every process reach this one ([`WorkSignal::crosses_processes`]):
+    /// The same while wake-ups from every process reach the waiter ([`Waiter::crosses_processes`]):
     /// the re-reads are then only a fallback for a lost wake-up.
     ///
-    /// [`WorkSignal::crosses_processes`]: crate::signal::WorkSignal::crosses_processes
+    /// [`Waiter::crosses_processes`]: crate::signal::Waiter::crosses_processes
     pub claim_work_poll_woken: PollSchedule,
     /// How many claimWork calls may wait at once (none: unlimited). Set where each waiting
     /// call holds a function instance of a limited concurrency; past it, calls that find no

@@ -1,282 +1,238 @@
 //! Wake-ups across processes through RabbitMQ: as deployed, createTask and claimWork are
 //! different Lambda functions, so an in-process signal never reaches the waiter.
 //!
-//! Each process publishes "task queue X may have work" (transient, no confirm, routing key
-//! X) to one direct exchange, `<exchange prefix>claim-work-wakeups`, whenever it makes a run
-//! pending, and binds a queue of its own (exclusive, auto-deleted, short TTL and bounded
-//! length, so a frozen Lambda container piles up nothing) to the task queues its claimWork
-//! calls wait on. A wake-up is only a hint: a lost one costs the waiter its next scheduled
-//! re-read of the index, never a task, and nothing here blocks a request on the broker. One
-//! background task owns the connection; every broker step has a timeout, and a broker that is
-//! away leaves the process with local signals and its re-reads until it comes back.
+//! Every task queue with waiters has one RabbitMQ queue, `<exchange prefix>claim-work/<task
+//! queue id>`, that all its waiters consume from as competing consumers, each with a prefetch
+//! of one. A new pending run that no waiter of its own process takes is published there once
+//! (through the default exchange), so RabbitMQ hands it to **one** waiter of one process:
+//! each run costs one wake-up and one re-read, however many workers wait. A waiter settles
+//! its delivery when it has used it (acknowledged) or leaves without (returned to the queue,
+//! so that another waiter gets it). The queue holds few wake-ups for a short time and goes
+//! away a minute after its last consumer, so a frozen Lambda container or a queue nobody waits
+//! on piles up nothing.
+//!
+//! A wake-up is only a hint: a lost one costs the waiter its next scheduled re-read of the
+//! index, never a task, and nothing here blocks a request on the broker. One background task
+//! owns the connection; every broker step has a timeout, and a broker that is away leaves the
+//! process with local signals and its re-reads until it comes back.
 
-use super::{LocalSignal, WorkSignal};
+use super::{Registry, Remote, Settle, Slot, Waiter, WorkSignal};
 use crate::events::amqp::timed;
 use async_trait::async_trait;
 use futures_util::StreamExt;
 use lapin::options::{
-    BasicConsumeOptions, BasicPublishOptions, ExchangeDeclareOptions, QueueBindOptions,
-    QueueDeclareOptions,
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions,
+    BasicPublishOptions, BasicQosOptions, QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, ShortString};
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, Consumer, ExchangeKind};
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use lapin::Acker;
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
-/// Longest wait for connecting (and declaring) before the process carries on without.
+/// Longest wait for connecting before the process carries on without.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-/// Longest wait for one publish, bind or unbind.
+/// Longest wait for one publish, declare, consume, cancel or settle.
 const STEP_TIMEOUT: Duration = Duration::from_secs(1);
-/// Wake-ups a waiter's queue keeps, and for how long (ms): enough to wake, nothing to pile up.
-const QUEUE_MAX_LENGTH: i64 = 100;
-const QUEUE_TTL_MS: i64 = 10_000;
-/// Wake-ups waiting to be published before further ones are dropped.
+/// Wake-ups a task queue's RabbitMQ queue keeps while no waiter can take them, and for how
+/// long (ms): enough for waiters busy reading to come back, nothing to pile up.
+const QUEUE_MAX_LENGTH: i64 = 1_000;
+const QUEUE_TTL_MS: i64 = 5_000;
+/// How long a RabbitMQ queue outlives its last consumer (ms).
+const QUEUE_EXPIRES_MS: i64 = 60_000;
+/// Commands waiting for the broker before further ones are dropped.
 const OUTGOING_MAX: usize = 4096;
-/// How long a binding outlives its last waiter: a claimWork's successive waits, and a
-/// worker's next claimWork, find it still in place.
-pub const LINGER: Duration = Duration::from_secs(30);
 
-/// The name of the wake-up exchange under `prefix`.
-pub fn exchange(prefix: &str) -> String {
-    format!("{prefix}claim-work-wakeups")
+/// The RabbitMQ queue carrying the wake-ups of task queue `q`, under `prefix`.
+pub fn queue_name(prefix: &str, q: &str) -> String {
+    format!("{prefix}claim-work/{q}")
 }
 
 enum Cmd {
     Publish(String),
-    Watch(String),
-    Unwatch(String),
+    Subscribe(usize),
+    Unsubscribe(usize),
+    Settle(Acker, bool),
+}
+
+/// A waiter subscribed to wake-ups from other processes.
+struct Sub {
+    q: String,
+    slot: Weak<Slot>,
 }
 
 /// What the background task and the callers share.
-#[derive(Default)]
-struct Shared {
-    local: LocalSignal,
-    /// Waiters per task queue in this process.
-    watched: Mutex<HashMap<String, usize>>,
-    /// Task queues whose binding is in place on the current connection.
-    bound: Mutex<HashSet<String>>,
-    /// Task queues with a wake-up not yet handed to the broker (one each is enough).
-    queued: Mutex<HashSet<String>>,
+struct Broker {
+    prefix: String,
+    registry: Arc<Registry>,
+    tx: mpsc::Sender<Cmd>,
+    /// Commands sent and not yet carried out (or dropped).
+    pending: AtomicUsize,
+    subs: Mutex<HashMap<usize, Sub>>,
+    next_id: AtomicUsize,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+impl Broker {
+    fn send(&self, cmd: Cmd) {
+        self.pending.fetch_add(1, Ordering::SeqCst);
+        if self.tx.try_send(cmd).is_err() {
+            self.done();
+        }
+    }
+
+    fn done(&self) {
+        self.pending.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn id_of(&self, slot: &Arc<Slot>) -> usize {
+        Arc::as_ptr(slot) as usize
+    }
+
+    /// A settle for a delivery: carried out by the background task on its channel.
+    fn settle(self: &Arc<Self>, acker: Acker) -> Settle {
+        let me = Arc::downgrade(self);
+        Box::new(move |used| {
+            if let Some(me) = me.upgrade() {
+                me.send(Cmd::Settle(acker, used));
+            }
+        })
+    }
+}
+
+impl Remote for Broker {
+    fn subscribe(&self, q: &str, slot: &Arc<Slot>) {
+        let id = self.id_of(slot);
+        let sub = Sub {
+            q: q.to_string(),
+            slot: Arc::downgrade(slot),
+        };
+        lock(&self.subs).insert(id, sub);
+        self.send(Cmd::Subscribe(id));
+    }
+
+    fn unsubscribe(&self, _q: &str, slot: &Arc<Slot>) {
+        let id = self.id_of(slot);
+        if lock(&self.subs).remove(&id).is_some() {
+            self.send(Cmd::Unsubscribe(id));
+        }
+        if let Some(settle) = slot.take_held() {
+            settle(false);
+        }
+    }
+
+    fn publish(&self, q: &str) {
+        self.send(Cmd::Publish(q.to_string()));
+    }
+}
+
 /// A [`WorkSignal`] that also carries wake-ups between processes through RabbitMQ.
 pub struct AmqpSignal {
-    shared: Arc<Shared>,
-    tx: mpsc::Sender<Cmd>,
+    registry: Arc<Registry>,
+    broker: Arc<Broker>,
 }
 
 impl AmqpSignal {
-    /// Starts the background task for the broker at `url`, with the wake-up exchange under
-    /// `prefix`; it connects at once and reconnects whenever the connection is lost. Must be
-    /// called within a tokio runtime.
+    /// Starts the background task for the broker at `url`, with the wake-up queues under
+    /// `prefix`; it connects when first needed and reconnects whenever the connection is
+    /// lost. Must be called within a tokio runtime.
     pub fn start(url: impl Into<String>, prefix: &str) -> AmqpSignal {
-        AmqpSignal::start_with(url, prefix, LINGER)
-    }
-
-    /// [`AmqpSignal::start`], with bindings kept `linger` after their last waiter.
-    pub fn start_with(url: impl Into<String>, prefix: &str, linger: Duration) -> AmqpSignal {
-        let shared = Arc::new(Shared::default());
+        let registry = Arc::new(Registry::default());
         let (tx, rx) = mpsc::channel(OUTGOING_MAX);
-        tokio::spawn(run(
-            url.into(),
-            exchange(prefix),
-            shared.clone(),
-            rx,
-            linger,
-        ));
-        AmqpSignal { shared, tx }
+        let broker = Arc::new(Broker {
+            prefix: prefix.to_string(),
+            registry: registry.clone(),
+            tx,
+            pending: AtomicUsize::new(0),
+            subs: Mutex::new(HashMap::new()),
+            next_id: AtomicUsize::new(0),
+        });
+        tokio::spawn(run(url.into(), Arc::downgrade(&broker), rx));
+        AmqpSignal { registry, broker }
     }
 
-    fn send(&self, cmd: Cmd) -> bool {
-        self.tx.try_send(cmd).is_ok()
+    /// How many waiters of `q` this process has.
+    pub fn waiting(&self, q: &str) -> usize {
+        self.registry.waiting(q)
     }
 }
 
 #[async_trait]
 impl WorkSignal for AmqpSignal {
-    fn token(&self, q: &str) -> u64 {
-        self.shared.local.token(q)
+    fn waiter(&self, q: &str) -> Waiter {
+        let remote: Arc<dyn Remote> = self.broker.clone();
+        Waiter::new(q, self.registry.clone(), Some(remote))
     }
 
     fn notify(&self, q: &str) {
-        self.shared.local.notify(q);
-        if lock(&self.shared.queued).insert(q.to_string()) && !self.send(Cmd::Publish(q.into())) {
-            lock(&self.shared.queued).remove(q);
+        if !self.registry.wake_one(q) {
+            self.broker.publish(q);
         }
-    }
-
-    async fn wait(&self, q: &str, token: u64, timeout: Duration) {
-        let _watch = Watch::start(self, q);
-        self.shared.local.wait(q, token, timeout).await;
-    }
-
-    fn crosses_processes(&self, q: &str) -> bool {
-        lock(&self.shared.bound).contains(q)
     }
 
     async fn flush(&self, within: Duration) {
         let until = Instant::now() + within;
-        while !lock(&self.shared.queued).is_empty() && Instant::now() < until {
+        while self.broker.pending.load(Ordering::SeqCst) > 0 && Instant::now() < until {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
     }
 }
 
-/// One waiter's interest in a task queue's wake-ups, given up when dropped (also when the
-/// wait is cancelled, as a request whose client went away is).
-struct Watch<'a> {
-    signal: &'a AmqpSignal,
-    q: &'a str,
-}
-
-impl<'a> Watch<'a> {
-    fn start(signal: &'a AmqpSignal, q: &'a str) -> Watch<'a> {
-        let first = {
-            let mut w = lock(&signal.shared.watched);
-            let n = w.entry(q.to_string()).or_insert(0);
-            *n += 1;
-            *n == 1
-        };
-        if first {
-            signal.send(Cmd::Watch(q.to_string()));
-        }
-        Watch { signal, q }
-    }
-}
-
-impl Drop for Watch<'_> {
-    fn drop(&mut self) {
-        let last = {
-            let mut w = lock(&self.signal.shared.watched);
-            match w.get_mut(self.q) {
-                Some(n) if *n > 1 => {
-                    *n -= 1;
-                    false
-                }
-                _ => {
-                    w.remove(self.q);
-                    true
-                }
-            }
-        };
-        if last {
-            self.signal.send(Cmd::Unwatch(self.q.to_string()));
-        }
-    }
-}
-
-struct Link {
-    _conn: Connection,
-    channel: Channel,
-    queue: ShortString,
-    consumer: Consumer,
-}
-
-async fn connect(url: &str, exchange: &str) -> Result<Link, String> {
+async fn connect(url: &str) -> Result<(Connection, Channel), String> {
     let conn = Connection::connect(url, ConnectionProperties::default())
         .await
         .map_err(|e| e.to_string())?;
     let channel = conn.create_channel().await.map_err(|e| e.to_string())?;
+    // Each consumer (one per waiter) holds at most one wake-up it has not used.
     channel
-        .exchange_declare(
-            ShortString::from(exchange),
-            ExchangeKind::Direct,
-            ExchangeDeclareOptions {
-                durable: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
+        .basic_qos(1, BasicQosOptions { global: false })
         .await
         .map_err(|e| e.to_string())?;
-    let mut args = FieldTable::default();
-    args.insert(
-        ShortString::from("x-max-length"),
-        AMQPValue::LongLongInt(QUEUE_MAX_LENGTH),
-    );
-    args.insert(
-        ShortString::from("x-message-ttl"),
-        AMQPValue::LongLongInt(QUEUE_TTL_MS),
-    );
-    let declared = channel
-        .queue_declare(
-            ShortString::from(""),
-            QueueDeclareOptions {
-                exclusive: true,
-                auto_delete: true,
-                ..Default::default()
-            },
-            args,
-        )
-        .await
-        .map_err(|e| e.to_string())?;
-    let queue = declared.name().clone();
-    let consumer = channel
-        .basic_consume(
-            queue.clone(),
-            ShortString::from("claim-work"),
-            BasicConsumeOptions {
-                no_ack: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(Link {
-        _conn: conn,
-        channel,
-        queue,
-        consumer,
-    })
+    Ok((conn, channel))
 }
 
-/// The background task: connect, bind what is watched, then publish, bind and deliver until
-/// the connection fails; then start over after a pause.
-async fn run(
-    url: String,
-    exchange: String,
-    shared: Arc<Shared>,
-    mut rx: mpsc::Receiver<Cmd>,
-    linger: Duration,
-) {
+/// The background task: connect when there is something to do, then carry out commands
+/// until the connection fails; then start over after a pause.
+async fn run(url: String, broker: Weak<Broker>, mut rx: mpsc::Receiver<Cmd>) {
     // A process that never wakes or waits (most functions) never connects.
     let Some(mut first) = rx.recv().await.map(Some) else {
         return;
     };
     let mut pause = Duration::from_millis(200);
     loop {
-        match timed(CONNECT_TIMEOUT, "connecting", connect(&url, &exchange)).await {
-            Ok(link) => {
+        let Some(b) = broker.upgrade() else { return };
+        match timed(CONNECT_TIMEOUT, "connecting", connect(&url)).await {
+            Ok((conn, channel)) => {
                 tracing::debug!("claim-work wake-ups connected");
                 pause = Duration::from_millis(200);
-                let why = serve(link, &exchange, &shared, first.take(), &mut rx, linger).await;
+                let why = serve(&b, &channel, first.take(), &mut rx).await;
+                drop(conn);
                 tracing::warn!(reason = %why, "claim-work wake-ups lost the broker; waiters re-read the index meanwhile");
             }
             Err(e) => {
                 tracing::warn!(error = %e, "claim-work wake-ups cannot reach the broker; waiters re-read the index meanwhile");
             }
         }
-        lock(&shared.bound).clear();
-        if let Some(Cmd::Publish(q)) = first.take() {
-            drop_wakeup(&shared, &q);
+        lost_link(&b);
+        if first.take().is_some() {
+            b.done();
         }
-        // Wake-ups queued meanwhile are dropped (waiters re-read on their schedule); watches
-        // are re-bound from `watched` on the next connection.
+        drop(b);
+        // Commands meanwhile are dropped (waiters re-read on their schedule); subscriptions
+        // are made again from `subs` on the next connection.
         let until = tokio::time::Instant::now() + pause;
         loop {
             tokio::select! {
                 _ = tokio::time::sleep_until(until) => break,
-                cmd = rx.recv() => match cmd {
-                    None => return,
-                    Some(Cmd::Publish(q)) => drop_wakeup(&shared, &q),
-                    Some(_) => {}
+                cmd = rx.recv() => match (cmd, broker.upgrade()) {
+                    (Some(_), Some(b)) => b.done(),
+                    _ => return,
                 },
             }
         }
@@ -284,166 +240,184 @@ async fn run(
     }
 }
 
-fn drop_wakeup(shared: &Shared, q: &str) {
-    lock(&shared.queued).remove(q);
-}
-
-async fn bind(
-    channel: &Channel,
-    queue: &ShortString,
-    exchange: &str,
-    q: &str,
-    shared: &Shared,
-) -> Result<(), String> {
-    timed(
-        STEP_TIMEOUT,
-        "binding",
-        channel.queue_bind(
-            queue.clone(),
-            ShortString::from(exchange),
-            ShortString::from(q),
-            QueueBindOptions::default(),
-            FieldTable::default(),
-        ),
-    )
-    .await?;
-    lock(&shared.bound).insert(q.to_string());
-    Ok(())
+/// The link is gone: no waiter is reached across processes, and the deliveries waiters held
+/// went back to their queues with the channel.
+fn lost_link(b: &Broker) {
+    let subs = lock(&b.subs);
+    for sub in subs.values() {
+        if let Some(slot) = sub.slot.upgrade() {
+            slot.set_crosses(false);
+            drop(slot.take_held());
+        }
+    }
 }
 
 /// Serves one connection; returns why it ended.
 async fn serve(
-    link: Link,
-    exchange: &str,
-    shared: &Shared,
+    b: &Arc<Broker>,
+    channel: &Channel,
     first: Option<Cmd>,
     rx: &mut mpsc::Receiver<Cmd>,
-    linger: Duration,
 ) -> String {
-    let Link {
-        _conn,
+    let on = Link {
+        b,
         channel,
-        queue,
-        mut consumer,
-    } = link;
-    let on = Bound {
-        channel: &channel,
-        queue: &queue,
-        exchange,
-        shared,
+        tags: Mutex::new(HashMap::new()),
     };
-    let watched: Vec<String> = lock(&shared.watched).keys().cloned().collect();
-    for q in watched {
-        if let Err(e) = on.handle(Cmd::Watch(q)).await {
+    let subscribed: Vec<usize> = lock(&b.subs).keys().copied().collect();
+    for id in subscribed {
+        if let Err(e) = on.subscribe(id).await {
             return e;
         }
     }
-    // Bindings whose last waiter left, by when they go.
-    let mut leaving: HashMap<String, tokio::time::Instant> = HashMap::new();
     let mut cmd = first;
     loop {
-        let step = match cmd.take() {
-            Some(Cmd::Unwatch(q)) => {
-                leaving.insert(q, tokio::time::Instant::now() + linger);
-                Ok(())
+        if let Some(c) = cmd.take() {
+            let step = on.handle(c).await;
+            b.done();
+            if let Err(e) = step {
+                return e;
             }
-            Some(c) => {
-                if let Cmd::Watch(q) = &c {
-                    leaving.remove(q);
-                }
-                on.handle(c).await
-            }
-            None => Ok(()),
-        };
-        if let Err(e) = step {
-            return e;
         }
-        let next_leave = leaving.values().min().copied();
-        tokio::select! {
-            delivery = consumer.next() => match delivery {
-                Some(Ok(d)) => shared.local.notify(d.routing_key.as_str()),
-                Some(Err(e)) => return format!("consuming: {e}"),
-                None => return "the consumer ended".into(),
-            },
-            c = rx.recv() => match c {
-                None => return "stopped".into(),
-                Some(c) => cmd = Some(c),
-            },
-            _ = tokio::time::sleep_until(next_leave.unwrap_or_else(far_future)), if next_leave.is_some() => {
-                let now = tokio::time::Instant::now();
-                let due: Vec<String> = leaving
-                    .iter()
-                    .filter(|(_, at)| **at <= now)
-                    .map(|(q, _)| q.clone())
-                    .collect();
-                for q in due {
-                    leaving.remove(&q);
-                    if let Err(e) = on.handle(Cmd::Unwatch(q)).await {
-                        return e;
-                    }
-                }
-            }
+        if !channel.status().connected() {
+            return "the channel closed".into();
+        }
+        match tokio::time::timeout(Duration::from_secs(1), rx.recv()).await {
+            Ok(None) => return "stopped".into(),
+            Ok(Some(c)) => cmd = Some(c),
+            Err(_) => {}
         }
     }
 }
 
-fn far_future() -> tokio::time::Instant {
-    tokio::time::Instant::now() + Duration::from_secs(86_400)
-}
-
-/// A connection's channel and queue, for carrying out commands.
-struct Bound<'a> {
+/// A connection's channel, for carrying out commands.
+struct Link<'a> {
+    b: &'a Arc<Broker>,
     channel: &'a Channel,
-    queue: &'a ShortString,
-    exchange: &'a str,
-    shared: &'a Shared,
+    /// Consumer tags per subscription on this channel.
+    tags: Mutex<HashMap<usize, ShortString>>,
 }
 
-impl Bound<'_> {
+impl Link<'_> {
     async fn handle(&self, cmd: Cmd) -> Result<(), String> {
-        let shared = self.shared;
         match cmd {
-            Cmd::Publish(q) => {
-                let published = timed(
-                    STEP_TIMEOUT,
-                    "publishing",
-                    self.channel.basic_publish(
-                        ShortString::from(self.exchange),
-                        ShortString::from(q.as_str()),
-                        BasicPublishOptions::default(),
-                        b"",
-                        BasicProperties::default(),
-                    ),
-                )
-                .await;
-                // Handed over (or failed): a later notify queues a wake-up again.
-                lock(&shared.queued).remove(&q);
-                published.map(|_| ())
-            }
-            // Each wait of a claimWork's loop watches again: a binding still in place (or
-            // lingering) needs no second bind.
-            Cmd::Watch(q)
-                if lock(&shared.watched).contains_key(&q) && !lock(&shared.bound).contains(&q) =>
-            {
-                bind(self.channel, self.queue, self.exchange, &q, shared).await
-            }
-            Cmd::Unwatch(q) if !lock(&shared.watched).contains_key(&q) => {
-                lock(&shared.bound).remove(&q);
+            Cmd::Publish(q) => timed(
+                STEP_TIMEOUT,
+                "publishing",
+                self.channel.basic_publish(
+                    ShortString::from(""),
+                    ShortString::from(queue_name(&self.b.prefix, &q)),
+                    BasicPublishOptions::default(),
+                    b"",
+                    BasicProperties::default(),
+                ),
+            )
+            .await
+            .map(|_| ()),
+            Cmd::Subscribe(id) => self.subscribe(id).await,
+            Cmd::Unsubscribe(id) => {
+                let Some(tag) = lock(&self.tags).remove(&id) else {
+                    return Ok(());
+                };
                 timed(
                     STEP_TIMEOUT,
-                    "unbinding",
-                    self.channel.queue_unbind(
-                        self.queue.clone(),
-                        ShortString::from(self.exchange),
-                        ShortString::from(q.as_str()),
-                        FieldTable::default(),
-                    ),
+                    "cancelling",
+                    self.channel
+                        .basic_cancel(tag, BasicCancelOptions::default()),
                 )
                 .await
             }
-            // A watch already given up, or an unwatch already watched again.
-            Cmd::Watch(_) | Cmd::Unwatch(_) => Ok(()),
+            // A delivery of an earlier channel cannot be settled on this one (it went back to
+            // its queue when that channel closed): the broker answers "unknown delivery tag".
+            Cmd::Settle(acker, used) => {
+                let settled = if used {
+                    acker.ack(BasicAckOptions::default()).await
+                } else {
+                    let requeue = BasicNackOptions {
+                        requeue: true,
+                        ..Default::default()
+                    };
+                    acker.nack(requeue).await
+                };
+                if let Err(e) = settled {
+                    tracing::debug!(error = %e, "a claim-work wake-up was not settled");
+                }
+                Ok(())
+            }
         }
+    }
+
+    /// Declares the task queue's RabbitMQ queue and consumes from it for one waiter (still
+    /// subscribed: it may have left meanwhile).
+    async fn subscribe(&self, id: usize) -> Result<(), String> {
+        let (q, slot) = {
+            let subs = lock(&self.b.subs);
+            match subs
+                .get(&id)
+                .and_then(|s| Some((s.q.clone(), s.slot.upgrade()?)))
+            {
+                Some(found) => found,
+                None => return Ok(()),
+            }
+        };
+        if lock(&self.tags).contains_key(&id) {
+            return Ok(());
+        }
+        let name = queue_name(&self.b.prefix, &q);
+        let mut args = FieldTable::default();
+        for (k, v) in [
+            ("x-max-length", QUEUE_MAX_LENGTH),
+            ("x-message-ttl", QUEUE_TTL_MS),
+            ("x-expires", QUEUE_EXPIRES_MS),
+        ] {
+            args.insert(ShortString::from(k), AMQPValue::LongLongInt(v));
+        }
+        timed(
+            STEP_TIMEOUT,
+            "declaring",
+            self.channel.queue_declare(
+                ShortString::from(name.as_str()),
+                QueueDeclareOptions::default(),
+                args,
+            ),
+        )
+        .await?;
+        let n = self.b.next_id.fetch_add(1, Ordering::Relaxed);
+        let tag = ShortString::from(format!("claim-work-{n}"));
+        let consumer = timed(
+            STEP_TIMEOUT,
+            "consuming",
+            self.channel.basic_consume(
+                ShortString::from(name.as_str()),
+                tag.clone(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            ),
+        )
+        .await?;
+        lock(&self.tags).insert(id, tag);
+        slot.set_crosses(true);
+        let b = Arc::downgrade(self.b);
+        let slot = Arc::downgrade(&slot);
+        tokio::spawn(async move {
+            let mut consumer = consumer;
+            while let Some(Ok(d)) = consumer.next().await {
+                let (Some(b), slot) = (b.upgrade(), slot.upgrade()) else {
+                    return;
+                };
+                let settle = b.settle(d.acker);
+                let refused = match slot {
+                    Some(slot) => slot.deliver(settle).err(),
+                    None => Some(settle),
+                };
+                // Its waiter has left (or holds a delivery already): another waiter of
+                // this process takes it, or it goes back to the queue for another process.
+                if let Some(settle) = refused {
+                    settle(b.registry.wake_one(&q));
+                }
+            }
+        });
+        Ok(())
     }
 }
 
@@ -474,21 +448,26 @@ mod tests {
             }
             s.flush(Duration::from_millis(50)).await;
             assert!(start.elapsed() < Duration::from_millis(500), "{url}");
-            let token = s.token("p/w");
+            let mut w = s.waiter("p/w");
             let waiter = {
                 let s = s.clone();
-                tokio::spawn(async move { s.wait("p/w", token, Duration::from_secs(10)).await })
+                tokio::spawn(async move {
+                    w.wait(Duration::from_secs(10)).await;
+                    let crosses = w.crosses_processes();
+                    drop(s);
+                    crosses
+                })
             };
             tokio::time::sleep(Duration::from_millis(100)).await;
-            assert!(!s.crosses_processes("p/w"), "{url}");
             s.notify("p/w");
-            tokio::time::timeout(Duration::from_secs(1), waiter)
+            let crosses = tokio::time::timeout(Duration::from_secs(1), waiter)
                 .await
                 .expect("woken by this process's notify")
                 .unwrap();
-            let t = s.token("q/w");
+            assert!(!crosses, "{url}");
+            let mut w = s.waiter("q/w");
             let start = Instant::now();
-            s.wait("q/w", t, Duration::from_millis(200)).await;
+            w.wait(Duration::from_millis(200)).await;
             let took = start.elapsed();
             assert!(
                 took >= Duration::from_millis(190) && took < Duration::from_secs(2),

@@ -1,109 +1,383 @@
 //! The work-signal port: wakes claimWork long polls when a task queue gets pending work.
 //! Signals are hints only; a waiter always re-reads the pending index.
 //!
+//! Each new pending run wakes **one** waiter, not all of them: with a thousand workers waiting
+//! on one queue, waking all would have every one re-read the same pending head and race for
+//! it (a read each and a failed conditional write for all but one, per run). A waiter that
+//! leaves holding a wake-up it has not used (its call found work, timed out or was cancelled)
+//! hands it on, so a run's wake-up is used by someone who reads after it.
+//!
 //! [`LocalSignal`] wakes waiters of this process only. [`amqp::AmqpSignal`] (with the `amqp`
-//! feature) also carries each wake-up through RabbitMQ to every other process that has a
-//! claimWork waiting on the same task queue: other Lambda functions, other servers.
+//! feature) also carries each wake-up through RabbitMQ to one waiter of any other process
+//! waiting on the same task queue: other Lambda functions, other servers.
 
 #[cfg(feature = "amqp")]
 pub mod amqp;
 
 use async_trait::async_trait;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::Notify;
 
 /// Wakes and waits for "this task queue may have pending work".
 #[async_trait]
 pub trait WorkSignal: Send + Sync + 'static {
-    /// A token for the queue's current generation; take it *before* looking for work.
-    fn token(&self, task_queue_id: &str) -> u64;
-    /// Signals new pending work on a queue.
+    /// Registers a waiter on a task queue. Take it *before* looking for work, so that a run
+    /// made pending meanwhile wakes it (its next [`Waiter::wait`] returns at once).
+    fn waiter(&self, task_queue_id: &str) -> Waiter;
+    /// Signals one new pending run on a queue: one waiter is woken, in this process when
+    /// one here can take it, else (across processes) in another.
     fn notify(&self, task_queue_id: &str);
-    /// Waits until the queue's generation moves past `token`, or `timeout` passes.
-    async fn wait(&self, task_queue_id: &str, token: u64, timeout: Duration);
-    /// True when a notify for `task_queue_id` from any process reaches this process's
-    /// waiters now (so a waiter may re-read the index less often).
-    fn crosses_processes(&self, _task_queue_id: &str) -> bool {
-        false
-    }
-    /// Waits (at most `within`) until the wake-ups notified so far have left this process; a
-    /// Lambda function calls it before answering, as it is frozen afterwards.
+    /// Waits (at most `within`) until the wake-ups notified so far, and the waiters that
+    /// left, are through with the broker; a Lambda function calls it before answering, as it
+    /// is frozen afterwards.
     async fn flush(&self, _within: Duration) {}
 }
 
+/// A delivery a waiter holds from elsewhere (a broker message): settled once, `true` when
+/// the wake-up was used, `false` to hand it back to another waiter.
+pub type Settle = Box<dyn FnOnce(bool) + Send>;
+
 #[derive(Default)]
-struct Slot {
-    generation: u64,
-    notify: Arc<Notify>,
+struct SlotState {
+    /// Parked in [`Waiter::wait`] (not reading the index).
+    parked: bool,
+    /// Woken from this process and not yet used.
+    woken: bool,
+    /// Woken from another process and not yet used.
+    held: Option<Settle>,
+    /// Wake-ups from every process reach this waiter (its broker subscription is in place).
+    crosses: bool,
+    /// The waiter has left: a delivery that comes now goes to someone else.
+    left: bool,
+}
+
+impl SlotState {
+    fn awake(&self) -> bool {
+        self.woken || self.held.is_some()
+    }
+}
+
+/// One waiter's state, shared with the signal that wakes it.
+#[derive(Default)]
+pub struct Slot {
+    state: Mutex<SlotState>,
+    notify: Notify,
+}
+
+impl Slot {
+    fn lock(&self) -> MutexGuard<'_, SlotState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Gives the waiter a delivery from another process; refused (and returned) when it
+    /// holds one already or has left. A waiter woken from this process takes it too (its
+    /// next read serves both): refused, the delivery would come straight back to it while
+    /// it reads.
+    pub fn deliver(&self, settle: Settle) -> Result<(), Settle> {
+        {
+            let mut s = self.lock();
+            if s.held.is_some() || s.left {
+                return Err(settle);
+            }
+            s.held = Some(settle);
+        }
+        self.notify.notify_waiters();
+        Ok(())
+    }
+
+    /// Marks whether wake-ups from every process now reach this waiter.
+    pub fn set_crosses(&self, crosses: bool) {
+        self.lock().crosses = crosses;
+    }
+
+    /// Takes back a delivery the waiter has not used (it is leaving, or the broker link that
+    /// delivered it is gone).
+    pub fn take_held(&self) -> Option<Settle> {
+        self.lock().held.take()
+    }
+}
+
+/// The waiters of this process, per task queue, in the order they came.
+#[derive(Default)]
+pub struct Registry {
+    queues: Mutex<HashMap<String, Vec<Arc<Slot>>>>,
+}
+
+impl Registry {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Vec<Arc<Slot>>>> {
+        self.queues.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn register(&self, q: &str) -> Arc<Slot> {
+        let slot = Arc::new(Slot::default());
+        self.lock()
+            .entry(q.to_string())
+            .or_default()
+            .push(slot.clone());
+        slot
+    }
+
+    /// Removes a waiter; true when it held a wake-up from this process it had not used.
+    fn remove(&self, q: &str, slot: &Arc<Slot>) -> bool {
+        let mut queues = self.lock();
+        if let Some(list) = queues.get_mut(q) {
+            list.retain(|s| !Arc::ptr_eq(s, slot));
+            if list.is_empty() {
+                queues.remove(q);
+            }
+        }
+        let mut s = slot.lock();
+        s.left = true;
+        std::mem::take(&mut s.woken)
+    }
+
+    /// Wakes one waiter of `q` that has no wake-up yet, the longest parked first, else one
+    /// that is reading the index (its next wait returns at once). False when there is none:
+    /// every waiter here is already due to read again.
+    pub fn wake_one(&self, q: &str) -> bool {
+        let queues = self.lock();
+        let Some(list) = queues.get(q) else {
+            return false;
+        };
+        let mut reading = None;
+        for slot in list {
+            let mut s = slot.lock();
+            if s.awake() {
+                continue;
+            }
+            if s.parked {
+                s.woken = true;
+                drop(s);
+                slot.notify.notify_waiters();
+                return true;
+            }
+            reading = reading.or(Some(slot));
+        }
+        match reading {
+            Some(slot) => {
+                slot.lock().woken = true;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// How many waiters of `q` this process has.
+    pub fn waiting(&self, q: &str) -> usize {
+        self.lock().get(q).map_or(0, Vec::len)
+    }
+}
+
+/// What a signal that crosses processes does for its waiters.
+pub trait Remote: Send + Sync + 'static {
+    /// The waiter parks for the first time: subscribe it to wake-ups from other processes.
+    fn subscribe(&self, q: &str, slot: &Arc<Slot>);
+    /// The waiter leaves: end its subscription and hand back a delivery it did not use.
+    fn unsubscribe(&self, q: &str, slot: &Arc<Slot>);
+    /// Sends one wake-up to a waiter of `q` in any process.
+    fn publish(&self, q: &str);
+}
+
+/// One claimWork's registration on a task queue (see [`WorkSignal::waiter`]); dropping it
+/// (also when the call is cancelled) hands an unused wake-up on.
+pub struct Waiter {
+    q: String,
+    slot: Arc<Slot>,
+    registry: Arc<Registry>,
+    remote: Option<Arc<dyn Remote>>,
+    subscribed: bool,
+}
+
+impl Waiter {
+    fn new(q: &str, registry: Arc<Registry>, remote: Option<Arc<dyn Remote>>) -> Waiter {
+        Waiter {
+            q: q.to_string(),
+            slot: registry.register(q),
+            registry,
+            remote,
+            subscribed: false,
+        }
+    }
+
+    /// Waits until this waiter is woken (returns at once if it was woken since its last
+    /// wait), or `timeout` passes. Either way, a wake-up it held counts as used.
+    pub async fn wait(&mut self, timeout: Duration) {
+        if !self.subscribed {
+            self.subscribed = true;
+            if let Some(r) = &self.remote {
+                r.subscribe(&self.q, &self.slot);
+            }
+        }
+        let notified = self.slot.notify.notified();
+        tokio::pin!(notified);
+        // Enabled before the check, so that a wake-up between the check and the await is
+        // not lost (the waker sets the state, then notifies).
+        notified.as_mut().enable();
+        let awake = {
+            let mut s = self.slot.lock();
+            s.parked = !s.awake();
+            !s.parked
+        };
+        if !awake {
+            let _ = tokio::time::timeout(timeout, notified).await;
+        }
+        let settle = {
+            let mut s = self.slot.lock();
+            s.parked = false;
+            s.woken = false;
+            s.held.take()
+        };
+        if let Some(settle) = settle {
+            settle(true);
+        }
+    }
+
+    /// True when wake-ups from every process reach this waiter (so it may re-read the index
+    /// less often).
+    pub fn crosses_processes(&self) -> bool {
+        self.slot.lock().crosses
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        let unused = self.registry.remove(&self.q, &self.slot);
+        if let Some(r) = &self.remote {
+            r.unsubscribe(&self.q, &self.slot);
+        }
+        if unused && !self.registry.wake_one(&self.q) {
+            if let Some(r) = &self.remote {
+                r.publish(&self.q);
+            }
+        }
+    }
 }
 
 /// In-process signals (the local server, and a warm Lambda container).
 #[derive(Default)]
 pub struct LocalSignal {
-    slots: Mutex<HashMap<String, Slot>>,
+    registry: Arc<Registry>,
 }
 
 impl LocalSignal {
-    fn with_slot<T>(&self, q: &str, f: impl FnOnce(&mut Slot) -> T) -> T {
-        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-        f(slots.entry(q.to_string()).or_default())
+    /// How many waiters of `q` this process has.
+    pub fn waiting(&self, q: &str) -> usize {
+        self.registry.waiting(q)
     }
 }
 
 #[async_trait]
 impl WorkSignal for LocalSignal {
-    fn token(&self, q: &str) -> u64 {
-        self.with_slot(q, |s| s.generation)
+    fn waiter(&self, q: &str) -> Waiter {
+        Waiter::new(q, self.registry.clone(), None)
     }
 
     fn notify(&self, q: &str) {
-        let n = self.with_slot(q, |s| {
-            s.generation += 1;
-            s.notify.clone()
-        });
-        n.notify_waiters();
-    }
-
-    async fn wait(&self, q: &str, token: u64, timeout: Duration) {
-        let notify = self.with_slot(q, |s| s.notify.clone());
-        let notified = notify.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        // Re-check after enabling, so that a notify between token() and here is not lost.
-        if self.token(q) != token {
-            return;
-        }
-        let _ = tokio::time::timeout(timeout, notified).await;
+        self.registry.wake_one(q);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Instant;
 
     #[tokio::test]
-    async fn a_notify_after_the_token_is_never_lost() {
+    async fn a_notify_after_registering_is_never_lost() {
         let s = LocalSignal::default();
-        let t = s.token("q");
+        let mut w = s.waiter("q");
         s.notify("q");
-        let start = std::time::Instant::now();
-        s.wait("q", t, Duration::from_secs(5)).await;
+        let start = Instant::now();
+        w.wait(Duration::from_secs(5)).await;
         assert!(start.elapsed() < Duration::from_secs(1));
+        // Used: the next wait sleeps its whole timeout.
+        let start = Instant::now();
+        w.wait(Duration::from_millis(100)).await;
+        assert!(start.elapsed() >= Duration::from_millis(90));
+    }
+
+    /// Spawns `n` waiters of `q`, each waiting once; counts those woken before `timeout`.
+    async fn parked(
+        s: &Arc<LocalSignal>,
+        q: &str,
+        n: usize,
+        timeout: Duration,
+    ) -> (Arc<AtomicUsize>, Vec<tokio::task::JoinHandle<()>>) {
+        let woken = Arc::new(AtomicUsize::new(0));
+        let mut handles = vec![];
+        for _ in 0..n {
+            let mut w = s.waiter(q);
+            let woken = woken.clone();
+            handles.push(tokio::spawn(async move {
+                let start = Instant::now();
+                w.wait(timeout).await;
+                if start.elapsed() < timeout {
+                    woken.fetch_add(1, Ordering::SeqCst);
+                }
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        (woken, handles)
     }
 
     #[tokio::test]
-    async fn waiting_wakes_on_notify() {
+    async fn each_notify_wakes_one_waiter_of_its_queue() {
         let s = Arc::new(LocalSignal::default());
-        let t = s.token("q");
-        let s2 = s.clone();
-        let h = tokio::spawn(async move { s2.wait("q", t, Duration::from_secs(10)).await });
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        let (woken, handles) = parked(&s, "q", 100, Duration::from_secs(2)).await;
+        let (other, other_handles) = parked(&s, "other", 10, Duration::from_secs(2)).await;
+        for _ in 0..3 {
+            s.notify("q");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(woken.load(Ordering::SeqCst), 3, "three runs wake three");
+        assert_eq!(other.load(Ordering::SeqCst), 0);
+        for h in handles.into_iter().chain(other_handles) {
+            h.await.unwrap();
+        }
+        assert_eq!(s.waiting("q"), 0, "waiters leave the registry");
+    }
+
+    #[tokio::test]
+    async fn a_waiter_leaving_with_an_unused_wake_up_hands_it_on() {
+        let s = Arc::new(LocalSignal::default());
+        // Registered, reading the index (never parked): it gets the wake-up, then leaves
+        // (its read found other work), and a parked waiter gets it.
+        let reading = s.waiter("q");
+        let (woken, handles) = parked(&s, "q", 1, Duration::from_secs(2)).await;
+        // The parked one is preferred; a second notify goes to the reader.
         s.notify("q");
-        tokio::time::timeout(Duration::from_secs(2), h)
-            .await
-            .unwrap()
-            .unwrap();
+        s.notify("q");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(woken.load(Ordering::SeqCst), 1);
+        let (woken2, handles2) = parked(&s, "q", 1, Duration::from_secs(2)).await;
+        assert_eq!(woken2.load(Ordering::SeqCst), 0);
+        drop(reading);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(woken2.load(Ordering::SeqCst), 1, "handed on");
+        for h in handles.into_iter().chain(handles2) {
+            h.await.unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn a_delivery_is_used_by_a_wait_or_handed_back() {
+        let s = LocalSignal::default();
+        let settled = Arc::new(Mutex::new(vec![]));
+        let settle = |settled: &Arc<Mutex<Vec<bool>>>| -> Settle {
+            let settled = settled.clone();
+            Box::new(move |used| settled.lock().unwrap().push(used))
+        };
+        let mut w = s.waiter("q");
+        assert!(w.slot.deliver(settle(&settled)).is_ok());
+        assert!(w.slot.deliver(settle(&settled)).is_err(), "one at a time");
+        w.wait(Duration::from_secs(5)).await;
+        assert_eq!(*settled.lock().unwrap(), vec![true]);
+        assert!(w.slot.deliver(settle(&settled)).is_ok());
+        let held = w.slot.take_held().expect("held");
+        held(false);
+        assert_eq!(*settled.lock().unwrap(), vec![true, false]);
     }
 }

@@ -233,55 +233,117 @@ async fn a_claim_work_waiting_in_another_process_gets_a_new_task_within_2_s() {
     }
 }
 
-/// Wake-ups through RabbitMQ: a notify in one process wakes a waiter of the same task queue
-/// in another (two signals here, each with its own connection), not one of another queue.
+/// Wake-ups through RabbitMQ: a notify in one process wakes one waiter of the same task
+/// queue in another process (three signals here, each with its own connection), not all of
+/// them, and none of another queue; a waiter that leaves holding a wake-up it did not use
+/// hands it back to the queue for another.
 #[tokio::test]
-async fn a_wake_up_crosses_processes_through_the_broker() {
+async fn a_wake_up_crosses_processes_to_one_waiter_through_the_broker() {
     use shared::signal::{amqp::AmqpSignal, WorkSignal};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
     let url = amqp::amqp_url(&amqp::broker_addr());
     let prefix = format!("exchange/tcq-test-{}/v1/", slugid());
     let writer = AmqpSignal::start(url.clone(), &prefix);
-    let linger = Duration::from_millis(300);
-    let waiter = std::sync::Arc::new(AmqpSignal::start_with(url, &prefix, linger));
+    let processes = [
+        Arc::new(AmqpSignal::start(url.clone(), &prefix)),
+        Arc::new(AmqpSignal::start(url, &prefix)),
+    ];
     let (tq, other) = (task_queue_id(), task_queue_id());
-    let wait = |q: String| {
-        let w = waiter.clone();
-        let token = w.token(&q);
+    let woken = Arc::new(AtomicUsize::new(0));
+    let wait = |p: &Arc<AmqpSignal>, q: &str, woken: &Arc<AtomicUsize>| {
+        let mut w = p.waiter(q);
+        let woken = woken.clone();
         tokio::spawn(async move {
-            w.wait(&q, token, Duration::from_secs(20)).await;
-            Instant::now()
+            // Subscribed on its first wait; it waits until woken or 20 s.
+            w.wait(Duration::from_millis(1)).await;
+            let until = Instant::now() + Duration::from_secs(10);
+            while !w.crosses_processes() && Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            assert!(w.crosses_processes(), "subscribed to wake-ups");
+            let start = Instant::now();
+            w.wait(Duration::from_secs(20)).await;
+            if start.elapsed() < Duration::from_secs(19) {
+                woken.fetch_add(1, Ordering::SeqCst);
+            }
         })
     };
-    let (woken, not_woken) = (wait(tq.clone()), wait(other.clone()));
-    // Bound once the waiter's connection is up.
-    let until = Instant::now() + Duration::from_secs(10);
-    while !waiter.crosses_processes(&tq) && Instant::now() < until {
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    let mut waiting = vec![];
+    for p in &processes {
+        for _ in 0..3 {
+            waiting.push(wait(p, &tq, &woken));
+        }
     }
-    assert!(waiter.crosses_processes(&tq), "bound to its wake-ups");
-    let sent = Instant::now();
-    writer.notify(&tq);
-    let at = tokio::time::timeout(Duration::from_secs(5), woken)
-        .await
-        .expect("woken through the broker")
-        .unwrap();
-    assert!(at.duration_since(sent) < Duration::from_secs(2));
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        !not_woken.is_finished(),
-        "another task queue's waiter sleeps on"
-    );
-    // A cancelled wait (a request whose client went away) gives its binding up, once it has
-    // lingered for the next wait.
-    not_woken.abort();
+    let not_woken = Arc::new(AtomicUsize::new(0));
+    let other_waiter = wait(&processes[0], &other, &not_woken);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    for _ in 0..2 {
+        writer.notify(&tq);
+    }
+    writer.flush(Duration::from_secs(1)).await;
     let until = Instant::now() + Duration::from_secs(5);
-    while waiter.crosses_processes(&other) && Instant::now() < until {
+    while woken.load(Ordering::SeqCst) < 2 && Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert!(
-        !waiter.crosses_processes(&other),
-        "unbound once nobody waits"
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        woken.load(Ordering::SeqCst),
+        2,
+        "two runs wake two of six waiters"
     );
+    assert_eq!(
+        not_woken.load(Ordering::SeqCst),
+        0,
+        "another queue's waiter sleeps on"
+    );
+    assert_eq!(
+        processes.iter().map(|p| p.waiting(&tq)).sum::<usize>(),
+        4,
+        "the woken ones left"
+    );
+    // A cancelled wait (a request whose client went away) leaves, and a wake-up goes to one
+    // of those still waiting.
+    for h in &waiting {
+        if !h.is_finished() {
+            h.abort();
+            break;
+        }
+    }
+    other_waiter.abort();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    writer.notify(&tq);
+    let until = Instant::now() + Duration::from_secs(5);
+    while woken.load(Ordering::SeqCst) < 3 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(woken.load(Ordering::SeqCst), 3, "woken after another left");
+    for h in waiting {
+        h.abort();
+    }
+    // A waiter reading the index (subscribed, not parked) is handed a wake-up; it leaves
+    // without using it (its read found work), and the wake-up goes to a waiter elsewhere.
+    let third = task_queue_id();
+    let mut reader = processes[0].waiter(&third);
+    reader.wait(Duration::from_millis(1)).await;
+    let until = Instant::now() + Duration::from_secs(10);
+    while !reader.crosses_processes() && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    writer.notify(&third);
+    writer.flush(Duration::from_secs(1)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let handed = Arc::new(AtomicUsize::new(0));
+    let later = wait(&processes[1], &third, &handed);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(handed.load(Ordering::SeqCst), 0, "the reader holds it");
+    drop(reader);
+    let until = Instant::now() + Duration::from_secs(5);
+    while handed.load(Ordering::SeqCst) < 1 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(handed.load(Ordering::SeqCst), 1, "handed back, then on");
+    later.abort();
 }
 
 /// Every waiting claimWork holds a function instance as deployed. With claimWork's
