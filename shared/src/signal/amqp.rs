@@ -212,7 +212,10 @@ async fn run(url: String, broker: Weak<Broker>, mut rx: mpsc::Receiver<Cmd>) {
                 tracing::debug!("claim-work wake-ups connected");
                 pause = Duration::from_millis(200);
                 let why = serve(&b, &channel, first.take(), &mut rx).await;
-                drop(conn);
+                // Closed, not only dropped: its consumers would otherwise live on where a
+                // step timed out on a connection still open.
+                let reason = ShortString::from("claim-work wake-ups reconnect");
+                let _ = timed(STEP_TIMEOUT, "closing", conn.close(200, reason)).await;
                 tracing::warn!(reason = %why, "claim-work wake-ups lost the broker; waiters re-read the index meanwhile");
             }
             Err(e) => {
@@ -263,10 +266,14 @@ async fn serve(
         b,
         channel,
         tags: Mutex::new(HashMap::new()),
+        readers: Mutex::new(Vec::new()),
     };
     let subscribed: Vec<usize> = lock(&b.subs).keys().copied().collect();
     for id in subscribed {
         if let Err(e) = on.subscribe(id).await {
+            if first.is_some() {
+                b.done();
+            }
             return e;
         }
     }
@@ -296,6 +303,17 @@ struct Link<'a> {
     channel: &'a Channel,
     /// Consumer tags per subscription on this channel.
     tags: Mutex<HashMap<usize, ShortString>>,
+    /// The tasks reading its consumers: they end with the link, even where a step timed out
+    /// on a channel still open.
+    readers: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for Link<'_> {
+    fn drop(&mut self) {
+        for r in lock(&self.readers).drain(..) {
+            r.abort();
+        }
+    }
 }
 
 impl Link<'_> {
@@ -331,13 +349,18 @@ impl Link<'_> {
             // its queue when that channel closed): the broker answers "unknown delivery tag".
             Cmd::Settle(acker, used) => {
                 let settled = if used {
-                    acker.ack(BasicAckOptions::default()).await
+                    timed(
+                        STEP_TIMEOUT,
+                        "acking",
+                        acker.ack(BasicAckOptions::default()),
+                    )
+                    .await
                 } else {
                     let requeue = BasicNackOptions {
                         requeue: true,
                         ..Default::default()
                     };
-                    acker.nack(requeue).await
+                    timed(STEP_TIMEOUT, "returning", acker.nack(requeue)).await
                 };
                 if let Err(e) = settled {
                     tracing::debug!(error = %e, "a claim-work wake-up was not settled");
@@ -399,7 +422,9 @@ impl Link<'_> {
         slot.set_crosses(true);
         let b = Arc::downgrade(self.b);
         let slot = Arc::downgrade(&slot);
-        tokio::spawn(async move {
+        let mut readers = lock(&self.readers);
+        readers.retain(|r| !r.is_finished());
+        readers.push(tokio::spawn(async move {
             let mut consumer = consumer;
             while let Some(Ok(d)) = consumer.next().await {
                 let (Some(b), slot) = (b.upgrade(), slot.upgrade()) else {
@@ -416,7 +441,7 @@ impl Link<'_> {
                     settle(b.registry.wake_one(&q));
                 }
             }
-        });
+        }));
         Ok(())
     }
 }

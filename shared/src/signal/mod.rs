@@ -158,6 +158,8 @@ impl Registry {
         match reading {
             Some(slot) => {
                 slot.lock().woken = true;
+                // It may have parked since it was looked at.
+                slot.notify.notify_waiters();
                 true
             }
             None => false,
@@ -202,7 +204,7 @@ impl Waiter {
     }
 
     /// Waits until this waiter is woken (returns at once if it was woken since its last
-    /// wait), or `timeout` passes. Either way, a wake-up it held counts as used.
+    /// wait), or `timeout` passes. Either way, one wake-up it held counts as used.
     pub async fn wait(&mut self, timeout: Duration) {
         if !self.subscribed {
             self.subscribed = true;
@@ -223,11 +225,17 @@ impl Waiter {
         if !awake {
             let _ = tokio::time::timeout(timeout, notified).await;
         }
+        // One wake-up is used per wait: a second one (a run each) makes the next wait return
+        // at once, or is handed on when the waiter leaves.
         let settle = {
             let mut s = self.slot.lock();
             s.parked = false;
-            s.woken = false;
-            s.held.take()
+            if s.woken {
+                s.woken = false;
+                None
+            } else {
+                s.held.take()
+            }
         };
         if let Some(settle) = settle {
             settle(true);
