@@ -45,6 +45,8 @@ const QUEUE_TTL_MS: i64 = 5_000;
 const QUEUE_EXPIRES_MS: i64 = 60_000;
 /// Commands waiting for the broker before further ones are dropped.
 const OUTGOING_MAX: usize = 4096;
+/// Of those, the places only subscriptions, cancels and settles may take.
+const CONTROL_RESERVE: usize = 1024;
 
 /// The RabbitMQ queue carrying the wake-ups of task queue `q`, under `prefix`.
 pub fn queue_name(prefix: &str, q: &str) -> String {
@@ -81,6 +83,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Broker {
     fn send(&self, cmd: Cmd) {
+        // Wake-ups are shed first: a lost one costs a re-read, a lost cancel or settle a
+        // consumer left behind for the connection's life.
+        if matches!(cmd, Cmd::Publish(_)) && self.tx.capacity() <= CONTROL_RESERVE {
+            return;
+        }
         self.pending.fetch_add(1, Ordering::SeqCst);
         if self.tx.try_send(cmd).is_err() {
             self.done();
