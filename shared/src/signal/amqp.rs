@@ -124,7 +124,7 @@ impl Remote for Broker {
         self.send(Cmd::Subscribe(id));
     }
 
-    fn unsubscribe(&self, _q: &str, slot: &Arc<Slot>) {
+    fn unsubscribe(&self, slot: &Arc<Slot>) {
         let id = self.id_of(slot);
         if lock(&self.subs).remove(&id).is_some() {
             self.send(Cmd::Unsubscribe(id));

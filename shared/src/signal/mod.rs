@@ -37,7 +37,7 @@ pub trait WorkSignal: Send + Sync + 'static {
 
 /// A delivery a waiter holds from elsewhere (a broker message): settled once, `true` when
 /// the wake-up was used, `false` to hand it back to another waiter.
-pub type Settle = Box<dyn FnOnce(bool) + Send>;
+pub(crate) type Settle = Box<dyn FnOnce(bool) + Send>;
 
 #[derive(Default)]
 struct SlotState {
@@ -61,7 +61,7 @@ impl SlotState {
 
 /// One waiter's state, shared with the signal that wakes it.
 #[derive(Default)]
-pub struct Slot {
+pub(crate) struct Slot {
     state: Mutex<SlotState>,
     notify: Notify,
 }
@@ -75,7 +75,7 @@ impl Slot {
     /// holds one already or has left. A waiter woken from this process takes it too (its
     /// next read serves both): refused, the delivery would come straight back to it while
     /// it reads.
-    pub fn deliver(&self, settle: Settle) -> Result<(), Settle> {
+    pub(crate) fn deliver(&self, settle: Settle) -> Result<(), Settle> {
         {
             let mut s = self.lock();
             if s.held.is_some() || s.left {
@@ -88,20 +88,20 @@ impl Slot {
     }
 
     /// Marks whether wake-ups from every process now reach this waiter.
-    pub fn set_crosses(&self, crosses: bool) {
+    pub(crate) fn set_crosses(&self, crosses: bool) {
         self.lock().crosses = crosses;
     }
 
     /// Takes back a delivery the waiter has not used (it is leaving, or the broker link that
     /// delivered it is gone).
-    pub fn take_held(&self) -> Option<Settle> {
+    pub(crate) fn take_held(&self) -> Option<Settle> {
         self.lock().held.take()
     }
 }
 
 /// The waiters of this process, per task queue, in the order they came.
 #[derive(Default)]
-pub struct Registry {
+pub(crate) struct Registry {
     queues: Mutex<HashMap<String, Vec<Arc<Slot>>>>,
 }
 
@@ -136,7 +136,7 @@ impl Registry {
     /// Wakes one waiter of `q` that has no wake-up yet, the longest parked first, else one
     /// that is reading the index (its next wait returns at once). False when there is none:
     /// every waiter here is already due to read again.
-    pub fn wake_one(&self, q: &str) -> bool {
+    pub(crate) fn wake_one(&self, q: &str) -> bool {
         let queues = self.lock();
         let Some(list) = queues.get(q) else {
             return false;
@@ -167,17 +167,17 @@ impl Registry {
     }
 
     /// How many waiters of `q` this process has.
-    pub fn waiting(&self, q: &str) -> usize {
+    pub(crate) fn waiting(&self, q: &str) -> usize {
         self.lock().get(q).map_or(0, Vec::len)
     }
 }
 
 /// What a signal that crosses processes does for its waiters.
-pub trait Remote: Send + Sync + 'static {
+pub(crate) trait Remote: Send + Sync + 'static {
     /// The waiter parks for the first time: subscribe it to wake-ups from other processes.
     fn subscribe(&self, q: &str, slot: &Arc<Slot>);
     /// The waiter leaves: end its subscription and hand back a delivery it did not use.
-    fn unsubscribe(&self, q: &str, slot: &Arc<Slot>);
+    fn unsubscribe(&self, slot: &Arc<Slot>);
     /// Sends one wake-up to a waiter of `q` in any process.
     fn publish(&self, q: &str);
 }
@@ -253,7 +253,7 @@ impl Drop for Waiter {
     fn drop(&mut self) {
         let unused = self.registry.remove(&self.q, &self.slot);
         if let Some(r) = &self.remote {
-            r.unsubscribe(&self.q, &self.slot);
+            r.unsubscribe(&self.slot);
         }
         if unused && !self.registry.wake_one(&self.q) {
             if let Some(r) = &self.remote {
