@@ -5,4 +5,4 @@
 # alone) would build `shared` and everything above it a second time, about a minute each.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --locked -p functions --bin lambda -p blackbox --bin deployed-shape
+cargo build --locked -p functions --bin lambda --bin tc-queue -p blackbox --bin deployed-shape

@@ -3,6 +3,7 @@
 # (the `lambda` binary, as SAM deploys it), behind a local HTTP API, stream pollers, schedules
 # and the broker mapping, over LocalStack (started if needed) and RabbitMQ.
 # Usage: bash scripts/deployed-shape.sh [--port 8080] [--data-dir .data-shape] [--speedup 1]
+#        [--claim-mode lambda|lambda-short|service]
 #        (every option: bash scripts/deployed-shape.sh --help; TCQ_PORT/TCQ_DATA_DIR work too)
 # Stop it with Ctrl-C (or SIGTERM): every process it started stops.
 set -euo pipefail

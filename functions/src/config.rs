@@ -209,6 +209,23 @@ pub struct ServerConfig {
     /// consumer, such as the AWS function, reacts to them instead).
     #[arg(long, env = env::SCHEDULER_CONSUMER, default_value_t = true, action = clap::ArgAction::Set)]
     pub scheduler_consumer: bool,
+    /// Run the background jobs (reapers, expiry passes, the publisher, the scheduler's
+    /// consumer) in this process. Off for a process that only serves requests beside the
+    /// stack's functions, which run the jobs (the claim service of `ClaimMode=service`).
+    #[arg(long, env = env::JOBS, default_value_t = true, action = clap::ArgAction::Set,
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub jobs: bool,
+    /// Requests come through API Gateway's HTTP API (an HTTP proxy integration): the path
+    /// may arrive decoded and the `Host` is the gateway's, so the path the client signed is
+    /// rebuilt as the functions rebuild it, and the host it signed is read from the
+    /// gateway's `Forwarded` header.
+    #[arg(long, env = env::BEHIND_GATEWAY, default_value_t = false, action = clap::ArgAction::Set,
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub behind_gateway: bool,
+    /// Check that a server on `--port` of this host answers, then exit: 0 when it does, 1
+    /// when not (a container's health check; the image has no shell and no curl).
+    #[arg(long)]
+    pub health_check: bool,
     /// accessToken of the queue's client; generated and kept in the data directory when unset.
     #[arg(long, env = env::QUEUE_ACCESS_TOKEN, hide_env_values = true)]
     pub queue_access_token: Option<String>,

@@ -8,6 +8,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{Request, Response, StatusCode};
 use serde_json::json;
+use shared::api::router::through_gateway;
 use shared::api::{error_response, Api, ApiRequest, Serves, MAX_BODY_BYTES};
 use shared::auth::ROOT_CLIENT_ID;
 use shared::blobs::{BlobStore, LocalBlobs};
@@ -224,7 +225,11 @@ pub async fn start(cfg: ServerConfig, sink: Arc<dyn EventSink>) -> Result<Runnin
             axum::routing::any(move |req: Request<Body>| serve_blob(local.clone(), req)),
         );
     }
-    let app = app.fallback(serve).with_state(api.clone());
+    let served = Served {
+        api: api.clone(),
+        behind_gateway: cfg.behind_gateway,
+    };
+    let app = app.fallback(serve).with_state(served);
     let mut stop_rx = stopped.clone();
     let http = tokio::spawn(async move {
         let shutdown = async move {
@@ -232,8 +237,46 @@ pub async fn start(cfg: ServerConfig, sink: Arc<dyn EventSink>) -> Result<Runnin
         };
         serve_http(listener, app, shutdown).await;
     });
-    // Every job on the timer its declaration names; the outbox sweep is the publisher's.
     let mut tasks = vec![http];
+    // Worker metadata claims made due goes out whether or not this process runs the jobs.
+    tasks.push(tokio::spawn(seen_loop(
+        queue.clone(),
+        Duration::from_millis(cfg.reaper_interval_ms.max(10)),
+        stopped.clone(),
+    )));
+    if cfg.jobs {
+        tasks.extend(start_jobs(
+            &cfg,
+            &queue,
+            &api,
+            blobs.port(),
+            hints,
+            sink,
+            stopped,
+        ));
+    }
+    tracing::info!(%addr, data_dir = %cfg.data_dir.display(), jobs = cfg.jobs, "queue listening");
+    Ok(Running {
+        addr,
+        api,
+        root,
+        stop,
+        tasks,
+    })
+}
+
+/// Every background loop of a server that runs the jobs: each job on the timer its
+/// declaration names, and the publisher (the outbox sweep is its own).
+fn start_jobs(
+    cfg: &ServerConfig,
+    queue: &Arc<Queue>,
+    api: &Arc<Api>,
+    blobs: Arc<dyn shared::blobs::BlobStore>,
+    hints: Arc<LocalHints>,
+    sink: Arc<dyn EventSink>,
+    stopped: watch::Receiver<bool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = vec![];
     let reapers = Duration::from_millis(cfg.reaper_interval_ms.max(10));
     let expiry = Duration::from_millis(cfg.artifact_reaper_interval_ms.max(10));
     for job in JOBS {
@@ -250,16 +293,11 @@ pub async fn start(cfg: ServerConfig, sink: Arc<dyn EventSink>) -> Result<Runnin
         let run = JobLoop {
             job,
             queue: queue.clone(),
-            blobs: blobs.port(),
+            blobs: blobs.clone(),
             grace_ms: cfg.queue.artifact_expiry_grace_ms,
         };
         tasks.push(tokio::spawn(run.every(every, woken, stopped.clone())));
     }
-    tasks.push(tokio::spawn(seen_loop(
-        queue.clone(),
-        reapers,
-        stopped.clone(),
-    )));
     // The scheduler consumes the queue's resolution messages in process, last: an event
     // leaves its outbox only once RabbitMQ, the given sink and the scheduler all took it.
     let mut sinks = vec![];
@@ -277,14 +315,7 @@ pub async fn start(cfg: ServerConfig, sink: Arc<dyn EventSink>) -> Result<Runnin
         publisher,
         stopped,
     )));
-    tracing::info!(%addr, data_dir = %cfg.data_dir.display(), "queue listening");
-    Ok(Running {
-        addr,
-        api,
-        root,
-        stop,
-        tasks,
-    })
+    tasks
 }
 
 /// How long the local loops keep at one job per tick while work is due: the same passes as
@@ -503,12 +534,13 @@ async fn serve_http(
 
 /// The axum fallback: the web inspector's pages and assets (see `ui::answer`), and every
 /// other request to the shared API.
-async fn serve(State(api): State<Arc<Api>>, req: Request<Body>) -> Response<Body> {
+async fn serve(State(served): State<Served>, req: Request<Body>) -> Response<Body> {
+    let api = served.api;
     let accept = req.headers().get("accept").and_then(|v| v.to_str().ok());
     if let Some(page) = crate::ui::answer(req.method(), req.uri().path(), accept) {
         return to_http(page);
     }
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     let read = tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY_BYTES + 1));
     let body = match read.await {
         Ok(Ok(b)) if b.len() <= MAX_BODY_BYTES => b,
@@ -531,15 +563,48 @@ async fn serve(State(api): State<Arc<Api>>, req: Request<Body>) -> Response<Body
             return to_http(error_response(&e, &parts.method, info));
         }
     };
+    let (path, also_signed) = if served.behind_gateway {
+        if let Some(host) = shared::api::caller::forwarded_host(&parts.headers)
+            .and_then(|h| axum::http::HeaderValue::from_str(&h).ok())
+        {
+            parts.headers.insert(axum::http::header::HOST, host);
+        }
+        through_gateway(&parts.method, parts.uri.path().to_string())
+    } else {
+        (parts.uri.path().to_string(), vec![])
+    };
     let req = ApiRequest {
         method: parts.method,
-        path: parts.uri.path().to_string(),
+        path,
         query: parts.uri.query().map(String::from),
         headers: parts.headers,
         body,
-        also_signed: vec![],
+        also_signed,
     };
     to_http(api.handle(Serves::All, req).await)
+}
+
+/// What the HTTP fallback serves with.
+#[derive(Clone)]
+struct Served {
+    api: Arc<Api>,
+    /// See [`ServerConfig::behind_gateway`].
+    behind_gateway: bool,
+}
+
+/// `tc-queue --health-check`: whether a server on `port` of this host answers its ping
+/// with 200 within `timeout`, over plain HTTP/1.0 (no client library for one request).
+pub async fn health_check(port: u16, timeout: Duration) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let ask = async {
+        let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+        conn.write_all(b"GET /api/queue/v1/ping HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            .await?;
+        let mut head = [0u8; 12];
+        conn.read_exact(&mut head).await?;
+        Ok::<_, std::io::Error>(head.starts_with(b"HTTP/1.") && &head[9..12] == b"200")
+    };
+    matches!(tokio::time::timeout(timeout, ask).await, Ok(Ok(true)))
 }
 
 fn to_http(r: shared::api::ApiResponse) -> Response<Body> {

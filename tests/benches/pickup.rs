@@ -17,7 +17,14 @@
 //! - `2 servers, broker`: the same with wake-ups through RabbitMQ (`TCQ_AMQP_URL`);
 //! - `lambda`: the deployed shape (`blackbox::shape`): the real `create-task` and
 //!   `claim-work` functions (release `lambda` binary) each under its Runtime API emulator,
-//!   behind the local HTTP API, over LocalStack, with wake-ups through RabbitMQ.
+//!   behind the local HTTP API, over LocalStack, with wake-ups through RabbitMQ;
+//! - `service`: the deployed shape with `ClaimMode=service`: claimWork served by the claim
+//!   service (release `tc-queue`) behind the gateway's HTTP proxy, createTask by its function;
+//!   `service5`: the same, the worker sleeping 5 s after an empty answer (generic-worker);
+//! - `short`: the deployed shape with `ClaimMode=lambda-short` and no wait: the worker calls,
+//!   and after an empty answer sleeps 5 s before the next call.
+//!
+//! For a worker that polls, the task is created at a random point of its 5 s sleep.
 //!
 //! Each sample: a claimWork is started in the claiming process, left waiting for a random
 //! 0.3–1.5 s (so that its re-read schedule is at a random point), then createTask is sent to
@@ -26,8 +33,11 @@
 //! process over the same LocalStack tables, counting DynamoDB requests and units, and the
 //! idle worker-month is priced from them (list prices in `PRICES`), with the claim-work
 //! function's memory. The claim-work instances' peak RSS and CPU per invocation come from
-//! `/proc`. `BENCH_SETUPS` (comma-separated names: local, old, poll, broker, lambda) picks
-//! setups; `BENCH_IDLE=0` skips the idle measurement.
+//! `/proc`. Last, each claim mode's price for idle fleets of 10 to 10,000 workers, from those
+//! units (the service's from `BENCH_WAITERS` calls waiting at once in one process, default
+//! 100, and its CPU per call in the shape). `BENCH_SETUPS` (comma-separated names: local, old,
+//! poll, broker, lambda, service, service5, short) picks setups; `BENCH_IDLE=0` skips the idle
+//! measurement.
 
 use blackbox::env_num;
 use blackbox::release::ReleaseServer;
@@ -53,6 +63,109 @@ mod prices {
     pub const READ_UNIT: f64 = 0.125 / 1e6;
     /// DynamoDB on-demand, per write request unit.
     pub const WRITE_UNIT: f64 = 0.625 / 1e6;
+    /// Fargate (Linux, arm64), per vCPU-hour.
+    pub const FARGATE_VCPU_HOUR: f64 = 0.032_38;
+    /// Fargate (Linux, arm64), per GB-hour.
+    pub const FARGATE_GB_HOUR: f64 = 0.003_56;
+    /// A public IPv4 address (each Fargate task's), per hour.
+    pub const PUBLIC_IPV4_HOUR: f64 = 0.005;
+    /// Cloud Map, per registered instance-month.
+    pub const CLOUD_MAP_INSTANCE_MONTH: f64 = 0.10;
+}
+
+/// The template's defaults for the claim service: 0.25 vCPU and 0.5 GB per task, scaled to
+/// keep 60 % CPU.
+const SERVICE_VCPU: f64 = 0.25;
+const SERVICE_GB: f64 = 0.5;
+const SERVICE_CPU_TARGET: f64 = 0.6;
+/// A month, as the idle figures count it.
+const MONTH_HOURS: f64 = 720.0;
+
+/// Each claim mode's price for idle fleets, from the counted units: `long` one empty 20 s
+/// claimWork in a function (wake-ups and a wait slot), `short` one without a wait (its wall
+/// time standing for its billed duration), `shared` one of `sharing` waiting at once in one
+/// service task; `service_cpu_ms` the service's CPU per claimWork (measured in the shape).
+fn modes_table(
+    memory_mb: f64,
+    long: &Idle,
+    short: &Idle,
+    shared: &Idle,
+    sharing: usize,
+    service_cpu_ms: Option<f64>,
+) {
+    let gb = memory_mb / 1024.0;
+    let month_s = MONTH_HOURS * 3600.0;
+    let http = prices::HTTP_API_REQUEST;
+    // lambda: back-to-back 20 s calls, each an instance for its whole wait.
+    let long_calls = month_s / 20.0;
+    let lambda_worker = long_calls
+        * (20.0 * gb * prices::LAMBDA_GB_S + prices::LAMBDA_REQUEST + http + long.dynamodb());
+    // lambda-short: a call, then 5 s, as generic-worker spaces them.
+    let short_s = short.took.as_secs_f64();
+    let short_calls = month_s / (5.0 + short_s);
+    let short_billed = (short_s * 1e3).ceil() / 1e3;
+    let short_worker = short_calls
+        * (short_billed * gb * prices::LAMBDA_GB_S
+            + prices::LAMBDA_REQUEST
+            + http
+            + short.dynamodb());
+    // service: back-to-back 20 s calls to an always-on task.
+    let service_worker = long_calls * (http + shared.dynamodb());
+    let task_month = MONTH_HOURS
+        * (SERVICE_VCPU * prices::FARGATE_VCPU_HOUR
+            + SERVICE_GB * prices::FARGATE_GB_HOUR
+            + prices::PUBLIC_IPV4_HOUR)
+        + prices::CLOUD_MAP_INSTANCE_MONTH;
+    let cpu_ms = service_cpu_ms.unwrap_or(f64::NAN);
+    let tasks = |workers: f64| -> f64 {
+        let vcpu = workers / 20.0 * cpu_ms / 1e3;
+        (vcpu / (SERVICE_VCPU * SERVICE_CPU_TARGET)).ceil().max(1.0)
+    };
+    println!();
+    println!(
+        "Idle fleets by claim mode (list prices, arm64, {MONTH_HOURS:.0} h months; a service \
+         task ${task_month:.2}/month: Fargate {SERVICE_VCPU} vCPU + {SERVICE_GB} GB, public \
+         IPv4, Cloud Map; service reads shared by {sharing} waiters; service CPU {cpu_ms:.2} \
+         ms per call; lambda-short call {:.0} ms):",
+        short_s * 1e3
+    );
+    println!(
+        "{:<46} {:>9} {:>9} {:>9} {:>10} {:>11}  Lambda concurrency held",
+        "mode", "/worker", "10", "100", "1,000", "10,000"
+    );
+    let fleets = [10.0, 100.0, 1_000.0, 10_000.0];
+    let row = |name: &str, per: f64, fixed: &dyn Fn(f64) -> f64, held: &str| {
+        let cells: Vec<String> = fleets
+            .iter()
+            .map(|n| format!("{:.0}", fixed(*n) + per * n))
+            .collect();
+        println!(
+            "{:<46} {:>9.2} {:>9} {:>9} {:>10} {:>11}  {held}",
+            name, per, cells[0], cells[1], cells[2], cells[3]
+        );
+    };
+    row(
+        "lambda (20 s long poll)",
+        lambda_worker,
+        &|_| 0.0,
+        "one per idle worker",
+    );
+    row(
+        "lambda-short (0 s, worker polls every 5 s)",
+        short_worker,
+        &|_| 0.0,
+        &format!("{:.3} per idle worker", short_s / (5.0 + short_s)),
+    );
+    row(
+        "service (20 s long poll; + tasks' fixed price)",
+        service_worker,
+        &|n| tasks(n) * task_month,
+        "none",
+    );
+    println!(
+        "service tasks at 10 / 100 / 1,000 / 10,000 workers: {:?}",
+        fleets.map(tasks)
+    );
 }
 
 /// One setup: where claimWork waits and where createTask goes.
@@ -60,6 +173,9 @@ struct Setup {
     name: &'static str,
     claimer: String,
     creator: taskcluster::Queue,
+    /// The worker sleeps this long after an empty answer before it calls again (a worker
+    /// that polls, as generic-worker waits at least 5 s); `None`: it long-polls once.
+    poll_every: Option<Duration>,
     pickups: Vec<f64>,
     creates: Vec<f64>,
 }
@@ -70,28 +186,47 @@ impl Setup {
             name,
             claimer: claimer.to_string(),
             creator: blackbox::queue_client(creator),
+            poll_every: None,
             pickups: vec![],
             creates: vec![],
+        }
+    }
+
+    fn polling(self, every: Duration) -> Setup {
+        Setup {
+            poll_every: Some(every),
+            ..self
         }
     }
 
     /// One sample; false when it failed.
     async fn sample(&mut self) -> bool {
         let tq = blackbox::task_queue_id();
+        let poll = self.poll_every;
         let waiting = {
             let q = blackbox::queue_client(&self.claimer);
             let tq = tq.clone();
             tokio::spawn(async move {
                 let body = json!({"workerGroup": "g", "workerId": "w", "tasks": 1});
-                let r = q.claimWork(&tq, &body).await;
-                (r, Instant::now())
+                loop {
+                    let r = q.claimWork(&tq, &body).await;
+                    let empty = r.as_ref().is_ok_and(|v| v["tasks"] == json!([]));
+                    match poll {
+                        Some(every) if empty => tokio::time::sleep(every).await,
+                        _ => return (r, Instant::now()),
+                    }
+                }
             })
         };
-        // A random park (slugids are random: 16 bytes from the OS generator).
+        // A random park (slugids are random: 16 bytes from the OS generator): for a worker
+        // that polls, anywhere in its poll cycle.
         let r = blackbox::slugid()
             .bytes()
             .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(b as u64));
-        let park = 300 + r % 1200;
+        let park = match poll {
+            Some(every) => r % (every.as_millis() as u64).max(1),
+            None => 300 + r % 1200,
+        };
         tokio::time::sleep(Duration::from_millis(park)).await;
         let id = blackbox::slugid();
         let start = Instant::now();
@@ -128,34 +263,44 @@ fn pct(v: &[f64], p: f64) -> f64 {
     v[((v.len() as f64 - 1.0) * p).round() as usize]
 }
 
-/// DynamoDB traffic of one empty claimWork of `wait`.
+/// DynamoDB traffic of one empty claimWork of `wait` (per call, when several waited).
 struct Idle {
     label: &'static str,
-    requests: u64,
-    read_requests: u64,
+    requests: f64,
+    read_requests: f64,
     reads: f64,
     writes: f64,
+    /// Wall time of a call.
+    took: Duration,
 }
 
 impl Idle {
     /// Read units as DynamoDB bills them: at least 0.5 per eventually consistent read, which
     /// DynamoDB Local does not count for an empty Query.
     fn billed_reads(&self) -> f64 {
-        self.reads.max(0.5 * self.read_requests as f64)
+        self.reads.max(0.5 * self.read_requests)
+    }
+
+    /// DynamoDB's price of one call.
+    fn dynamodb(&self) -> f64 {
+        self.billed_reads() * prices::READ_UNIT + self.writes * prices::WRITE_UNIT
     }
 }
 
+/// `waiters` empty claimWork calls of `wait` at once on one task queue in one process (as
+/// many workers wait on a claim service task), counted per call.
 async fn idle_claim(
     prefix: &str,
     label: &'static str,
     signal: Arc<dyn WorkSignal>,
     slots: Option<u32>,
     wait: Duration,
+    waiters: usize,
 ) -> Idle {
     let sdk = dynamodb::sdk_config().await.expect("AWS environment");
     let store = Arc::new(DynamoStore::new(dynamodb::client(&sdk), prefix));
     let usage = store.usage();
-    let queue = Queue::new(
+    let queue = Arc::new(Queue::new(
         store,
         signal,
         shared::creds::IssuerCredentials {
@@ -167,26 +312,39 @@ async fn idle_claim(
             claim_work_slots: slots,
             ..QueueConfig::default()
         },
-    );
+    ));
     let tq = TaskQueueId::parse(&blackbox::task_queue_id()).expect("task queue id");
-    let claims = queue
-        .claim_work(&tq, "g", "w", 1, &shared::time::Ts::now)
-        .await
-        .expect("claimWork");
-    assert!(claims.is_empty());
+    let started = Instant::now();
+    let calls: Vec<_> = (0..waiters)
+        .map(|i| {
+            let (queue, tq) = (queue.clone(), tq.clone());
+            tokio::spawn(async move {
+                let w = format!("w{i}");
+                queue
+                    .claim_work(&tq, "g", &w, 1, &shared::time::Ts::now)
+                    .await
+                    .expect("claimWork")
+            })
+        })
+        .collect();
+    for c in calls {
+        assert!(c.await.expect("call").is_empty());
+    }
+    let n = waiters.max(1) as f64;
     Idle {
         label,
-        requests: usage.requests.load(Ordering::Relaxed),
-        read_requests: usage.read_requests.load(Ordering::Relaxed),
-        reads: usage.read_milli.load(Ordering::Relaxed) as f64 / 1e3,
-        writes: usage.write_milli.load(Ordering::Relaxed) as f64 / 1e3,
+        requests: usage.requests.load(Ordering::Relaxed) as f64 / n,
+        read_requests: usage.read_requests.load(Ordering::Relaxed) as f64 / n,
+        reads: usage.read_milli.load(Ordering::Relaxed) as f64 / 1e3 / n,
+        writes: usage.write_milli.load(Ordering::Relaxed) as f64 / 1e3 / n,
+        took: started.elapsed(),
     }
 }
 
 fn main() {
     let samples: usize = env_num("BENCH_PICKUPS", 30usize);
     let setups: Vec<String> = std::env::var("BENCH_SETUPS")
-        .unwrap_or_else(|_| "local,old,poll,broker,lambda".into())
+        .unwrap_or_else(|_| "local,old,poll,broker,lambda,service,service5,short".into())
         .split(',')
         .map(|s| s.trim().to_string())
         .collect();
@@ -257,22 +415,58 @@ fn main() {
             servers.push(a);
             servers.push(b);
         }
-        let mut shape: Option<Shape> = None;
-        if on("lambda") {
-            let stack = format!("pick{suffix}");
-            let sc = ShapeConfig::for_bench(&stack);
+        // The deployed shape in each claim mode (the template's ClaimMode).
+        let mut shapes: Vec<(&str, Shape)> = vec![];
+        let poller = Duration::from_secs(5);
+        for (key, name, params, poll) in [
+            (
+                "lambda",
+                "lambda: claim-work / create-task functions, broker",
+                vec![],
+                None,
+            ),
+            (
+                "service",
+                "service: tc-queue behind the gateway, broker",
+                vec![("ClaimMode", "service"), ("ClaimServiceImage", "local")],
+                None,
+            ),
+            (
+                "service5",
+                "service, a worker polling every 5 s",
+                vec![("ClaimMode", "service"), ("ClaimServiceImage", "local")],
+                Some(poller),
+            ),
+            (
+                "short",
+                "lambda-short (0 s wait), a worker polling every 5 s",
+                vec![("ClaimMode", "lambda-short")],
+                Some(poller),
+            ),
+        ] {
+            if !on(key) {
+                continue;
+            }
+            let stack = format!("pick{key}{suffix}");
+            let mut sc = ShapeConfig::for_bench(&stack);
+            sc.parameters.extend(
+                params
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string())),
+            );
             match Shape::start(sc).await {
                 Ok(s) => {
-                    list.push(Setup::new(
-                        "lambda: claim-work / create-task functions, broker",
-                        &s.root_url(),
-                        &s.root_url(),
-                    ));
-                    shape = Some(s);
+                    let setup = Setup::new(name, &s.root_url(), &s.root_url());
+                    list.push(match poll {
+                        Some(every) => setup.polling(every),
+                        None => setup,
+                    });
+                    shapes.push((key, s));
                 }
-                Err(e) => eprintln!("the deployed shape did not start: {e}"),
+                Err(e) => eprintln!("the deployed shape ({key}) did not start: {e}"),
             }
         }
+        let shape_of = |key: &str| shapes.iter().find(|(k, _)| *k == key).map(|(_, s)| s);
         // Warm-up: connections, cold starts, tables.
         for s in list.iter_mut() {
             for _ in 0..3 {
@@ -282,9 +476,9 @@ fn main() {
             s.creates.clear();
         }
         // The claim-work instances' CPU from here on: warm invocations only.
-        let claim_pool = shape
-            .as_ref()
-            .and_then(|s| s.functions.get("ClaimWorkFunction"));
+        let claim_pool = shape_of("lambda").and_then(|s| s.functions.get("ClaimWorkFunction"));
+        let service = shape_of("service").and_then(|s| s.services.get("ClaimService").cloned());
+        let service_cpu_before = service.as_ref().map(|s| s.cpu_secs());
         let cpu_now = |pool: &blackbox::shape::lambda::Pool| -> (f64, usize) {
             let cpu = pool.idle_cpu_secs();
             (cpu, pool.invocations.load(Ordering::SeqCst))
@@ -314,6 +508,19 @@ fn main() {
             );
         }
 
+        // The claim service's CPU per claimWork it served (one per sample).
+        let mut service_cpu_ms = None;
+        if let (Some(svc), Some(before)) = (&service, service_cpu_before) {
+            let per_call = 1e3 * (svc.cpu_secs() - before) / samples.max(1) as f64;
+            println!();
+            println!(
+                "claim service: {} task(s), peak RSS {:?} KiB, CPU {per_call:.2} ms per claimWork \
+                 (with its idle time between samples)",
+                svc.count(),
+                svc.rss_kib()
+            );
+            service_cpu_ms = Some(per_call);
+        }
         let mut memory_mb = functions::lambda::catalog::CLAIM_WORK_MEMORY_MB as f64;
         if let (Some(pool), Some((cpu0, calls0))) = (claim_pool.as_deref(), cpu_before) {
             let pids = pool.idle_pids();
@@ -346,29 +553,56 @@ fn main() {
         }
         if env_num("BENCH_IDLE", 1u32) == 1 && (on("poll") || on("broker")) {
             let wait = Duration::from_secs(20);
-            let (a, b, c) = tokio::join!(
+            let broker = || Arc::new(AmqpSignal::start(amqp.clone(), "exchange/bench-idle/v1/"));
+            let sharing: usize = env_num("BENCH_WAITERS", 100usize);
+            let (a, b, c, shared_reads) = tokio::join!(
                 idle_claim(
                     &prefix,
                     "re-read only",
                     Arc::new(LocalSignal::default()),
                     None,
-                    wait
+                    wait,
+                    1
                 ),
-                idle_claim(
-                    &prefix,
-                    "broker wake-ups",
-                    Arc::new(AmqpSignal::start(amqp.clone(), "exchange/bench-idle/v1/")),
-                    None,
-                    wait
-                ),
+                idle_claim(&prefix, "broker wake-ups", broker(), None, wait, 1),
                 idle_claim(
                     &prefix,
                     "broker wake-ups + wait slot",
-                    Arc::new(AmqpSignal::start(amqp.clone(), "exchange/bench-idle/v1/")),
+                    broker(),
                     Some(160),
-                    wait
+                    wait,
+                    1
+                ),
+                idle_claim(
+                    &prefix,
+                    "service: waiters share reads",
+                    broker(),
+                    None,
+                    wait,
+                    sharing
                 ),
             );
+            // lambda-short's call, after the others (its wall time is its billed duration).
+            let mut short = idle_claim(
+                &prefix,
+                "lambda-short: no wait",
+                Arc::new(LocalSignal::default()),
+                None,
+                Duration::ZERO,
+                1,
+            )
+            .await;
+            // The first call of a process pays for its connections: the second one counts.
+            short.took = idle_claim(
+                &prefix,
+                "lambda-short: no wait",
+                Arc::new(LocalSignal::default()),
+                None,
+                Duration::ZERO,
+                1,
+            )
+            .await
+            .took;
             let month_calls = 30.0 * 86_400.0 / wait.as_secs_f64();
             println!();
             println!(
@@ -386,15 +620,14 @@ fn main() {
                 "$ DynamoDB",
                 "$ total"
             );
-            for i in [a, b, c] {
+            for i in [&a, &b, &c] {
                 let lambda = month_calls
                     * (wait.as_secs_f64() * memory_mb / 1024.0 * prices::LAMBDA_GB_S
                         + prices::LAMBDA_REQUEST
                         + prices::HTTP_API_REQUEST);
-                let ddb = month_calls
-                    * (i.billed_reads() * prices::READ_UNIT + i.writes * prices::WRITE_UNIT);
+                let ddb = month_calls * i.dynamodb();
                 println!(
-                    "{:<30} {:>8} {:>6} {:>12.1} {:>11.1} {:>9.2} {:>10.2} {:>8.2}",
+                    "{:<30} {:>8.1} {:>6.1} {:>12.1} {:>11.1} {:>9.2} {:>10.2} {:>8.2}",
                     i.label,
                     i.requests,
                     i.read_requests,
@@ -405,12 +638,31 @@ fn main() {
                     lambda + ddb
                 );
             }
+            for i in [&shared_reads, &short] {
+                println!(
+                    "{:<30} {:>8.2} {:>6.2} {:>12.2} {:>11.2}   (per call; {:.0} ms)",
+                    i.label,
+                    i.requests,
+                    i.read_requests,
+                    i.billed_reads(),
+                    i.writes,
+                    i.took.as_secs_f64() * 1e3
+                );
+            }
             println!(
                 "* as billed: counted units, or 0.5 per read request where that is more (an \
                  empty Query is 0.5 on DynamoDB, 0 on DynamoDB Local)"
             );
+            modes_table(
+                memory_mb,
+                &c,
+                &short,
+                &shared_reads,
+                sharing,
+                service_cpu_ms,
+            );
         }
-        if let Some(s) = shape {
+        for (_, s) in shapes {
             s.stop().await;
         }
         drop(servers);

@@ -210,11 +210,26 @@ async fn spawn_shape(
         ));
     }
     let q = &cfg.queue;
-    for (k, v) in [
-        (
-            "TCQ_CLAIM_WORK_TIMEOUT_MS",
+    let mode = shape_claim_mode();
+    sc.parameters.push(("ClaimMode".into(), mode.clone()));
+    match mode.as_str() {
+        // The wait comes through the mode's own parameter, in whole seconds.
+        "lambda-short" => sc.parameters.push((
+            "ClaimWaitSeconds".into(),
+            q.claim_work_timeout_ms.div_ceil(1000).min(20).to_string(),
+        )),
+        "service" => sc
+            .parameters
+            .push(("ClaimServiceImage".into(), "local/tc-queue".into())),
+        _ => {}
+    }
+    if mode != "lambda-short" {
+        sc.env.insert(
+            "TCQ_CLAIM_WORK_TIMEOUT_MS".into(),
             q.claim_work_timeout_ms.to_string(),
-        ),
+        );
+    }
+    for (k, v) in [
         ("TCQ_CLAIM_TIMEOUT", q.claim_timeout_secs.to_string()),
         (
             "TCQ_MAX_TASK_DEADLINE_DAYS",
@@ -280,6 +295,18 @@ async fn spawn_shape(
         shape: Some(lease),
         dir,
     }
+}
+
+/// The template's `ClaimMode` the deployed-shape tests run in: `TCQ_SHAPE_CLAIM_MODE`
+/// (`lambda`, `lambda-short` or `service`), else the template's default.
+pub fn shape_claim_mode() -> String {
+    std::env::var("TCQ_SHAPE_CLAIM_MODE").unwrap_or_else(|_| "lambda".into())
+}
+
+/// The claim routes go to the claim service: the tests run against the deployed shape with
+/// `TCQ_SHAPE_CLAIM_MODE=service`.
+pub fn claims_on_service() -> bool {
+    in_shape() && shape_claim_mode() == "service"
 }
 
 /// Appends the running test's name to the file `TCQ_SHAPE_RAN` names, if any: the test

@@ -4,6 +4,7 @@ use clap::Parser;
 use functions::{init_tracing, start, ServerConfig};
 use shared::events::LogSink;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// mimalloc rather than glibc's malloc, which took about a fifth of the server's CPU in the
 /// workload bench (many short-lived JSON values per request).
@@ -13,6 +14,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let cfg = ServerConfig::parse();
+    if cfg.health_check {
+        let healthy = functions::server::health_check(cfg.port, Duration::from_secs(3)).await;
+        std::process::exit(if healthy { 0 } else { 1 });
+    }
     init_tracing(cfg.queue.log_json);
     let running = start(cfg, Arc::new(LogSink)).await?;
     // The root credentials go to stdout (never to the log) so that a local user can

@@ -99,6 +99,9 @@ pub struct Spec {
     pub triggers: Vec<Trigger>,
     /// The template parameter that sets its reserved concurrency, if it has one.
     pub reserved_concurrency: Option<&'static str>,
+    /// Its routes are claim routes ([`shared::api::declare::Endpoint::claim_route`]): with
+    /// `ClaimMode=service` the claim service serves them and the function is not deployed.
+    pub claim_route: bool,
 }
 
 /// An endpoint function's timeout, in seconds: a quick call's, and a long-running one's
@@ -158,6 +161,7 @@ impl Function {
             env: &[],
             triggers,
             reserved_concurrency: None,
+            claim_route: false,
         };
         match *self {
             Function::Endpoint(service, e) => {
@@ -175,13 +179,16 @@ impl Function {
                     e.verb.method(),
                     e.route
                 );
-                let spec = base(
-                    what,
-                    timeout_secs(e.long_running),
-                    256,
-                    e.needs.to_vec(),
-                    vec![route],
-                );
+                let spec = Spec {
+                    claim_route: e.claim_route,
+                    ..base(
+                        what,
+                        timeout_secs(e.long_running),
+                        256,
+                        e.needs.to_vec(),
+                        vec![route],
+                    )
+                };
                 match e.reservation {
                     Some(Reservation {
                         parameter,

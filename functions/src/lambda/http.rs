@@ -5,7 +5,7 @@
 use super::Error;
 use crate::config::LambdaConfig;
 use lambda_http::{Body, Request, RequestExt, Response};
-use shared::api::router::signed_paths;
+use shared::api::router::through_gateway;
 use shared::api::{Api, ApiRequest, Serves};
 use std::sync::Arc;
 
@@ -68,8 +68,7 @@ pub async fn handle(api: &Api, serves: Serves, req: Request) -> Response<Body> {
     } else {
         raw
     };
-    let mut signed = signed_paths(&parts.method, &given).into_iter();
-    let path = signed.next().unwrap_or(given);
+    let (path, also_signed) = through_gateway(&parts.method, given);
     let body = match body {
         Body::Empty => bytes::Bytes::new(),
         Body::Text(t) => bytes::Bytes::from(t),
@@ -82,7 +81,7 @@ pub async fn handle(api: &Api, serves: Serves, req: Request) -> Response<Body> {
         query: parts.uri.query().map(String::from),
         headers: parts.headers,
         body,
-        also_signed: signed.collect(),
+        also_signed,
     };
     let out = api.handle(serves, req).await;
     // The container is frozen once it answers: wake-ups for other processes leave first.

@@ -70,6 +70,29 @@ pub fn host_and_port(req: &ApiRequest) -> (String, u16) {
     (host.to_ascii_lowercase(), port)
 }
 
+/// The host the client asked for, as a proxy in front (API Gateway's HTTP proxy
+/// integration) records it: the `host` of the last element of the `Forwarded` headers (RFC
+/// 7239) that has one, as a proxy appends its own element after any the client sent.
+pub fn forwarded_host(headers: &http::HeaderMap) -> Option<String> {
+    let mut found = None;
+    for v in headers.get_all("forwarded") {
+        let Ok(v) = v.to_str() else { continue };
+        for element in v.split(',') {
+            for pair in element.split(';') {
+                if let Some((k, v)) = pair.trim().split_once('=') {
+                    if k.trim().eq_ignore_ascii_case("host") {
+                        let v = v.trim().trim_matches('"');
+                        if !v.is_empty() {
+                            found = Some(v.to_string());
+                        }
+                    }
+                }
+            }
+        }
+    }
+    found
+}
+
 /// The request's path and query, exactly as the client signed them.
 pub fn resource(req: &ApiRequest) -> String {
     resource_at(req, &req.path)
@@ -161,6 +184,18 @@ mod tests {
             ("[::1]".into(), 9)
         );
         assert_eq!(host_and_port(&req(&[])), ("".into(), 80));
+        let fwd = |v: &str| forwarded_host(&req(&[("forwarded", v)]).headers);
+        assert_eq!(
+            fwd("by=10.0.0.1;for=1.2.3.4;host=q.example.com;proto=https").as_deref(),
+            Some("q.example.com")
+        );
+        assert_eq!(
+            fwd("host=spoofed, for=1.2.3.4;host=\"q.example.com:443\"").as_deref(),
+            Some("q.example.com:443"),
+            "the proxy's element, last, wins"
+        );
+        assert_eq!(fwd("for=1.2.3.4"), None);
+        assert_eq!(forwarded_host(&req(&[]).headers), None);
         assert_eq!(resource(&req(&[])), "/p?a=1");
     }
 }

@@ -160,6 +160,9 @@ pub struct Endpoint {
     /// Set when its calls hold their function's instance while they wait (a long poll):
     /// deployed with a reservation of its own (see [`Reservation`]).
     pub reservation: Option<Reservation>,
+    /// A claim route: with the template's `ClaimMode=service`, the always-on claim service
+    /// serves it in place of its function (see [`Endpoint::claim_route`]).
+    pub claim_route: bool,
     /// The handler.
     pub handler: Handler,
 }
@@ -210,6 +213,7 @@ impl Endpoint {
             authn: Authn::Deployment,
             long_running: false,
             reservation: None,
+            claim_route: false,
             handler,
         }
     }
@@ -287,6 +291,16 @@ impl Endpoint {
         Endpoint {
             reservation: Some(reservation),
             long_running: true,
+            ..self
+        }
+    }
+
+    /// A claim route (claimWork, claimTask, reclaimTask): a worker's calls that an operator
+    /// may serve from one always-on process rather than functions, as idle workers' long
+    /// polls cost per instance-second on Lambda and nearly nothing on a server.
+    pub const fn claim_route(self) -> Self {
+        Endpoint {
+            claim_route: true,
             ..self
         }
     }

@@ -145,6 +145,15 @@ pub fn canonical_path(method: &Method, path: &str) -> Option<String> {
     signed_paths(method, path).into_iter().next()
 }
 
+/// A path that came through a gateway which may have decoded it: the path to serve (the
+/// canonical one, or `given` when no route matches) and the other spellings its client may
+/// have signed (see [`signed_paths`]).
+pub fn through_gateway(method: &Method, given: String) -> (String, Vec<String>) {
+    let mut signed = signed_paths(method, &given).into_iter();
+    let path = signed.next().unwrap_or(given);
+    (path, signed.collect())
+}
+
 /// The spellings of `path` a client may have signed, once a gateway has decoded it: the
 /// canonical one (every parameter encoded as the official clients encode it), then, if a
 /// parameter that spans segments holds a `/`, the same with that `/` left as it is (as a

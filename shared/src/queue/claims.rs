@@ -314,6 +314,7 @@ impl Queue {
             let ClaimPass { claims, lost } = self
                 .try_claim_work(q, worker_group, worker_id, count, clock())
                 .await?;
+            waiter.note_read();
             let left = until.saturating_duration_since(Instant::now());
             if !claims.is_empty() || left.is_zero() {
                 return Ok(claims);
@@ -337,15 +338,23 @@ impl Queue {
             }
             // Work created by another process shows only in the index (or through a
             // wake-up that crosses processes), so it is re-read on a schedule; a signal cuts
-            // the wait short.
-            empty_reads += 1;
-            let schedule = if waiter.crosses_processes() {
-                &self.cfg.claim_work_poll_woken
-            } else {
-                &self.cfg.claim_work_poll
-            };
-            let next = schedule.interval(empty_reads, rand::random::<f64>());
-            waiter.wait(left.min(next)).await;
+            // the wait short. A scheduled re-read that another waiter of this queue here
+            // has just made is skipped: the waiters of one queue share one schedule's reads.
+            loop {
+                empty_reads += 1;
+                let schedule = if waiter.crosses_processes() {
+                    &self.cfg.claim_work_poll_woken
+                } else {
+                    &self.cfg.claim_work_poll
+                };
+                let left = until.saturating_duration_since(Instant::now());
+                let next = schedule.interval(empty_reads, rand::random::<f64>());
+                let woken = waiter.wait(left.min(next)).await;
+                let over = Instant::now() >= until;
+                if woken || over || !waiter.other_read_within(schedule.base(empty_reads)) {
+                    break;
+                }
+            }
         }
     }
 

@@ -17,7 +17,7 @@ pub mod amqp;
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 /// Wakes and waits for "this task queue may have pending work".
@@ -99,10 +99,12 @@ impl Slot {
     }
 }
 
-/// The waiters of this process, per task queue, in the order they came.
+/// The waiters of this process, per task queue, in the order they came, and when one of
+/// them last read the queue's pending index.
 #[derive(Default)]
 pub(crate) struct Registry {
     queues: Mutex<HashMap<String, Vec<Arc<Slot>>>>,
+    reads: Mutex<HashMap<String, Instant>>,
 }
 
 impl Registry {
@@ -119,6 +121,10 @@ impl Registry {
         slot
     }
 
+    fn reads(&self) -> MutexGuard<'_, HashMap<String, Instant>> {
+        self.reads.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Removes a waiter; true when it held a wake-up from this process it had not used.
     fn remove(&self, q: &str, slot: &Arc<Slot>) -> bool {
         let mut queues = self.lock();
@@ -126,6 +132,7 @@ impl Registry {
             list.retain(|s| !Arc::ptr_eq(s, slot));
             if list.is_empty() {
                 queues.remove(q);
+                self.reads().remove(q);
             }
         }
         let mut s = slot.lock();
@@ -190,6 +197,8 @@ pub struct Waiter {
     registry: Arc<Registry>,
     remote: Option<Arc<dyn Remote>>,
     subscribed: bool,
+    /// When this waiter last read the pending index.
+    read_at: Option<Instant>,
 }
 
 impl Waiter {
@@ -200,12 +209,33 @@ impl Waiter {
             registry,
             remote,
             subscribed: false,
+            read_at: None,
+        }
+    }
+
+    /// Records that this waiter read its queue's pending index just now.
+    pub fn note_read(&mut self) {
+        let now = Instant::now();
+        self.read_at = Some(now);
+        self.registry.reads().insert(self.q.clone(), now);
+    }
+
+    /// True when another waiter of the same queue in this process read the pending index
+    /// after this one did, less than `within` ago. A waiter due to re-read on its schedule
+    /// (not woken) may then skip it: the queue is still read at least every `within` here,
+    /// and a thousand waiters on one queue make one schedule's reads, not a thousand.
+    pub fn other_read_within(&self, within: Duration) -> bool {
+        let last = self.registry.reads().get(&self.q).copied();
+        match last {
+            Some(t) => self.read_at.is_none_or(|mine| t > mine) && t.elapsed() < within,
+            None => false,
         }
     }
 
     /// Waits until this waiter is woken (returns at once if it was woken since its last
-    /// wait), or `timeout` passes. Either way, one wake-up it held counts as used.
-    pub async fn wait(&mut self, timeout: Duration) {
+    /// wait), or `timeout` passes; true when woken. Either way, one wake-up it held counts as
+    /// used.
+    pub async fn wait(&mut self, timeout: Duration) -> bool {
         if !self.subscribed {
             self.subscribed = true;
             if let Some(r) = &self.remote {
@@ -227,19 +257,21 @@ impl Waiter {
         }
         // One wake-up is used per wait: a second one (a run each) makes the next wait return
         // at once, or is handed on when the waiter leaves.
-        let settle = {
+        let (woken, settle) = {
             let mut s = self.slot.lock();
             s.parked = false;
             if s.woken {
                 s.woken = false;
-                None
+                (true, None)
             } else {
-                s.held.take()
+                let held = s.held.take();
+                (held.is_some(), held)
             }
         };
         if let Some(settle) = settle {
             settle(true);
         }
+        woken
     }
 
     /// True when wake-ups from every process reach this waiter (so it may re-read the index
@@ -387,5 +419,42 @@ mod tests {
         let held = w.slot.take_held().expect("held");
         held(false);
         assert_eq!(*settled.lock().unwrap(), vec![true, false]);
+    }
+
+    #[tokio::test]
+    async fn waiters_of_a_queue_share_their_scheduled_reads() {
+        let s = LocalSignal::default();
+        let (mut a, mut b, mut other) = (s.waiter("q"), s.waiter("q"), s.waiter("r"));
+        assert!(
+            !a.other_read_within(Duration::from_secs(1)),
+            "nobody read yet"
+        );
+        a.note_read();
+        assert!(!a.other_read_within(Duration::from_secs(1)), "its own read");
+        assert!(b.other_read_within(Duration::from_secs(1)), "a read for b");
+        assert!(
+            !b.other_read_within(Duration::ZERO),
+            "but not within no time"
+        );
+        assert!(
+            !other.other_read_within(Duration::from_secs(1)),
+            "another queue"
+        );
+        b.note_read();
+        assert!(
+            !b.other_read_within(Duration::from_secs(1)),
+            "b read after a"
+        );
+        assert!(a.other_read_within(Duration::from_secs(1)));
+        other.note_read();
+        // A queue whose last waiter leaves forgets its reads.
+        drop((a, b));
+        assert!(!s.waiter("q").other_read_within(Duration::from_secs(1)));
+        assert!(
+            !s.waiter("q").wait(Duration::from_millis(1)).await,
+            "not woken"
+        );
+        s.notify("r");
+        assert!(other.wait(Duration::from_secs(5)).await, "woken");
     }
 }

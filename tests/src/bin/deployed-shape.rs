@@ -35,6 +35,11 @@ struct Cli {
     /// The `lambda` binary (default `target/debug/lambda`).
     #[arg(long, env = "TCQ_SHAPE_LAMBDA")]
     lambda: Option<PathBuf>,
+    /// How the claim routes are served, the template's `ClaimMode`: `lambda` (functions
+    /// that long-poll), `lambda-short` (functions that wait at most `ClaimWaitSeconds`, a
+    /// `--parameter`), or `service` (a `tc-queue` process, as the ECS service runs it).
+    #[arg(long, value_parser = ["lambda", "lambda-short", "service"])]
+    claim_mode: Option<String>,
     /// A template parameter, `Name=value` (repeatable).
     #[arg(long = "parameter")]
     parameters: Vec<String>,
@@ -76,6 +81,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     }
     for p in &cli.parameters {
         cfg.parameters.push(pair(p)?);
+    }
+    if let Some(mode) = cli.claim_mode {
+        if mode == "service" && !cfg.parameters.iter().any(|(k, _)| k == "ClaimServiceImage") {
+            // The image is not used here (its binary runs directly), but the template's rule
+            // wants one named.
+            cfg.parameters
+                .push(("ClaimServiceImage".into(), "local/tc-queue".into()));
+        }
+        cfg.parameters.push(("ClaimMode".into(), mode));
     }
     for e in &cli.env {
         let (k, v) = pair(e)?;

@@ -4,7 +4,8 @@
 //! invocation payloads and responses, each route's integration timeout.
 
 use super::lambda::{Failure, Functions};
-use super::template::Route;
+use super::template::{Route, Target};
+use super::Services;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, Request, Response, StatusCode};
@@ -19,6 +20,8 @@ pub const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
 pub struct Gateway {
     routes: Vec<Route>,
     functions: Arc<Functions>,
+    services: Arc<Services>,
+    client: reqwest::Client,
 }
 
 /// Route selection as API Gateway documents it: among the routes whose method (or `ANY`) and
@@ -193,9 +196,18 @@ fn response(v: &Value) -> Response<Body> {
 }
 
 impl Gateway {
-    /// A gateway over `routes`, invoking `functions`.
-    pub fn new(routes: Vec<Route>, functions: Arc<Functions>) -> Gateway {
-        Gateway { routes, functions }
+    /// A gateway over `routes`, invoking `functions` and proxying to `services`.
+    pub fn new(routes: Vec<Route>, functions: Arc<Functions>, services: Arc<Services>) -> Gateway {
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap_or_default();
+        Gateway {
+            routes,
+            functions,
+            services,
+            client,
+        }
     }
 
     /// The axum service.
@@ -216,7 +228,11 @@ async fn serve(State(g): State<Arc<Gateway>>, req: Request<Body>) -> Response<Bo
     let Some((route, params)) = select(&g.routes, parts.method.as_str(), &path) else {
         return gateway_error(StatusCode::NOT_FOUND, "Not Found");
     };
-    let Some(pool) = g.functions.get(&route.function) else {
+    let function = match &route.target {
+        Target::Function(f) => f,
+        Target::Service(s) => return proxy(&g, s, route, &parts, body, &path).await,
+    };
+    let Some(pool) = g.functions.get(function) else {
         return gateway_error(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error");
     };
     let event = event(route, params, &parts, &body);
@@ -234,8 +250,99 @@ async fn serve(State(g): State<Arc<Gateway>>, req: Request<Body>) -> Response<Bo
             gateway_error(StatusCode::PAYLOAD_TOO_LARGE, "Request Entity Too Large")
         }
         Ok(Ok(Err(f))) => {
-            tracing::warn!(function = %route.function, failure = ?f, "integration failed");
+            tracing::warn!(%function, failure = ?f, "integration failed");
             gateway_error(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error")
         }
+    }
+}
+
+/// Headers that stop at the gateway (hop by hop, or set for the backend anew).
+const NOT_FORWARDED: &[&str] = &[
+    "host",
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "content-length",
+];
+
+/// Characters a decoded path cannot carry in a request line; `/` stays as it is.
+const PATH_UNSAFE: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'%')
+    .add(b'<')
+    .add(b'>')
+    .add(b'?')
+    .add(b'`')
+    .add(b'{')
+    .add(b'}');
+
+/// An HTTP proxy integration over a VPC link: the request goes to one of the service's
+/// tasks with the path the gateway routed on (decoded: the harder case for a server that
+/// checks signatures over the path), the backend's `Host`, and the client's host, address
+/// and scheme in a `Forwarded` header and the `X-Forwarded-*` ones. No task running: 503 at
+/// once, as the gateway answers when the registry has no healthy instance; no answer within
+/// the integration's timeout: 503.
+async fn proxy(
+    g: &Gateway,
+    service: &str,
+    route: &Route,
+    parts: &axum::http::request::Parts,
+    body: axum::body::Bytes,
+    decoded: &str,
+) -> Response<Body> {
+    let unavailable = || gateway_error(StatusCode::SERVICE_UNAVAILABLE, "Service Unavailable");
+    let Some(addr) = g.services.get(service).and_then(|s| s.pick()) else {
+        return unavailable();
+    };
+    let path = percent_encoding::utf8_percent_encode(decoded, PATH_UNSAFE).to_string();
+    let url = match parts.uri.query() {
+        Some(q) => format!("http://{addr}{path}?{q}"),
+        None => format!("http://{addr}{path}"),
+    };
+    let host = parts
+        .headers
+        .get("host")
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("127.0.0.1")
+        .to_string();
+    let port = host
+        .rsplit_once(':')
+        .map(|(_, p)| p.to_string())
+        .unwrap_or_else(|| "80".into());
+    let mut req = g.client.request(parts.method.clone(), url);
+    for (k, v) in &parts.headers {
+        if !NOT_FORWARDED.contains(&k.as_str()) {
+            req = req.header(k, v);
+        }
+    }
+    let req = req
+        .header(
+            "forwarded",
+            format!("by={addr};for=127.0.0.1;host={host};proto=http"),
+        )
+        .header("x-forwarded-for", "127.0.0.1")
+        .header("x-forwarded-proto", "http")
+        .header("x-forwarded-port", port)
+        .body(body)
+        .timeout(route.timeout);
+    let Ok(resp) = req.send().await else {
+        return unavailable();
+    };
+    let mut b = Response::builder().status(resp.status());
+    for (k, v) in resp.headers() {
+        if !NOT_FORWARDED.contains(&k.as_str()) {
+            b = b.header(k, v);
+        }
+    }
+    match resp.bytes().await {
+        Ok(bytes) => b.body(Body::from(bytes)).unwrap_or_default(),
+        Err(_) => unavailable(),
     }
 }

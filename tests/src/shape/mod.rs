@@ -18,6 +18,7 @@ pub mod lambda;
 pub mod mq;
 pub mod resources;
 pub mod schedules;
+pub mod service;
 pub mod streams;
 pub mod template;
 
@@ -41,6 +42,8 @@ pub struct ShapeConfig {
     pub bind: SocketAddr,
     /// The `lambda` binary every function runs.
     pub lambda_bin: PathBuf,
+    /// The `tc-queue` binary every ECS service's task runs (its image's entry point).
+    pub service_bin: PathBuf,
     /// Schedules fire this many times faster than the template says.
     pub speedup: f64,
     /// The RabbitMQ URL that stands in for the Amazon MQ broker's.
@@ -67,10 +70,19 @@ impl ShapeConfig {
     /// deleted when the shape stops, the test root client, and exchanges of its own.
     pub fn for_bench(stack: &str) -> ShapeConfig {
         let mut sc = ShapeConfig::defaults(stack);
-        let target = sc.lambda_bin.parent().and_then(std::path::Path::parent);
-        if let Some(release) = target.map(|t| t.join("release/lambda")) {
+        let target = sc
+            .lambda_bin
+            .parent()
+            .and_then(std::path::Path::parent)
+            .map(std::path::Path::to_path_buf);
+        if let Some(release) = target.as_ref().map(|t| t.join("release/lambda")) {
             if release.exists() {
                 sc.lambda_bin = release;
+            }
+        }
+        if let Some(release) = target.map(|t| t.join("release/tc-queue")) {
+            if release.exists() {
+                sc.service_bin = release;
             }
         }
         sc.delete_on_stop = true;
@@ -110,6 +122,7 @@ impl ShapeConfig {
             stack: stack.to_string(),
             bind: "127.0.0.1:0".parse().expect("address"),
             lambda_bin: crate::runtime_api::built_binary("lambda"),
+            service_bin: crate::runtime_api::built_binary("tc-queue"),
             speedup: 1.0,
             amqp_url: crate::amqp::amqp_url(&crate::amqp::broker_addr()),
             parameters: vec![],
@@ -122,6 +135,9 @@ impl ShapeConfig {
     }
 }
 
+/// The ECS services' tasks, by the service's logical id.
+pub type Services = BTreeMap<String, Arc<service::Tasks>>;
+
 /// A running deployed shape.
 pub struct Shape {
     /// Where the HTTP API listens.
@@ -132,6 +148,8 @@ pub struct Shape {
     pub root_access_token: String,
     /// The functions.
     pub functions: Arc<Functions>,
+    /// The ECS services' tasks, by the service's logical id.
+    pub services: Arc<Services>,
     stop: watch::Sender<bool>,
     tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// The stack to delete when the shape stops (taken once deleted).
@@ -154,12 +172,29 @@ impl Shape {
         resources::create_all(&mut t).await?;
         let defs = t.functions()?;
         let routes = t.routes()?;
-        let mut extra = cfg.env.clone();
-        extra.insert("TCQ_AMQP_URL".into(), cfg.amqp_url.clone());
-        let account = Account::new(cfg.concurrency);
         if let Some(d) = &cfg.log_dir {
             std::fs::create_dir_all(d)?;
         }
+        let mut extra = cfg.env.clone();
+        extra.insert("TCQ_AMQP_URL".into(), cfg.amqp_url.clone());
+        let mut services = Services::new();
+        for def in t.services()? {
+            if !cfg.service_bin.exists() {
+                return Err(format!(
+                    "{} is missing: bash scripts/build-shape.sh",
+                    cfg.service_bin.display()
+                )
+                .into());
+            }
+            let id = def.id.clone();
+            let tasks =
+                service::Tasks::new(def, cfg.service_bin.clone(), &extra, cfg.log_dir.clone())
+                    .await?;
+            tasks.start_desired().await?;
+            services.insert(id, Arc::new(tasks));
+        }
+        let services = Arc::new(services);
+        let account = Account::new(cfg.concurrency);
         let functions = Arc::new(Functions::new(
             defs.clone(),
             cfg.lambda_bin.clone(),
@@ -189,7 +224,7 @@ impl Shape {
         let mut rules = vec![];
         let listener = tokio::net::TcpListener::bind(cfg.bind).await?;
         let addr = listener.local_addr()?;
-        let app = gateway::Gateway::new(routes, functions.clone()).router();
+        let app = gateway::Gateway::new(routes, functions.clone(), services.clone()).router();
         let mut stop_rx = stopped.clone();
         tasks.push(tokio::spawn(async move {
             let shutdown = async move {
@@ -237,6 +272,7 @@ impl Shape {
             stack: cfg.stack.clone(),
             root_access_token,
             functions,
+            services,
             stop,
             tasks: std::sync::Mutex::new(tasks),
             delete: std::sync::Mutex::new(cfg.delete_on_stop.then_some(t)),
@@ -305,6 +341,9 @@ impl Shape {
             let _ = t.await;
         }
         self.functions.stop();
+        for s in self.services.values() {
+            s.stop_all();
+        }
         let delete = lock(&self.delete).take();
         if let Some(t) = delete {
             resources::delete_all(&t).await;
@@ -326,6 +365,9 @@ impl Drop for Shape {
             t.abort();
         }
         self.functions.stop();
+        for s in self.services.values() {
+            s.stop_all();
+        }
         if let Some(t) = lock(&self.delete).take() {
             let deleted = std::thread::spawn(move || {
                 if let Ok(rt) = tokio::runtime::Builder::new_current_thread()

@@ -212,8 +212,9 @@ pub async fn create_all(t: &mut Template) -> Result<(), Error> {
         let arn = format!("arn:aws:mq:{REGION}:{ACCOUNT}:broker:{}:local", t.stack);
         t.set_physical(&id, "local", &[("Arn", arn)]);
     }
-    for (id, _) in t.resources("AWS::Logs::LogGroup") {
-        t.set_physical(&id, &format!("/aws/lambda/{}", t.stack), &[]);
+    for (id, p) in t.resources("AWS::Logs::LogGroup") {
+        let name = t.resolve(&p["LogGroupName"])?;
+        t.set_physical(&id, name.as_str().unwrap_or_default(), &[]);
     }
     Ok(())
 }

@@ -34,8 +34,43 @@ pub struct Route {
     pub path: String,
     /// The integration's timeout.
     pub timeout: Duration,
-    /// The function it goes to (logical id).
-    pub function: String,
+    /// Where it goes.
+    pub target: Target,
+}
+
+/// What a route's integration reaches.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Target {
+    /// A function (its logical id): a payload format 2.0 event.
+    Function(String),
+    /// An ECS service (its logical id), through a VPC link and its Cloud Map registry: an
+    /// HTTP proxy.
+    Service(String),
+}
+
+impl Route {
+    /// The function it goes to, if it goes to one.
+    pub fn function(&self) -> Option<&str> {
+        match &self.target {
+            Target::Function(f) => Some(f),
+            Target::Service(_) => None,
+        }
+    }
+}
+
+/// An ECS service of the template: its container, as the deployed shape runs it.
+#[derive(Debug, Clone)]
+pub struct Service {
+    /// Its logical id.
+    pub id: String,
+    /// The container's variables, resolved.
+    pub env: BTreeMap<String, String>,
+    /// Variables from secrets: name and `ValueFrom` (`<secret ARN>[:<JSON key>::]`).
+    pub secrets: Vec<(String, String)>,
+    /// The port the container listens on.
+    pub port: u16,
+    /// Tasks it runs (its desired count).
+    pub tasks: usize,
 }
 
 impl Route {
@@ -151,7 +186,8 @@ pub fn parse_rate(expr: &str) -> Result<Duration, Error> {
     Ok(Duration::from_secs(n * secs))
 }
 
-/// The HTTP API's routes of a SAM template (`raw`, as JSON): each function's `HttpApi` events.
+/// The HTTP API's routes of a SAM template (`raw`, as JSON): each function's `HttpApi` events,
+/// whatever the functions' conditions (see [`Template::routes`] for a stack's).
 pub fn http_routes(raw: &Value) -> Vec<Route> {
     let mut out = vec![];
     for (id, r) in raw["Resources"].as_object().into_iter().flatten() {
@@ -171,7 +207,7 @@ pub fn http_routes(raw: &Value) -> Vec<Route> {
                 method: p["Method"].as_str().unwrap_or("ANY").to_string(),
                 path: p["Path"].as_str().unwrap_or_default().to_string(),
                 timeout: Duration::from_millis(p["TimeoutInMillis"].as_u64().unwrap_or(30_000)),
-                function: id.clone(),
+                target: Target::Function(id.clone()),
             });
         }
     }
@@ -210,15 +246,24 @@ impl Template {
         })
     }
 
-    /// Resources of one type: `(logical id, properties)`.
+    /// Resources of one type that the stack has (their condition, if any, holds):
+    /// `(logical id, properties)`.
     pub fn resources(&self, ty: &str) -> Vec<(String, Value)> {
         self.raw["Resources"]
             .as_object()
             .into_iter()
             .flatten()
-            .filter(|(_, r)| r["Type"] == ty)
+            .filter(|(_, r)| r["Type"] == ty && self.exists(r))
             .map(|(id, r)| (id.clone(), r["Properties"].clone()))
             .collect()
+    }
+
+    /// Whether the stack has a resource: it has no condition, or its condition holds.
+    fn exists(&self, resource: &Value) -> bool {
+        match resource["Condition"].as_str() {
+            Some(c) => self.condition(c).unwrap_or(true),
+            None => true,
+        }
     }
 
     /// Records a resource's physical id (its `Ref`) and attributes.
@@ -351,9 +396,100 @@ impl Template {
         Ok(strings(&vars))
     }
 
-    /// The HTTP API's routes.
+    /// The HTTP API's routes: the events of the functions the stack has, and its
+    /// `AWS::ApiGatewayV2::Route`s to an HTTP proxy integration on an ECS service's registry.
     pub fn routes(&self) -> Result<Vec<Route>, Error> {
-        Ok(http_routes(&self.raw))
+        let functions: Vec<String> = self
+            .resources("AWS::Serverless::Function")
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        let mut out: Vec<Route> = http_routes(&self.raw)
+            .into_iter()
+            .filter(|r| {
+                r.function()
+                    .is_some_and(|f| functions.iter().any(|x| x == f))
+            })
+            .collect();
+        for (id, p) in self.resources("AWS::ApiGatewayV2::Route") {
+            let key = p["RouteKey"].as_str().unwrap_or_default();
+            let (method, path) = key
+                .split_once(' ')
+                .ok_or_else(|| err(format!("{id}: route key {key:?}")))?;
+            let target = p["Target"]["Fn::Sub"].as_str().unwrap_or_default();
+            let integration = target
+                .strip_prefix("integrations/${")
+                .and_then(|t| t.strip_suffix('}'))
+                .ok_or_else(|| err(format!("{id}: target {target:?} is not emulated")))?;
+            let (_, ip) = self
+                .resources("AWS::ApiGatewayV2::Integration")
+                .into_iter()
+                .find(|(i, _)| i == integration)
+                .ok_or_else(|| err(format!("{id}: no integration {integration}")))?;
+            if ip["IntegrationType"] != "HTTP_PROXY" || ip["ConnectionType"] != "VPC_LINK" {
+                return Err(err(format!(
+                    "{integration}: only private HTTP proxies are emulated"
+                )));
+            }
+            // The integration reaches a Cloud Map service; the ECS service registered in it.
+            let registry = ip["IntegrationUri"]["Fn::GetAtt"][0]
+                .as_str()
+                .unwrap_or_default();
+            let service = self
+                .resources("AWS::ECS::Service")
+                .into_iter()
+                .find(|(_, sp)| {
+                    sp["ServiceRegistries"][0]["RegistryArn"]["Fn::GetAtt"][0] == registry
+                })
+                .map(|(sid, _)| sid)
+                .ok_or_else(|| err(format!("{integration}: no ECS service in {registry}")))?;
+            out.push(Route {
+                method: method.to_string(),
+                path: path.to_string(),
+                timeout: Duration::from_millis(ip["TimeoutInMillis"].as_u64().unwrap_or(30_000)),
+                target: Target::Service(service),
+            });
+        }
+        Ok(out)
+    }
+
+    /// The stack's ECS services, each with its task definition's one container resolved.
+    pub fn services(&self) -> Result<Vec<Service>, Error> {
+        let mut out = vec![];
+        for (id, p) in self.resources("AWS::ECS::Service") {
+            let td = p["TaskDefinition"]["Ref"].as_str().unwrap_or_default();
+            let (_, tp) = self
+                .resources("AWS::ECS::TaskDefinition")
+                .into_iter()
+                .find(|(t, _)| t == td)
+                .ok_or_else(|| err(format!("{id}: no task definition {td}")))?;
+            let c = self.resolve(&tp["ContainerDefinitions"][0])?;
+            let pairs = |v: &Value, value: &str| -> Vec<(String, String)> {
+                v.as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|e| {
+                        let s = match &e[value] {
+                            Value::String(s) => s.clone(),
+                            other => other.to_string(),
+                        };
+                        (e["Name"].as_str().unwrap_or_default().to_string(), s)
+                    })
+                    .collect()
+            };
+            let tasks = self.resolve(&p["DesiredCount"])?;
+            out.push(Service {
+                env: pairs(&c["Environment"], "Value").into_iter().collect(),
+                secrets: pairs(&c["Secrets"], "ValueFrom"),
+                port: c["PortMappings"][0]["ContainerPort"].as_u64().unwrap_or(80) as u16,
+                tasks: match &tasks {
+                    Value::String(s) => s.parse().unwrap_or(1),
+                    other => other.as_u64().unwrap_or(1) as usize,
+                },
+                id,
+            });
+        }
+        Ok(out)
     }
 
     /// Every function, resolved (the resources its events name must have been created).

@@ -24,6 +24,15 @@ use shared::queue::PollSchedule;
 use std::path::PathBuf;
 
 const PREFIX: &str = "/api/queue/v1";
+/// The parameter that chooses how the claim routes are served, and its conditions.
+const CLAIM_MODE: &str = "ClaimMode";
+const CLAIMS_ON_SERVICE: &str = "ClaimsOnService";
+const CLAIMS_ON_FUNCTIONS: &str = "ClaimsOnFunctions";
+const CLAIMS_SHORT: &str = "ClaimsShort";
+/// claimWork's long poll, in milliseconds (`ClaimMode=lambda` and the service).
+const LONG_POLL_MS: u64 = 20_000;
+/// The port the claim service listens on in its container.
+const SERVICE_PORT: u16 = 8080;
 const AUTH_PREFIX: &str = "/api/auth/v1";
 
 fn repo() -> PathBuf {
@@ -168,7 +177,12 @@ fn env_value(var: &str) -> Value {
         "TCQ_EXCHANGE_PREFIX" => r("ExchangePrefix"),
         "TCQ_SCHEDULER_ID" => r("SchedulerId"),
         "TCQ_SCHEDULER_EXCHANGE_PREFIX" => r("SchedulerExchangePrefix"),
-        "TCQ_CLAIM_WORK_TIMEOUT_MS" => json!("20000"),
+        // Seconds as milliseconds without arithmetic: the parameter is a whole number.
+        "TCQ_CLAIM_WORK_TIMEOUT_MS" => if_(
+            CLAIMS_SHORT,
+            sub("${ClaimWaitSeconds}000"),
+            json!(LONG_POLL_MS.to_string()),
+        ),
         // The publisher function runs on the tables' streams: no outbox index entry per
         // write (the publisher adds it where delivery failed).
         "TCQ_EVENTS_FROM_STREAM" => json!("true"),
@@ -258,28 +272,25 @@ fn alarm(description: String, metric: &str, namespace: &str, dims: Value, thresh
     })
 }
 
-fn function_alarms(res: &mut Map<String, Value>, id: &str) {
+/// A function's alarms, under the function's own condition (if it has one).
+fn function_alarms(res: &mut Map<String, Value>, id: &str, condition: Option<&str>) {
     let dims = json!([{ "Name": "FunctionName", "Value": r(id) }]);
-    res.insert(
-        format!("{id}ErrorsAlarm"),
-        alarm(
-            format!("{id} failed"),
-            "Errors",
+    for (name, metric, what) in [
+        ("ErrorsAlarm", "Errors", "failed"),
+        ("ThrottlesAlarm", "Throttles", "was throttled"),
+    ] {
+        let mut a = alarm(
+            format!("{id} {what}"),
+            metric,
             "AWS/Lambda",
             dims.clone(),
             1.0,
-        ),
-    );
-    res.insert(
-        format!("{id}ThrottlesAlarm"),
-        alarm(
-            format!("{id} was throttled"),
-            "Throttles",
-            "AWS/Lambda",
-            dims,
-            1.0,
-        ),
-    );
+        );
+        if let Some(c) = condition {
+            a["Condition"] = json!(c);
+        }
+        res.insert(format!("{id}{name}"), a);
+    }
 }
 
 fn table_resource(t: &Value) -> Value {
@@ -437,6 +448,75 @@ fn template() -> Value {
                 "instance; four fifths may wait at once, and past that calls without work ",
                 "answer at once (docs/deploying.md: Choosing a claim mode)"
             ),
+        ),
+    );
+    params.insert(
+        CLAIM_MODE.into(),
+        json!({
+            "Type": "String",
+            "Default": "lambda",
+            "AllowedValues": ["lambda", "lambda-short", "service"],
+            "Description": concat!(
+                "How the claim routes (claimWork, claimTask, reclaimTask) are served: lambda, ",
+                "functions that long-poll 20 s; lambda-short, functions that wait at most ",
+                "ClaimWaitSeconds; service, an always-on ECS service (docs/deploying.md: ",
+                "Choosing a claim mode)"
+            )
+        }),
+    );
+    params.insert(
+        "ClaimWaitSeconds".into(),
+        json!({
+            "Type": "Number",
+            "Default": 0,
+            "MinValue": 0,
+            "MaxValue": 20,
+            "Description": "With ClaimMode=lambda-short: longest a claimWork call waits for work (0: answers at once)"
+        }),
+    );
+    params.insert(
+        "ClaimServiceImage".into(),
+        parameter(
+            "String",
+            json!(""),
+            "With ClaimMode=service: the tc-queue image (scripts/build-image.sh), pushed to a registry the service can pull from",
+        ),
+    );
+    for (name, default, what) in [
+        (
+            "ClaimServiceCpu",
+            json!(256),
+            "With ClaimMode=service: CPU units of each task (1024 a vCPU)",
+        ),
+        (
+            "ClaimServiceMemory",
+            json!(512),
+            "With ClaimMode=service: memory of each task, in MiB",
+        ),
+        (
+            "ClaimServiceMinTasks",
+            json!(1),
+            "With ClaimMode=service: tasks always running",
+        ),
+        (
+            "ClaimServiceMaxTasks",
+            json!(4),
+            "With ClaimMode=service: most tasks scaling adds",
+        ),
+        (
+            "ClaimServiceCpuTarget",
+            json!(60),
+            "With ClaimMode=service: average CPU percentage scaling keeps",
+        ),
+    ] {
+        params.insert(name.into(), parameter("Number", default, what));
+    }
+    params.insert(
+        "ClaimServiceVpcCidr".into(),
+        parameter(
+            "String",
+            json!("10.72.0.0/16"),
+            "With ClaimMode=service: address range of the VPC the stack creates for the service",
         ),
     );
     params.insert(
@@ -922,6 +1002,10 @@ fn template() -> Value {
         if let Some(param) = spec.reserved_concurrency {
             f["Properties"]["ReservedConcurrentExecutions"] = r(param);
         }
+        let condition = spec.claim_route.then_some(CLAIMS_ON_FUNCTIONS);
+        if let Some(c) = condition {
+            f["Condition"] = json!(c);
+        }
         if spec
             .triggers
             .iter()
@@ -937,7 +1021,7 @@ fn template() -> Value {
             });
         }
         res.insert(id.clone(), f);
-        function_alarms(&mut res, &id);
+        function_alarms(&mut res, &id, condition);
         if matches!(spec.function, Function::Job(j) if j.retries_every_stream_failure()) {
             // Where each write stores only its own events, those of a write live only in its
             // stream record until published (or held by a failing publisher): a publisher
@@ -955,6 +1039,8 @@ fn template() -> Value {
             );
         }
     }
+
+    claim_service(&mut res, &specs());
 
     let mut outputs = Map::new();
     outputs.insert(
@@ -995,6 +1081,10 @@ fn template() -> Value {
         json!({ "Condition": "CreateBroker", "Value": r("Broker") }),
     );
     outputs.insert("LogGroup".into(), json!({ "Value": r("FunctionLogGroup") }));
+    outputs.insert(
+        "ClaimServiceLogGroupName".into(),
+        json!({ "Condition": CLAIMS_ON_SERVICE, "Value": r("ClaimServiceLogGroup") }),
+    );
 
     // Every function's configuration: these, and what its spec adds (`env_value`).
     let mut globals: Map<String, Value> = COMMON_ENV
@@ -1010,9 +1100,18 @@ fn template() -> Value {
         "Conditions": {
             "IsProvisioned": { "Fn::Equals": [r("BillingMode"), "PROVISIONED"] },
             "CreateBroker": { "Fn::Equals": [r("RabbitMqMode"), "create"] },
-            "HasAlarmTopic": { "Fn::Not": [{ "Fn::Equals": [r("AlarmTopicArn"), ""] }] }
+            "HasAlarmTopic": { "Fn::Not": [{ "Fn::Equals": [r("AlarmTopicArn"), ""] }] },
+            CLAIMS_ON_SERVICE: { "Fn::Equals": [r(CLAIM_MODE), "service"] },
+            CLAIMS_ON_FUNCTIONS: { "Fn::Not": [{ "Condition": CLAIMS_ON_SERVICE }] },
+            CLAIMS_SHORT: { "Fn::Equals": [r(CLAIM_MODE), "lambda-short"] }
         },
-        "Rules": { "ExistingBrokerNeedsItsUrl": {
+        "Rules": { "ClaimServiceNeedsItsImage": {
+            "RuleCondition": { "Fn::Equals": [r(CLAIM_MODE), "service"] },
+            "Assertions": [{
+                "Assert": { "Fn::Not": [{ "Fn::Equals": [r("ClaimServiceImage"), ""] }] },
+                "AssertDescription": "ClaimMode=service needs ClaimServiceImage (scripts/build-image.sh)"
+            }]
+        }, "ExistingBrokerNeedsItsUrl": {
             "RuleCondition": { "Fn::Equals": [r("RabbitMqMode"), "existing"] },
             "Assertions": [{
                 "Assert": { "Fn::Not": [{ "Fn::Equals": [r("AmqpUrlSecretArn"), ""] }] },
@@ -1037,6 +1136,444 @@ fn template() -> Value {
         "Resources": res,
         "Outputs": outputs,
     })
+}
+
+/// Variables of the claim service's container beyond [`COMMON_ENV`]'s (less the secrets'
+/// names: the tokens come as values, see [`claim_service`]): the long poll's pace, and the
+/// server's own settings for serving beside the functions.
+fn claim_service_env() -> Vec<(String, Value)> {
+    let common = COMMON_ENV.iter().filter(|v| {
+        ![
+            functions::env::QUEUE_ACCESS_TOKEN_SECRET,
+            functions::env::ROOT_ACCESS_TOKEN_SECRET,
+        ]
+        .contains(v)
+    });
+    let mut out: Vec<(String, Value)> = common
+        .chain([
+            &functions::env::CLAIM_WORK_POLL_MS,
+            &functions::env::CLAIM_WORK_POLL_MAX_MS,
+        ])
+        .map(|v| match *v {
+            // The service always long-polls (lambda-short is the functions' mode).
+            functions::env::CLAIM_WORK_TIMEOUT_MS => {
+                (v.to_string(), json!(LONG_POLL_MS.to_string()))
+            }
+            _ => (v.to_string(), env_value(v)),
+        })
+        .collect();
+    for (k, v) in [
+        (functions::env::BACKEND, json!("aws")),
+        (functions::env::JOBS, json!("false")),
+        (functions::env::BEHIND_GATEWAY, json!("true")),
+        (functions::env::BIND, json!("0.0.0.0")),
+        (functions::env::PORT, json!(SERVICE_PORT.to_string())),
+        ("AWS_REGION", r("AWS::Region")),
+        ("RUST_LOG", json!("info")),
+    ] {
+        out.push((k.to_string(), v));
+    }
+    out
+}
+
+/// Statements granting `needs` on the tables (the functions get SAM's policy templates; a
+/// task role gets the same actions written out).
+fn table_statements(needs: &[Need]) -> Vec<Value> {
+    let read = [
+        "dynamodb:GetItem",
+        "dynamodb:BatchGetItem",
+        "dynamodb:Query",
+        "dynamodb:Scan",
+        "dynamodb:ConditionCheckItem",
+        "dynamodb:DescribeTable",
+    ];
+    let write = [
+        "dynamodb:PutItem",
+        "dynamodb:UpdateItem",
+        "dynamodb:DeleteItem",
+        "dynamodb:BatchWriteItem",
+    ];
+    needs
+        .iter()
+        .filter_map(|n| match n {
+            Need::Table(t, a) => Some((t, a)),
+            Need::Buckets(_) => None,
+        })
+        .map(|(t, a)| {
+            let mut actions: Vec<&str> = read.to_vec();
+            if *a == Access::Write {
+                actions.extend(write);
+            }
+            let id = table_id(t);
+            json!({
+                "Effect": "Allow",
+                "Action": actions,
+                "Resource": [att(&id, "Arn"), sub(&format!("${{{id}.Arn}}/index/*"))]
+            })
+        })
+        .collect()
+}
+
+/// `ClaimMode=service`: the claim routes served by `tc-queue` on ECS Fargate (arm64), in a
+/// VPC of the stack's own with public subnets (no NAT gateway to pay for: each task has a
+/// public address to reach the registry, the broker and Secrets Manager; DynamoDB through a
+/// free gateway endpoint), reached from the HTTP API through a VPC link and Cloud Map (no
+/// load balancer to pay for). Every resource is under the `ClaimsOnService` condition.
+fn claim_service(res: &mut Map<String, Value>, specs: &[Spec]) {
+    let claims: Vec<&Spec> = specs.iter().filter(|s| s.claim_route).collect();
+    fn add<'a>(res: &'a mut Map<String, Value>, id: &str, ty: &str, props: Value) -> &'a mut Value {
+        res.insert(
+            id.to_string(),
+            json!({ "Type": ty, "Condition": CLAIMS_ON_SERVICE, "Properties": props }),
+        );
+        res.get_mut(id).expect("inserted")
+    }
+    let tag = |what: &str| json!([{ "Key": "Name", "Value": sub(&format!("${{AWS::StackName}}-{what}")) }]);
+
+    // The network.
+    add(
+        res,
+        "ClaimServiceVpc",
+        "AWS::EC2::VPC",
+        json!({
+            "CidrBlock": r("ClaimServiceVpcCidr"),
+            "EnableDnsSupport": true,
+            "EnableDnsHostnames": true,
+            "Tags": tag("claims")
+        }),
+    );
+    add(
+        res,
+        "ClaimServiceInternetGateway",
+        "AWS::EC2::InternetGateway",
+        json!({ "Tags": tag("claims") }),
+    );
+    add(
+        res,
+        "ClaimServiceGatewayAttachment",
+        "AWS::EC2::VPCGatewayAttachment",
+        json!({
+            "VpcId": r("ClaimServiceVpc"),
+            "InternetGatewayId": r("ClaimServiceInternetGateway")
+        }),
+    );
+    add(
+        res,
+        "ClaimServiceRouteTable",
+        "AWS::EC2::RouteTable",
+        json!({
+            "VpcId": r("ClaimServiceVpc"),
+            "Tags": tag("claims")
+        }),
+    );
+    add(
+        res,
+        "ClaimServiceDefaultRoute",
+        "AWS::EC2::Route",
+        json!({
+            "RouteTableId": r("ClaimServiceRouteTable"),
+            "DestinationCidrBlock": "0.0.0.0/0",
+            "GatewayId": r("ClaimServiceInternetGateway")
+        }),
+    )["DependsOn"] = json!(["ClaimServiceGatewayAttachment"]);
+    let mut subnets = vec![];
+    for (i, name) in ["ClaimServiceSubnetA", "ClaimServiceSubnetB"]
+        .iter()
+        .enumerate()
+    {
+        add(
+            res,
+            name,
+            "AWS::EC2::Subnet",
+            json!({
+                "VpcId": r("ClaimServiceVpc"),
+                "AvailabilityZone": { "Fn::Select": [i, { "Fn::GetAZs": "" }] },
+                "CidrBlock": { "Fn::Select": [i, { "Fn::Cidr": [r("ClaimServiceVpcCidr"), 2, 8] }] },
+                "Tags": tag("claims")
+            }),
+        );
+        add(
+            res,
+            &format!("{name}Routes"),
+            "AWS::EC2::SubnetRouteTableAssociation",
+            json!({
+                "SubnetId": r(name),
+                "RouteTableId": r("ClaimServiceRouteTable")
+            }),
+        );
+        subnets.push(r(name));
+    }
+    add(
+        res,
+        "ClaimServiceDynamoDbEndpoint",
+        "AWS::EC2::VPCEndpoint",
+        json!({
+            "VpcId": r("ClaimServiceVpc"),
+            "VpcEndpointType": "Gateway",
+            "ServiceName": sub("com.amazonaws.${AWS::Region}.dynamodb"),
+            "RouteTableIds": [r("ClaimServiceRouteTable")]
+        }),
+    );
+    add(
+        res,
+        "ClaimServiceLinkSecurityGroup",
+        "AWS::EC2::SecurityGroup",
+        json!({
+            "GroupDescription": "The VPC link from the HTTP API to the claim service",
+            "VpcId": r("ClaimServiceVpc")
+        }),
+    );
+    add(
+        res,
+        "ClaimServiceSecurityGroup",
+        "AWS::EC2::SecurityGroup",
+        json!({
+            "GroupDescription": "The claim service: its port, from the VPC link only",
+            "VpcId": r("ClaimServiceVpc"),
+            "SecurityGroupIngress": [{
+                "IpProtocol": "tcp",
+                "FromPort": SERVICE_PORT,
+                "ToPort": SERVICE_PORT,
+                "SourceSecurityGroupId": r("ClaimServiceLinkSecurityGroup")
+            }]
+        }),
+    );
+
+    // Discovery and the gateway's way in.
+    add(
+        res,
+        "ClaimServiceNamespace",
+        "AWS::ServiceDiscovery::PrivateDnsNamespace",
+        json!({
+            "Name": sub("${AWS::StackName}.claims.internal"),
+            "Vpc": r("ClaimServiceVpc")
+        }),
+    );
+    add(
+        res,
+        "ClaimServiceDiscovery",
+        "AWS::ServiceDiscovery::Service",
+        json!({
+            "Name": "tc-queue",
+            "NamespaceId": r("ClaimServiceNamespace"),
+            // SRV records carry each task's port, which the gateway needs.
+            "DnsConfig": { "DnsRecords": [{ "Type": "SRV", "TTL": 10 }], "RoutingPolicy": "MULTIVALUE" },
+            "HealthCheckCustomConfig": { "FailureThreshold": 1 }
+        }),
+    );
+    add(
+        res,
+        "ClaimServiceLink",
+        "AWS::ApiGatewayV2::VpcLink",
+        json!({
+            "Name": sub("${AWS::StackName}-claims"),
+            "SubnetIds": subnets.clone(),
+            "SecurityGroupIds": [r("ClaimServiceLinkSecurityGroup")]
+        }),
+    );
+    add(
+        res,
+        "ClaimServiceIntegration",
+        "AWS::ApiGatewayV2::Integration",
+        json!({
+            "ApiId": r("QueueApi"),
+            "IntegrationType": "HTTP_PROXY",
+            "IntegrationMethod": "ANY",
+            "ConnectionType": "VPC_LINK",
+            "ConnectionId": r("ClaimServiceLink"),
+            "IntegrationUri": att("ClaimServiceDiscovery", "Arn"),
+            "PayloadFormatVersion": "1.0",
+            "TimeoutInMillis": 30_000
+        }),
+    );
+    for spec in &claims {
+        let id = function_id(&spec.function.handler());
+        let mut n = 0;
+        for t in &spec.triggers {
+            let Trigger::Route { verb, path, .. } = t else {
+                continue;
+            };
+            for path in gateway_paths("", path) {
+                add(
+                    res,
+                    &format!("{id}ServiceRoute{n}"),
+                    "AWS::ApiGatewayV2::Route",
+                    json!({
+                        "ApiId": r("QueueApi"),
+                        "RouteKey": format!("{} {path}", verb.method().as_str()),
+                        "Target": sub("integrations/${ClaimServiceIntegration}")
+                    }),
+                );
+                n += 1;
+            }
+        }
+    }
+
+    // The service.
+    add(
+        res,
+        "ClaimServiceLogGroup",
+        "AWS::Logs::LogGroup",
+        json!({
+            "LogGroupName": sub("/ecs/${AWS::StackName}-claims"),
+            "RetentionInDays": r("LogRetentionDays")
+        }),
+    );
+    let assume = json!({ "Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow",
+        "Principal": { "Service": "ecs-tasks.amazonaws.com" },
+        "Action": "sts:AssumeRole"
+    }] });
+    let secrets = ["QueueAccessTokenSecret", "RootAccessTokenSecret"];
+    add(
+        res,
+        "ClaimServiceExecutionRole",
+        "AWS::IAM::Role",
+        json!({
+            "AssumeRolePolicyDocument": assume,
+            "ManagedPolicyArns": [sub("arn:${AWS::Partition}:iam::aws:policy/service-role/AmazonECSTaskExecutionRolePolicy")],
+            "Policies": [{ "PolicyName": "tokens", "PolicyDocument": { "Version": "2012-10-17", "Statement": [{
+                "Effect": "Allow",
+                "Action": "secretsmanager:GetSecretValue",
+                "Resource": secrets.iter().map(|s| r(s)).collect::<Vec<_>>()
+            }] } }]
+        }),
+    );
+    // What the claim routes' functions need, and the auth table every API function reads.
+    let mut needs = vec![Need::Table("auth", Access::Read)];
+    for spec in &claims {
+        for n in &spec.needs {
+            if !needs.contains(n) {
+                needs.push(*n);
+            }
+        }
+    }
+    let written = needs.clone();
+    needs.retain(|n| {
+        !matches!(n, Need::Table(t, Access::Read) if written.contains(&Need::Table(t, Access::Write)))
+    });
+    add(
+        res,
+        "ClaimServiceTaskRole",
+        "AWS::IAM::Role",
+        json!({
+            "AssumeRolePolicyDocument": assume,
+            "Policies": [{ "PolicyName": "tables", "PolicyDocument": {
+                "Version": "2012-10-17",
+                "Statement": table_statements(&needs)
+            } }]
+        }),
+    );
+    let environment: Vec<Value> = claim_service_env()
+        .into_iter()
+        .map(|(k, v)| json!({ "Name": k, "Value": v }))
+        .collect();
+    add(
+        res,
+        "ClaimServiceTaskDefinition",
+        "AWS::ECS::TaskDefinition",
+        json!({
+            "Family": sub("${AWS::StackName}-claims"),
+            "RequiresCompatibilities": ["FARGATE"],
+            "NetworkMode": "awsvpc",
+            "Cpu": r("ClaimServiceCpu"),
+            "Memory": r("ClaimServiceMemory"),
+            "RuntimePlatform": { "CpuArchitecture": "ARM64", "OperatingSystemFamily": "LINUX" },
+            "ExecutionRoleArn": att("ClaimServiceExecutionRole", "Arn"),
+            "TaskRoleArn": att("ClaimServiceTaskRole", "Arn"),
+            "ContainerDefinitions": [{
+                "Name": "tc-queue",
+                "Image": r("ClaimServiceImage"),
+                "Essential": true,
+                "PortMappings": [{ "ContainerPort": SERVICE_PORT, "Protocol": "tcp" }],
+                "Environment": environment,
+                "Secrets": [
+                    { "Name": functions::env::QUEUE_ACCESS_TOKEN, "ValueFrom": sub("${QueueAccessTokenSecret}:accessToken::") },
+                    { "Name": functions::env::ROOT_ACCESS_TOKEN, "ValueFrom": sub("${RootAccessTokenSecret}:accessToken::") }
+                ],
+                // The image has no shell: the binary checks itself.
+                "HealthCheck": {
+                    "Command": ["CMD", "/tc-queue", "--health-check"],
+                    "Interval": 10,
+                    "Timeout": 5,
+                    "Retries": 3,
+                    "StartPeriod": 10
+                },
+                "StopTimeout": 30,
+                "LogConfiguration": { "LogDriver": "awslogs", "Options": {
+                    "awslogs-group": r("ClaimServiceLogGroup"),
+                    "awslogs-region": r("AWS::Region"),
+                    "awslogs-stream-prefix": "tc-queue"
+                } }
+            }]
+        }),
+    );
+    // Container Insights would bill metrics per task: the service's own logs and the
+    // gateway's metrics cover it.
+    add(
+        res,
+        "ClaimServiceCluster",
+        "AWS::ECS::Cluster",
+        json!({
+            "ClusterSettings": [{ "Name": "containerInsights", "Value": "disabled" }]
+        }),
+    );
+    add(
+        res,
+        "ClaimService",
+        "AWS::ECS::Service",
+        json!({
+            "Cluster": r("ClaimServiceCluster"),
+            "LaunchType": "FARGATE",
+            "DesiredCount": r("ClaimServiceMinTasks"),
+            "TaskDefinition": r("ClaimServiceTaskDefinition"),
+            "NetworkConfiguration": { "AwsvpcConfiguration": {
+                "AssignPublicIp": "ENABLED",
+                "Subnets": subnets,
+                "SecurityGroups": [r("ClaimServiceSecurityGroup")]
+            } },
+            "ServiceRegistries": [{
+                "RegistryArn": att("ClaimServiceDiscovery", "Arn"),
+                "ContainerName": "tc-queue",
+                "ContainerPort": SERVICE_PORT
+            }],
+            // A new task is healthy before an old one stops; a deploy that never gets healthy
+            // is rolled back.
+            "DeploymentConfiguration": {
+                "MinimumHealthyPercent": 100,
+                "MaximumPercent": 200,
+                "DeploymentCircuitBreaker": { "Enable": true, "Rollback": true }
+            }
+        }),
+    )["DependsOn"] = json!(["ClaimServiceDefaultRoute"]);
+    add(
+        res,
+        "ClaimServiceScaling",
+        "AWS::ApplicationAutoScaling::ScalableTarget",
+        json!({
+            "ServiceNamespace": "ecs",
+            "ScalableDimension": "ecs:service:DesiredCount",
+            "ResourceId": sub("service/${ClaimServiceCluster}/${ClaimService.Name}"),
+            "MinCapacity": r("ClaimServiceMinTasks"),
+            "MaxCapacity": r("ClaimServiceMaxTasks")
+        }),
+    );
+    add(
+        res,
+        "ClaimServiceCpuScaling",
+        "AWS::ApplicationAutoScaling::ScalingPolicy",
+        json!({
+            "PolicyName": sub("${AWS::StackName}-claims-cpu"),
+            "PolicyType": "TargetTrackingScaling",
+            "ScalingTargetId": r("ClaimServiceScaling"),
+            "TargetTrackingScalingPolicyConfiguration": {
+                "PredefinedMetricSpecification": { "PredefinedMetricType": "ECSServiceAverageCPUUtilization" },
+                "TargetValue": r("ClaimServiceCpuTarget"),
+                "ScaleOutCooldown": 60,
+                "ScaleInCooldown": 300
+            }
+        }),
+    );
 }
 
 // ---- A minimal YAML writer: block style, JSON-quoted strings where a plain one could be
@@ -1125,7 +1662,7 @@ fn committed_template_is_the_generated_one() {
 
 /// The function the gateway sends `method path` to.
 fn gateway_select<'a>(routes: &'a [Route], method: &str, path: &str) -> Option<&'a str> {
-    select(routes, method, path).map(|(r, _)| r.function.as_str())
+    select(routes, method, path).map(|(r, _)| r.function().unwrap_or_default())
 }
 
 /// A concrete path of `pattern`, each parameter from `value`, as a client sends it
@@ -1213,6 +1750,112 @@ fn every_route_reaches_its_own_function_encoded_or_decoded() {
     }
 }
 
+/// The committed template with the given parameters, as a stack has it.
+fn stack_template(params: &[(&str, &str)]) -> blackbox::shape::template::Template {
+    let params: Vec<(String, String)> = params
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    blackbox::shape::template::Template::load(&repo().join("infra/template.yaml"), "t", &params)
+        .expect("template")
+}
+
+/// `ClaimMode=service`: every path of the claim routes, encoded or decoded, reaches the claim
+/// service and no claim function is deployed; every other endpoint keeps its function. In the
+/// other modes the claim routes reach their functions and nothing of the service exists.
+#[test]
+fn the_claim_mode_decides_where_the_claim_routes_go() {
+    use blackbox::shape::template::Target;
+    for mode in ["lambda", "lambda-short", "service"] {
+        let t = stack_template(&[(CLAIM_MODE, mode), ("ClaimServiceImage", "i")]);
+        let routes = t.routes().expect("routes");
+        let functions: Vec<String> = t
+            .resources("AWS::Serverless::Function")
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        let services = t.resources("AWS::ECS::Service");
+        assert_eq!(services.len(), usize::from(mode == "service"), "{mode}");
+        for service in SERVICES {
+            for e in service.endpoints() {
+                let own = function_id(&service.handler_name(e));
+                let (encoded, decoded) = sample_paths(service.prefix, e.route, sample);
+                for path in [&encoded, &decoded] {
+                    let (route, _) = select(&routes, e.verb.method().as_str(), path)
+                        .unwrap_or_else(|| panic!("{mode}: no route for {path}"));
+                    let want = if e.claim_route && mode == "service" {
+                        Target::Service("ClaimService".into())
+                    } else {
+                        Target::Function(own.clone())
+                    };
+                    assert_eq!(route.target, want, "{mode}: {path}");
+                }
+                let deployed = functions.contains(&own);
+                let claim_function = e.claim_route && mode == "service";
+                assert_eq!(deployed, !claim_function, "{mode}: {own}");
+            }
+        }
+    }
+}
+
+/// `lambda-short` gives the claim-work function `ClaimWaitSeconds` as its wait; the other
+/// modes the 20 s long poll, and so does the claim service (which never waits short).
+#[test]
+fn lambda_short_waits_claim_wait_seconds() {
+    let raw = template();
+    let var = &raw["Globals"]["Function"]["Environment"]["Variables"]
+        [functions::env::CLAIM_WORK_TIMEOUT_MS];
+    for (mode, wait, want) in [
+        ("lambda-short", "0", "0000"),
+        ("lambda-short", "7", "7000"),
+        ("lambda", "7", "20000"),
+        ("service", "7", "20000"),
+    ] {
+        let t = stack_template(&[(CLAIM_MODE, mode), ("ClaimWaitSeconds", wait)]);
+        let got = t.resolve(var).expect("resolves");
+        assert_eq!(got, json!(want), "{mode} {wait}");
+        assert_eq!(
+            got.as_str().map(|s| s.parse::<u64>().ok()),
+            Some(Some(want.parse().unwrap()))
+        );
+    }
+    let env = claim_service_env();
+    let timeout = env
+        .iter()
+        .find(|(k, _)| k == functions::env::CLAIM_WORK_TIMEOUT_MS);
+    assert_eq!(timeout.map(|(_, v)| v.clone()), Some(json!("20000")));
+}
+
+/// Every variable the claim service's container gets (and each secret it is handed) is one
+/// `tc-queue` reads, besides AWS's own.
+#[test]
+fn every_variable_the_claim_service_gets_is_one_tc_queue_reads() {
+    use clap::CommandFactory;
+    let read: Vec<String> = functions::ServerConfig::command()
+        .get_arguments()
+        .filter_map(|a| a.get_env())
+        .map(|e| e.to_string_lossy().into_owned())
+        .collect();
+    let raw = template();
+    let container =
+        &raw["Resources"]["ClaimServiceTaskDefinition"]["Properties"]["ContainerDefinitions"][0];
+    let names = container["Environment"]
+        .as_array()
+        .into_iter()
+        .chain(container["Secrets"].as_array())
+        .flatten()
+        .filter_map(|v| v["Name"].as_str());
+    let mut n = 0;
+    for name in names {
+        n += 1;
+        assert!(
+            read.iter().any(|r| r == name) || ["AWS_REGION", "RUST_LOG"].contains(&name),
+            "{name} is not read by tc-queue"
+        );
+    }
+    assert!(n > 10, "{n} variables");
+}
+
 /// The published documents (schemas, references, every service's OpenAPI document) reach
 /// the auth function, which serves them whatever its route; no endpoint's route takes them.
 #[test]
@@ -1250,7 +1893,7 @@ fn the_default_route_reaches_the_inspector() {
     let ui = function_id(&Function::Ui.handler());
     let defaults: Vec<&Route> = keys.iter().filter(|r| r.is_default()).collect();
     assert_eq!(defaults.len(), 1, "one $default route");
-    assert_eq!(defaults[0].function, ui);
+    assert_eq!(defaults[0].function(), Some(ui.as_str()));
     for (method, path) in [
         ("GET", "/"),
         ("GET", "/tasks/groups/fN1SbArXTPSVFNUvaOlinQ"),

@@ -9,6 +9,7 @@ mod amqp_restart;
 mod artifacts;
 mod auth;
 mod auth_python;
+mod claim_modes;
 mod claims;
 mod claimwork;
 mod concurrency;

@@ -33,7 +33,8 @@ pub static ENDPOINTS: &[Endpoint] = &[
     .input("claim-work-request")
     .output("claim-work-response")
     .needs(WRITE_TASKS)
-    .reserved(CLAIM_WORK),
+    .reserved(CLAIM_WORK)
+    .claim_route(),
     Endpoint::new(
         "claimTask",
         Verb::Post,
@@ -47,7 +48,8 @@ pub static ENDPOINTS: &[Endpoint] = &[
     ]))
     .input("task-claim-request")
     .output("task-claim-response")
-    .needs(WRITE_TASKS),
+    .needs(WRITE_TASKS)
+    .claim_route(),
     Endpoint::new(
         "reclaimTask",
         Verb::Post,
@@ -57,7 +59,8 @@ pub static ENDPOINTS: &[Endpoint] = &[
     .title("Extend a claim, with fresh credentials")
     .scopes(Template::Scope("queue:reclaim-task:<taskId>/<runId>"))
     .output("task-reclaim-response")
-    .needs(WRITE_TASKS),
+    .needs(WRITE_TASKS)
+    .claim_route(),
 ];
 
 fn worker_params(call: &Call, task_queue_id: &str) -> Params {
