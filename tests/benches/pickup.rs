@@ -81,91 +81,111 @@ const SERVICE_CPU_TARGET: f64 = 0.6;
 /// A month, as the idle figures count it.
 const MONTH_HOURS: f64 = 720.0;
 
-/// Each claim mode's price for idle fleets, from the counted units: `long` one empty 20 s
-/// claimWork in a function (wake-ups and a wait slot), `short` one without a wait (its wall
-/// time standing for its billed duration), `shared` one of `sharing` waiting at once in one
-/// service task; `service_cpu_ms` the service's CPU per claimWork (measured in the shape).
-fn modes_table(
+/// What each claim mode's price for idle fleets is made of: `long` one empty 20 s claimWork
+/// in a function (wake-ups and a wait slot), `short` one without a wait (its wall time, or
+/// its function's CPU at the function's share of a vCPU if longer, is its billed duration),
+/// `shared` one of `sharing` waiting at once in one service task; `service_cpu_ms` the
+/// service's CPU per claimWork (measured in the shape).
+struct Costs<'a> {
     memory_mb: f64,
-    long: &Idle,
-    short: &Idle,
-    shared: &Idle,
+    long: &'a Idle,
+    short: &'a Idle,
+    short_cpu_ms: Option<f64>,
+    shared: &'a Idle,
     sharing: usize,
     service_cpu_ms: Option<f64>,
-) {
-    let gb = memory_mb / 1024.0;
-    let month_s = MONTH_HOURS * 3600.0;
-    let http = prices::HTTP_API_REQUEST;
-    // lambda: back-to-back 20 s calls, each an instance for its whole wait.
-    let long_calls = month_s / 20.0;
-    let lambda_worker = long_calls
-        * (20.0 * gb * prices::LAMBDA_GB_S + prices::LAMBDA_REQUEST + http + long.dynamodb());
-    // lambda-short: a call, then 5 s, as generic-worker spaces them.
-    let short_s = short.took.as_secs_f64();
-    let short_calls = month_s / (5.0 + short_s);
-    let short_billed = (short_s * 1e3).ceil() / 1e3;
-    let short_worker = short_calls
-        * (short_billed * gb * prices::LAMBDA_GB_S
-            + prices::LAMBDA_REQUEST
-            + http
-            + short.dynamodb());
-    // service: back-to-back 20 s calls to an always-on task.
-    let service_worker = long_calls * (http + shared.dynamodb());
-    let task_month = MONTH_HOURS
-        * (SERVICE_VCPU * prices::FARGATE_VCPU_HOUR
-            + SERVICE_GB * prices::FARGATE_GB_HOUR
-            + prices::PUBLIC_IPV4_HOUR)
-        + prices::CLOUD_MAP_INSTANCE_MONTH;
-    let cpu_ms = service_cpu_ms.unwrap_or(f64::NAN);
-    let tasks = |workers: f64| -> f64 {
-        let vcpu = workers / 20.0 * cpu_ms / 1e3;
-        (vcpu / (SERVICE_VCPU * SERVICE_CPU_TARGET)).ceil().max(1.0)
-    };
-    println!();
-    println!(
-        "Idle fleets by claim mode (list prices, arm64, {MONTH_HOURS:.0} h months; a service \
+}
+
+impl Costs<'_> {
+    fn table(&self) {
+        let Costs {
+            memory_mb,
+            long,
+            short,
+            short_cpu_ms,
+            shared,
+            sharing,
+            service_cpu_ms,
+        } = *self;
+        let gb = memory_mb / 1024.0;
+        let month_s = MONTH_HOURS * 3600.0;
+        let http = prices::HTTP_API_REQUEST;
+        // lambda: back-to-back 20 s calls, each an instance for its whole wait.
+        let long_calls = month_s / 20.0;
+        let lambda_worker = long_calls
+            * (20.0 * gb * prices::LAMBDA_GB_S + prices::LAMBDA_REQUEST + http + long.dynamodb());
+        // lambda-short: a call, then 5 s, as generic-worker spaces them.
+        // Lambda gives a function CPU in proportion to its memory: one vCPU at 1,769 MB.
+        let share = (memory_mb / 1769.0).min(1.0);
+        let short_s = short
+            .took
+            .as_secs_f64()
+            .max(short_cpu_ms.unwrap_or(0.0) / 1e3 / share);
+        let short_calls = month_s / (5.0 + short_s);
+        let short_billed = (short_s * 1e3).ceil() / 1e3;
+        let short_worker = short_calls
+            * (short_billed * gb * prices::LAMBDA_GB_S
+                + prices::LAMBDA_REQUEST
+                + http
+                + short.dynamodb());
+        // service: back-to-back 20 s calls to an always-on task.
+        let service_worker = long_calls * (http + shared.dynamodb());
+        let task_month = MONTH_HOURS
+            * (SERVICE_VCPU * prices::FARGATE_VCPU_HOUR
+                + SERVICE_GB * prices::FARGATE_GB_HOUR
+                + prices::PUBLIC_IPV4_HOUR)
+            + prices::CLOUD_MAP_INSTANCE_MONTH;
+        let cpu_ms = service_cpu_ms.unwrap_or(f64::NAN);
+        let tasks = |workers: f64| -> f64 {
+            let vcpu = workers / 20.0 * cpu_ms / 1e3;
+            (vcpu / (SERVICE_VCPU * SERVICE_CPU_TARGET)).ceil().max(1.0)
+        };
+        println!();
+        println!(
+            "Idle fleets by claim mode (list prices, arm64, {MONTH_HOURS:.0} h months; a service \
          task ${task_month:.2}/month: Fargate {SERVICE_VCPU} vCPU + {SERVICE_GB} GB, public \
          IPv4, Cloud Map; service reads shared by {sharing} waiters; service CPU {cpu_ms:.2} \
          ms per call; lambda-short call {:.0} ms):",
-        short_s * 1e3
-    );
-    println!(
-        "{:<46} {:>9} {:>9} {:>9} {:>10} {:>11}  Lambda concurrency held",
-        "mode", "/worker", "10", "100", "1,000", "10,000"
-    );
-    let fleets = [10.0, 100.0, 1_000.0, 10_000.0];
-    let row = |name: &str, per: f64, fixed: &dyn Fn(f64) -> f64, held: &str| {
-        let cells: Vec<String> = fleets
-            .iter()
-            .map(|n| format!("{:.0}", fixed(*n) + per * n))
-            .collect();
-        println!(
-            "{:<46} {:>9.2} {:>9} {:>9} {:>10} {:>11}  {held}",
-            name, per, cells[0], cells[1], cells[2], cells[3]
+            short_s * 1e3
         );
-    };
-    row(
-        "lambda (20 s long poll)",
-        lambda_worker,
-        &|_| 0.0,
-        "one per idle worker",
-    );
-    row(
-        "lambda-short (0 s, worker polls every 5 s)",
-        short_worker,
-        &|_| 0.0,
-        &format!("{:.3} per idle worker", short_s / (5.0 + short_s)),
-    );
-    row(
-        "service (20 s long poll; + tasks' fixed price)",
-        service_worker,
-        &|n| tasks(n) * task_month,
-        "none",
-    );
-    println!(
-        "service tasks at 10 / 100 / 1,000 / 10,000 workers: {:?}",
-        fleets.map(tasks)
-    );
+        println!(
+            "{:<46} {:>9} {:>9} {:>9} {:>10} {:>11}  Lambda concurrency held",
+            "mode", "/worker", "10", "100", "1,000", "10,000"
+        );
+        let fleets = [10.0, 100.0, 1_000.0, 10_000.0];
+        let row = |name: &str, per: f64, fixed: &dyn Fn(f64) -> f64, held: &str| {
+            let cells: Vec<String> = fleets
+                .iter()
+                .map(|n| format!("{:.0}", fixed(*n) + per * n))
+                .collect();
+            println!(
+                "{:<46} {:>9.2} {:>9} {:>9} {:>10} {:>11}  {held}",
+                name, per, cells[0], cells[1], cells[2], cells[3]
+            );
+        };
+        row(
+            "lambda (20 s long poll)",
+            lambda_worker,
+            &|_| 0.0,
+            "one per idle worker",
+        );
+        row(
+            "lambda-short (0 s, worker polls every 5 s)",
+            short_worker,
+            &|_| 0.0,
+            &format!("{:.3} per idle worker", short_s / (5.0 + short_s)),
+        );
+        row(
+            "service (20 s long poll; + tasks' fixed price)",
+            service_worker,
+            &|n| tasks(n) * task_month,
+            "none",
+        );
+        println!(
+            "service tasks at 10 / 100 / 1,000 / 10,000 workers: {:?}",
+            fleets.map(tasks)
+        );
+    }
 }
 
 /// One setup: where claimWork waits and where createTask goes.
@@ -314,30 +334,44 @@ async fn idle_claim(
         },
     ));
     let tq = TaskQueueId::parse(&blackbox::task_queue_id()).expect("task queue id");
-    let started = Instant::now();
-    let calls: Vec<_> = (0..waiters)
-        .map(|i| {
-            let (queue, tq) = (queue.clone(), tq.clone());
-            tokio::spawn(async move {
-                let w = format!("w{i}");
-                queue
-                    .claim_work(&tq, "g", &w, 1, &shared::time::Ts::now)
-                    .await
-                    .expect("claimWork")
+    let round = || async {
+        let started = Instant::now();
+        let calls: Vec<_> = (0..waiters)
+            .map(|i| {
+                let (queue, tq) = (queue.clone(), tq.clone());
+                tokio::spawn(async move {
+                    let w = format!("w{i}");
+                    queue
+                        .claim_work(&tq, "g", &w, 1, &shared::time::Ts::now)
+                        .await
+                        .expect("claimWork")
+                })
             })
-        })
-        .collect();
-    for c in calls {
-        assert!(c.await.expect("call").is_empty());
-    }
+            .collect();
+        for c in calls {
+            assert!(c.await.expect("call").is_empty());
+        }
+        started.elapsed()
+    };
+    // The first round records each worker and the task queue (a process does that once per
+    // 30 minutes); an idle worker's calls are the ones after.
+    round().await;
+    let count = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed) as f64;
+    let before = [
+        count(&usage.requests),
+        count(&usage.read_requests),
+        count(&usage.read_milli),
+        count(&usage.write_milli),
+    ];
+    let took = round().await;
     let n = waiters.max(1) as f64;
     Idle {
         label,
-        requests: usage.requests.load(Ordering::Relaxed) as f64 / n,
-        read_requests: usage.read_requests.load(Ordering::Relaxed) as f64 / n,
-        reads: usage.read_milli.load(Ordering::Relaxed) as f64 / 1e3 / n,
-        writes: usage.write_milli.load(Ordering::Relaxed) as f64 / 1e3 / n,
-        took: started.elapsed(),
+        requests: (count(&usage.requests) - before[0]) / n,
+        read_requests: (count(&usage.read_requests) - before[1]) / n,
+        reads: (count(&usage.read_milli) - before[2]) / 1e3 / n,
+        writes: (count(&usage.write_milli) - before[3]) / 1e3 / n,
+        took,
     }
 }
 
@@ -478,12 +512,14 @@ fn main() {
         // The claim-work instances' CPU from here on: warm invocations only.
         let claim_pool = shape_of("lambda").and_then(|s| s.functions.get("ClaimWorkFunction"));
         let service = shape_of("service").and_then(|s| s.services.get("ClaimService").cloned());
-        let service_cpu_before = service.as_ref().map(|s| s.cpu_secs());
         let cpu_now = |pool: &blackbox::shape::lambda::Pool| -> (f64, usize) {
             let cpu = pool.idle_cpu_secs();
             (cpu, pool.invocations.load(Ordering::SeqCst))
         };
         let cpu_before = claim_pool.as_deref().map(cpu_now);
+        // lambda-short's claim-work function: CPU per (short) invocation.
+        let short_pool = shape_of("short").and_then(|s| s.functions.get("ClaimWorkFunction"));
+        let short_before = short_pool.as_deref().map(cpu_now);
         let started = Instant::now();
         for _ in 0..samples {
             for s in list.iter_mut() {
@@ -508,18 +544,57 @@ fn main() {
             );
         }
 
-        // The claim service's CPU per claimWork it served (one per sample).
+        // The claim service's CPU per idle worker's claimWork: `BENCH_LOAD_WORKERS` workers
+        // (default 200, on 10 task queues) wait at once, twice; the second round counts (the
+        // first records the workers).
         let mut service_cpu_ms = None;
-        if let (Some(svc), Some(before)) = (&service, service_cpu_before) {
-            let per_call = 1e3 * (svc.cpu_secs() - before) / samples.max(1) as f64;
+        if let (Some(svc), Some(shape)) = (&service, shape_of("service")) {
+            let workers: usize = env_num("BENCH_LOAD_WORKERS", 200usize);
+            let queues: Vec<String> = (0..10).map(|_| blackbox::task_queue_id()).collect();
+            let round = |root: String| {
+                let queues = queues.clone();
+                async move {
+                    let calls: Vec<_> = (0..workers)
+                        .map(|i| {
+                            let q = blackbox::queue_client(&root);
+                            let tq = queues[i % queues.len()].clone();
+                            tokio::spawn(async move {
+                                let body = json!({"workerGroup": "g", "workerId": format!("w{i}"), "tasks": 1});
+                                q.claimWork(&tq, &body).await.is_ok()
+                            })
+                        })
+                        .collect();
+                    let mut ok = 0;
+                    for c in calls {
+                        ok += usize::from(c.await.unwrap_or(false));
+                    }
+                    ok
+                }
+            };
+            round(shape.root_url()).await;
+            let (cpu0, at) = (svc.cpu_secs(), Instant::now());
+            let ok = round(shape.root_url()).await;
+            let per_call = 1e3 * (svc.cpu_secs() - cpu0) / ok.max(1) as f64;
             println!();
             println!(
-                "claim service: {} task(s), peak RSS {:?} KiB, CPU {per_call:.2} ms per claimWork \
-                 (with its idle time between samples)",
+                "claim service: {} task(s), peak RSS {:?} KiB; {workers} idle workers waiting at \
+                 once ({ok} calls answered in {:.1} s): CPU {per_call:.2} ms per claimWork",
                 svc.count(),
-                svc.rss_kib()
+                svc.rss_kib(),
+                at.elapsed().as_secs_f64()
             );
             service_cpu_ms = Some(per_call);
+        }
+        let mut short_cpu_ms = None;
+        if let (Some(pool), Some((cpu0, calls0))) = (short_pool.as_deref(), short_before) {
+            let (cpu1, calls1) = cpu_now(pool);
+            let per_call = 1e3 * (cpu1 - cpu0) / (calls1 - calls0).max(1) as f64;
+            println!(
+                "lambda-short claim-work: CPU {per_call:.1} ms per invocation ({} invocations, \
+                 its idle time between them included)",
+                calls1 - calls0
+            );
+            short_cpu_ms = Some(per_call);
         }
         let mut memory_mb = functions::lambda::catalog::CLAIM_WORK_MEMORY_MB as f64;
         if let (Some(pool), Some((cpu0, calls0))) = (claim_pool.as_deref(), cpu_before) {
@@ -583,7 +658,7 @@ fn main() {
                 ),
             );
             // lambda-short's call, after the others (its wall time is its billed duration).
-            let mut short = idle_claim(
+            let short = idle_claim(
                 &prefix,
                 "lambda-short: no wait",
                 Arc::new(LocalSignal::default()),
@@ -592,17 +667,6 @@ fn main() {
                 1,
             )
             .await;
-            // The first call of a process pays for its connections: the second one counts.
-            short.took = idle_claim(
-                &prefix,
-                "lambda-short: no wait",
-                Arc::new(LocalSignal::default()),
-                None,
-                Duration::ZERO,
-                1,
-            )
-            .await
-            .took;
             let month_calls = 30.0 * 86_400.0 / wait.as_secs_f64();
             println!();
             println!(
@@ -653,14 +717,16 @@ fn main() {
                 "* as billed: counted units, or 0.5 per read request where that is more (an \
                  empty Query is 0.5 on DynamoDB, 0 on DynamoDB Local)"
             );
-            modes_table(
+            let costs = Costs {
                 memory_mb,
-                &c,
-                &short,
-                &shared_reads,
+                long: &c,
+                short: &short,
+                short_cpu_ms,
+                shared: &shared_reads,
                 sharing,
                 service_cpu_ms,
-            );
+            };
+            costs.table();
         }
         for (_, s) in shapes {
             s.stop().await;
