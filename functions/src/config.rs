@@ -216,9 +216,9 @@ pub struct ServerConfig {
           value_parser = clap::builder::BoolishValueParser::new())]
     pub jobs: bool,
     /// Requests come through API Gateway's HTTP API (an HTTP proxy integration): the path
-    /// may arrive decoded and the `Host` is the gateway's, so the path the client signed is
-    /// rebuilt as the functions rebuild it, and the host it signed is read from the
-    /// gateway's `Forwarded` header.
+    /// may arrive decoded and the `Host` is the backend's, so the path the client signed is
+    /// rebuilt as the functions rebuild it, and the host it signed is read from the header
+    /// the integration sets (`x-tcq-forwarded-host`), else the gateway's `Forwarded`.
     #[arg(long, env = env::BEHIND_GATEWAY, default_value_t = false, action = clap::ArgAction::Set,
           value_parser = clap::builder::BoolishValueParser::new())]
     pub behind_gateway: bool,

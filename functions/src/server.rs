@@ -564,7 +564,7 @@ async fn serve(State(served): State<Served>, req: Request<Body>) -> Response<Bod
         }
     };
     let (path, also_signed) = if served.behind_gateway {
-        if let Some(host) = shared::api::caller::forwarded_host(&parts.headers)
+        if let Some(host) = shared::api::caller::gateway_host(&parts.headers)
             .and_then(|h| axum::http::HeaderValue::from_str(&h).ok())
         {
             parts.headers.insert(axum::http::header::HOST, host);

@@ -70,6 +70,21 @@ pub fn host_and_port(req: &ApiRequest) -> (String, u16) {
     (host.to_ascii_lowercase(), port)
 }
 
+/// The header the template's HTTP proxy integration to the claim service sets (overwriting
+/// whatever the client sent) to the domain the client called.
+pub const GATEWAY_HOST_HEADER: &str = "x-tcq-forwarded-host";
+
+/// The host a client behind API Gateway's HTTP proxy integration signed: the
+/// [`GATEWAY_HOST_HEADER`] the integration sets, else the gateway's `Forwarded` element.
+pub fn gateway_host(headers: &http::HeaderMap) -> Option<String> {
+    headers
+        .get(GATEWAY_HOST_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty())
+        .map(String::from)
+        .or_else(|| forwarded_host(headers))
+}
+
 /// The host the client asked for, as a proxy in front (API Gateway's HTTP proxy
 /// integration) records it: the `host` of the last element of the `Forwarded` headers (RFC
 /// 7239) that has one, as a proxy appends its own element after any the client sent.
@@ -195,6 +210,19 @@ mod tests {
             "the proxy's element, last, wins"
         );
         assert_eq!(fwd("for=1.2.3.4"), None);
+        let both = req(&[
+            ("forwarded", "host=other.example.com"),
+            (GATEWAY_HOST_HEADER, "q.example.com"),
+        ]);
+        assert_eq!(
+            gateway_host(&both.headers).as_deref(),
+            Some("q.example.com")
+        );
+        let fwd_only = req(&[("forwarded", "host=q.example.com")]);
+        assert_eq!(
+            gateway_host(&fwd_only.headers).as_deref(),
+            Some("q.example.com")
+        );
         assert_eq!(forwarded_host(&req(&[]).headers), None);
         assert_eq!(resource(&req(&[])), "/p?a=1");
     }

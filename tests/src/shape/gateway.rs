@@ -285,8 +285,9 @@ const PATH_UNSAFE: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS
 
 /// An HTTP proxy integration over a VPC link: the request goes to one of the service's
 /// tasks with the path the gateway routed on (decoded: the harder case for a server that
-/// checks signatures over the path), the backend's `Host`, and the client's host, address
-/// and scheme in a `Forwarded` header and the `X-Forwarded-*` ones. No task running: 503 at
+/// checks signatures over the path), the backend's `Host`, the headers the integration's
+/// parameter mapping sets, and the client's address, port and scheme in `Forwarded` and the
+/// `X-Forwarded-*` headers. No task running: 503 at
 /// once, as the gateway answers when the registry has no healthy instance; no answer within
 /// the integration's timeout: 503.
 async fn proxy(
@@ -312,21 +313,29 @@ async fn proxy(
         .and_then(|h| h.to_str().ok())
         .unwrap_or("127.0.0.1")
         .to_string();
-    let port = host
+    let (domain, port) = host
         .rsplit_once(':')
-        .map(|(_, p)| p.to_string())
-        .unwrap_or_else(|| "80".into());
+        .map(|(d, p)| (d.to_string(), p.to_string()))
+        .unwrap_or_else(|| (host.clone(), "80".into()));
     let mut req = g.client.request(parts.method.clone(), url);
     for (k, v) in &parts.headers {
-        if !NOT_FORWARDED.contains(&k.as_str()) {
+        let overwritten = route
+            .set_headers
+            .iter()
+            .any(|(h, _)| h.eq_ignore_ascii_case(k.as_str()));
+        if !NOT_FORWARDED.contains(&k.as_str()) && !overwritten {
             req = req.header(k, v);
         }
     }
+    // The integration's parameter mapping (`$context.domainName`: the domain the client
+    // called, without its port).
+    for (name, _) in &route.set_headers {
+        req = req.header(name.as_str(), domain.as_str());
+    }
+    // The gateway's own `Forwarded` element, without the host: what the claim service needs
+    // comes from the mapping above.
     let req = req
-        .header(
-            "forwarded",
-            format!("by={addr};for=127.0.0.1;host={host};proto=http"),
-        )
+        .header("forwarded", format!("by={addr};for=127.0.0.1;proto=http"))
         .header("x-forwarded-for", "127.0.0.1")
         .header("x-forwarded-proto", "http")
         .header("x-forwarded-port", port)

@@ -36,6 +36,9 @@ pub struct Route {
     pub timeout: Duration,
     /// Where it goes.
     pub target: Target,
+    /// Headers its integration overwrites (`overwrite:header.<name>`), with the value's
+    /// expression (only `$context.domainName` is emulated).
+    pub set_headers: Vec<(String, String)>,
 }
 
 /// What a route's integration reaches.
@@ -46,16 +49,6 @@ pub enum Target {
     /// An ECS service (its logical id), through a VPC link and its Cloud Map registry: an
     /// HTTP proxy.
     Service(String),
-}
-
-impl Route {
-    /// The function it goes to, if it goes to one.
-    pub fn function(&self) -> Option<&str> {
-        match &self.target {
-            Target::Function(f) => Some(f),
-            Target::Service(_) => None,
-        }
-    }
 }
 
 /// An ECS service of the template: its container, as the deployed shape runs it.
@@ -74,6 +67,14 @@ pub struct Service {
 }
 
 impl Route {
+    /// The function it goes to, if it goes to one.
+    pub fn function(&self) -> Option<&str> {
+        match &self.target {
+            Target::Function(f) => Some(f),
+            Target::Service(_) => None,
+        }
+    }
+
     /// The `$default` route: an event without a path (SAM's way to declare it).
     pub fn is_default(&self) -> bool {
         self.path.is_empty()
@@ -208,6 +209,7 @@ pub fn http_routes(raw: &Value) -> Vec<Route> {
                 path: p["Path"].as_str().unwrap_or_default().to_string(),
                 timeout: Duration::from_millis(p["TimeoutInMillis"].as_u64().unwrap_or(30_000)),
                 target: Target::Function(id.clone()),
+                set_headers: vec![],
             });
         }
     }
@@ -443,11 +445,21 @@ impl Template {
                 })
                 .map(|(sid, _)| sid)
                 .ok_or_else(|| err(format!("{integration}: no ECS service in {registry}")))?;
+            let mut set_headers = vec![];
+            for (k, v) in ip["RequestParameters"].as_object().into_iter().flatten() {
+                let (Some(name), Some("$context.domainName")) =
+                    (k.strip_prefix("overwrite:header."), v.as_str())
+                else {
+                    return Err(err(format!("{integration}: {k}: {v} is not emulated")));
+                };
+                set_headers.push((name.to_string(), "$context.domainName".to_string()));
+            }
             out.push(Route {
                 method: method.to_string(),
                 path: path.to_string(),
                 timeout: Duration::from_millis(ip["TimeoutInMillis"].as_u64().unwrap_or(30_000)),
                 target: Target::Service(service),
+                set_headers,
             });
         }
         Ok(out)

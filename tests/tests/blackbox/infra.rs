@@ -1383,7 +1383,13 @@ fn claim_service(res: &mut Map<String, Value>, specs: &[Spec]) {
             "ConnectionId": r("ClaimServiceLink"),
             "IntegrationUri": att("ClaimServiceDiscovery", "Arn"),
             "PayloadFormatVersion": "1.0",
-            "TimeoutInMillis": 30_000
+            "TimeoutInMillis": 30_000,
+            // The host the client signed, set by the gateway over anything the client sent
+            // (`Host` is the backend's once proxied).
+            "RequestParameters": {
+                format!("overwrite:header.{}", shared::api::caller::GATEWAY_HOST_HEADER):
+                    "$context.domainName"
+            }
         }),
     );
     for spec in &claims {
