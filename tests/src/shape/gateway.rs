@@ -287,9 +287,8 @@ const PATH_UNSAFE: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS
 /// tasks with the path the gateway routed on (decoded: the harder case for a server that
 /// checks signatures over the path), the backend's `Host`, the headers the integration's
 /// parameter mapping sets, and the client's address, port and scheme in `Forwarded` and the
-/// `X-Forwarded-*` headers. No task running: 503 at
-/// once, as the gateway answers when the registry has no healthy instance; no answer within
-/// the integration's timeout: 503.
+/// `X-Forwarded-*` headers. No task running: 503 at once, as the gateway answers when the
+/// registry has no healthy instance; no answer within the integration's timeout: 503.
 async fn proxy(
     g: &Gateway,
     service: &str,
