@@ -271,7 +271,7 @@ fn start_jobs(
     cfg: &ServerConfig,
     queue: &Arc<Queue>,
     api: &Arc<Api>,
-    blobs: Arc<dyn shared::blobs::BlobStore>,
+    blobs: Arc<dyn BlobStore>,
     hints: Arc<LocalHints>,
     sink: Arc<dyn EventSink>,
     stopped: watch::Receiver<bool>,

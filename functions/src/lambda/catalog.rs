@@ -125,8 +125,9 @@ pub const CLAIM_WORK_CONCURRENCY: &str = shared::api::endpoints::claims::CLAIM_W
 /// claimWork's memory: it waits, mostly (docs/deploying.md's cost table has the measurement).
 pub const CLAIM_WORK_MEMORY_MB: u32 = shared::api::endpoints::claims::CLAIM_WORK.memory_mb;
 
-/// Each table or the buckets once, with the widest access any of `needs` asks for.
-fn union(needs: impl Iterator<Item = Need>) -> Vec<Need> {
+/// Each table or the buckets once, with the widest access any of `needs` asks for, in the
+/// order they first appear.
+pub fn union(needs: impl Iterator<Item = Need>) -> Vec<Need> {
     let resource = |n: &Need| match n {
         Need::Table(t, _) => Some(*t),
         Need::Buckets(_) => None,

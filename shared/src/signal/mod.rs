@@ -99,16 +99,22 @@ impl Slot {
     }
 }
 
-/// The waiters of this process, per task queue, in the order they came, and when one of
-/// them last read the queue's pending index.
+/// One task queue's waiters in this process, in the order they came, and when one of them
+/// last read the queue's pending index.
+#[derive(Default)]
+struct Waiting {
+    slots: Vec<Arc<Slot>>,
+    read_at: Option<Instant>,
+}
+
+/// The waiters of this process, per task queue (a queue's entry goes with its last waiter).
 #[derive(Default)]
 pub(crate) struct Registry {
-    queues: Mutex<HashMap<String, Vec<Arc<Slot>>>>,
-    reads: Mutex<HashMap<String, Instant>>,
+    queues: Mutex<HashMap<String, Waiting>>,
 }
 
 impl Registry {
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Vec<Arc<Slot>>>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Waiting>> {
         self.queues.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -117,22 +123,18 @@ impl Registry {
         self.lock()
             .entry(q.to_string())
             .or_default()
+            .slots
             .push(slot.clone());
         slot
-    }
-
-    fn reads(&self) -> MutexGuard<'_, HashMap<String, Instant>> {
-        self.reads.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Removes a waiter; true when it held a wake-up from this process it had not used.
     fn remove(&self, q: &str, slot: &Arc<Slot>) -> bool {
         let mut queues = self.lock();
-        if let Some(list) = queues.get_mut(q) {
-            list.retain(|s| !Arc::ptr_eq(s, slot));
-            if list.is_empty() {
+        if let Some(w) = queues.get_mut(q) {
+            w.slots.retain(|s| !Arc::ptr_eq(s, slot));
+            if w.slots.is_empty() {
                 queues.remove(q);
-                self.reads().remove(q);
             }
         }
         let mut s = slot.lock();
@@ -140,16 +142,28 @@ impl Registry {
         std::mem::take(&mut s.woken)
     }
 
+    /// Records a read of `q`'s pending index by one of its waiters, at `at`.
+    fn note_read(&self, q: &str, at: Instant) {
+        if let Some(w) = self.lock().get_mut(q) {
+            w.read_at = Some(at);
+        }
+    }
+
+    /// When a waiter of `q` last read its pending index.
+    fn read_at(&self, q: &str) -> Option<Instant> {
+        self.lock().get(q).and_then(|w| w.read_at)
+    }
+
     /// Wakes one waiter of `q` that has no wake-up yet, the longest parked first, else one
     /// that is reading the index (its next wait returns at once). False when there is none:
     /// every waiter here is already due to read again.
     pub(crate) fn wake_one(&self, q: &str) -> bool {
         let queues = self.lock();
-        let Some(list) = queues.get(q) else {
+        let Some(w) = queues.get(q) else {
             return false;
         };
         let mut reading = None;
-        for slot in list {
+        for slot in &w.slots {
             let mut s = slot.lock();
             if s.awake() {
                 continue;
@@ -175,7 +189,7 @@ impl Registry {
 
     /// How many waiters of `q` this process has.
     pub(crate) fn waiting(&self, q: &str) -> usize {
-        self.lock().get(q).map_or(0, Vec::len)
+        self.lock().get(q).map_or(0, |w| w.slots.len())
     }
 }
 
@@ -217,7 +231,7 @@ impl Waiter {
     pub fn note_read(&mut self) {
         let now = Instant::now();
         self.read_at = Some(now);
-        self.registry.reads().insert(self.q.clone(), now);
+        self.registry.note_read(&self.q, now);
     }
 
     /// True when another waiter of the same queue in this process read the pending index
@@ -225,8 +239,7 @@ impl Waiter {
     /// (not woken) may then skip it: the queue is still read at least every `within` here,
     /// and a thousand waiters on one queue make one schedule's reads, not a thousand.
     pub fn other_read_within(&self, within: Duration) -> bool {
-        let last = self.registry.reads().get(&self.q).copied();
-        match last {
+        match self.registry.read_at(&self.q) {
             Some(t) => self.read_at.is_none_or(|mine| t > mine) && t.elapsed() < within,
             None => false,
         }

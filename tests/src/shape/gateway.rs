@@ -109,6 +109,14 @@ fn decode_path(p: &str) -> String {
         .into_owned()
 }
 
+/// The host the client called (its `Host` header).
+fn host_of(h: &HeaderMap) -> String {
+    h.get("host")
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("127.0.0.1")
+        .to_string()
+}
+
 /// The payload format 2.0 event for a request on `route`.
 fn event(
     route: &Route,
@@ -131,12 +139,7 @@ fn event(
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
         qs.insert(decode_path(k), json!(decode_path(v)));
     }
-    let host = req
-        .headers
-        .get("host")
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("127.0.0.1")
-        .to_string();
+    let host = host_of(&req.headers);
     let route_key = route.key();
     let now = shared::time::Ts::now();
     json!({
@@ -306,12 +309,7 @@ async fn proxy(
         Some(q) => format!("http://{addr}{path}?{q}"),
         None => format!("http://{addr}{path}"),
     };
-    let host = parts
-        .headers
-        .get("host")
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("127.0.0.1")
-        .to_string();
+    let host = host_of(&parts.headers);
     let (domain, port) = host
         .rsplit_once(':')
         .map(|(d, p)| (d.to_string(), p.to_string()))

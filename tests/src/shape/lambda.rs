@@ -203,16 +203,7 @@ impl Pool {
                 cmd.stdout(Stdio::null()).stderr(Stdio::null());
             }
         }
-        // An instance dies with the thread that started it (a runtime's worker, which lives as
-        // long as its runtime), so that none outlives a test run that ends without dropping it.
-        // SAFETY: prctl is async-signal-safe and touches only the child being started.
-        unsafe {
-            use std::os::unix::process::CommandExt;
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
+        die_with_starting_thread(&mut cmd);
         let child = cmd.spawn().expect("spawn a function instance");
         self.cold_starts.fetch_add(1, Ordering::SeqCst);
         Instance { api, child }
@@ -288,17 +279,35 @@ impl Pool {
     /// /proc). Read while nothing is invoked, it is all the function's CPU so far but that of
     /// instances killed on a timeout.
     pub fn idle_cpu_secs(&self) -> f64 {
-        self.idle_pids()
-            .into_iter()
-            .filter_map(|pid| crate::release::cpu_time(&pid.to_string()))
-            .map(|t| t.as_secs_f64())
-            .sum()
+        cpu_secs(self.idle_pids())
     }
 
     /// Peak resident memory of this function's idle instances, in KiB (from /proc).
     pub fn idle_rss_kib(&self) -> Vec<u64> {
         self.idle_pids().into_iter().filter_map(rss_kib).collect()
     }
+}
+
+/// A process the shape starts (a function instance, a service's task) dies with the thread
+/// that started it (a runtime's worker, which lives as long as its runtime), so that none
+/// outlives a test run that ends without dropping it.
+pub(crate) fn die_with_starting_thread(cmd: &mut Command) {
+    // SAFETY: prctl is async-signal-safe and touches only the child being started.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+}
+
+/// CPU time (user and system) of the processes `pids`, in seconds (from /proc).
+pub fn cpu_secs(pids: impl IntoIterator<Item = u32>) -> f64 {
+    pids.into_iter()
+        .filter_map(|pid| crate::release::cpu_time(&pid.to_string()))
+        .map(|t| t.as_secs_f64())
+        .sum()
 }
 
 /// `VmHWM` of a process, in KiB.

@@ -66,23 +66,18 @@ pub struct ShapeConfig {
 }
 
 impl ShapeConfig {
-    /// The defaults for a bench: the release `lambda` binary when it is built, the stack
+    /// The defaults for a bench: the release `lambda` and `tc-queue` when built, the stack
     /// deleted when the shape stops, the test root client, and exchanges of its own.
     pub fn for_bench(stack: &str) -> ShapeConfig {
         let mut sc = ShapeConfig::defaults(stack);
-        let target = sc
-            .lambda_bin
-            .parent()
-            .and_then(std::path::Path::parent)
-            .map(std::path::Path::to_path_buf);
-        if let Some(release) = target.as_ref().map(|t| t.join("release/lambda")) {
-            if release.exists() {
-                sc.lambda_bin = release;
-            }
-        }
-        if let Some(release) = target.map(|t| t.join("release/tc-queue")) {
-            if release.exists() {
-                sc.service_bin = release;
+        for bin in [&mut sc.lambda_bin, &mut sc.service_bin] {
+            let release = bin
+                .parent()
+                .and_then(std::path::Path::parent)
+                .zip(bin.file_name())
+                .map(|(target, name)| target.join("release").join(name));
+            if let Some(release) = release.filter(|r| r.exists()) {
+                *bin = release;
             }
         }
         sc.delete_on_stop = true;

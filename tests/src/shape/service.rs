@@ -95,6 +95,7 @@ impl Tasks {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .kill_on_drop(true);
+        super::lambda::die_with_starting_thread(cmd.as_std_mut());
         match &self.log_dir {
             Some(d) => {
                 let log = std::fs::File::create(d.join(format!("{}-{n}.log", self.def.id)))?;
@@ -157,21 +158,22 @@ impl Tasks {
         super::lock(&self.running).len()
     }
 
-    /// CPU seconds the running tasks have used (from /proc).
-    pub fn cpu_secs(&self) -> f64 {
+    fn pids(&self) -> Vec<u32> {
         super::lock(&self.running)
             .iter()
             .filter_map(|t| t.child.id())
-            .filter_map(|pid| crate::release::cpu_time(&pid.to_string()))
-            .map(|t| t.as_secs_f64())
-            .sum()
+            .collect()
+    }
+
+    /// CPU seconds the running tasks have used (from /proc).
+    pub fn cpu_secs(&self) -> f64 {
+        super::lambda::cpu_secs(self.pids())
     }
 
     /// Peak resident memory of each running task, in KiB (from /proc).
     pub fn rss_kib(&self) -> Vec<u64> {
-        super::lock(&self.running)
-            .iter()
-            .filter_map(|t| t.child.id())
+        self.pids()
+            .into_iter()
             .filter_map(super::lambda::rss_kib)
             .collect()
     }

@@ -60,8 +60,6 @@ pub struct Service {
     pub env: BTreeMap<String, String>,
     /// Variables from secrets: name and `ValueFrom` (`<secret ARN>[:<JSON key>::]`).
     pub secrets: Vec<(String, String)>,
-    /// The port the container listens on.
-    pub port: u16,
     /// Tasks it runs (its desired count).
     pub tasks: usize,
 }
@@ -493,7 +491,6 @@ impl Template {
             out.push(Service {
                 env: pairs(&c["Environment"], "Value").into_iter().collect(),
                 secrets: pairs(&c["Secrets"], "ValueFrom"),
-                port: c["PortMappings"][0]["ContainerPort"].as_u64().unwrap_or(80) as u16,
                 tasks: match &tasks {
                     Value::String(s) => s.parse().unwrap_or(1),
                     other => other.as_u64().unwrap_or(1) as usize,

@@ -12,7 +12,8 @@
 use blackbox::shape::gateway::select;
 use blackbox::shape::template::{http_routes, Route};
 use functions::lambda::catalog::{
-    specs, Spec, Trigger, ANONYMOUS_SCOPES, CLAIM_WORK_CONCURRENCY, COMMON_ENV, LEGACY_EXCHANGES,
+    specs, union, Spec, Trigger, ANONYMOUS_SCOPES, CLAIM_WORK_CONCURRENCY, COMMON_ENV,
+    LEGACY_EXCHANGES,
 };
 use functions::lambda::Function;
 use lambda_http::RequestExt;
@@ -1446,18 +1447,10 @@ fn claim_service(res: &mut Map<String, Value>, specs: &[Spec]) {
         }),
     );
     // What the claim routes' functions need, and the auth table every API function reads.
-    let mut needs = vec![Need::Table("auth", Access::Read)];
-    for spec in &claims {
-        for n in &spec.needs {
-            if !needs.contains(n) {
-                needs.push(*n);
-            }
-        }
-    }
-    let written = needs.clone();
-    needs.retain(|n| {
-        !matches!(n, Need::Table(t, Access::Read) if written.contains(&Need::Table(t, Access::Write)))
-    });
+    let needs = union(
+        std::iter::once(Need::Table("auth", Access::Read))
+            .chain(claims.iter().flat_map(|s| s.needs.iter().copied())),
+    );
     add(
         res,
         "ClaimServiceTaskRole",
