@@ -182,6 +182,10 @@ pub struct ServerConfig {
     /// Port to listen on (0 picks a free one).
     #[arg(long, env = env::PORT, default_value_t = 8080)]
     pub port: u16,
+    /// Serve Prometheus metrics at `/metrics` on this port, bound to the API's address
+    /// (0 picks a free one); off when unset.
+    #[arg(long, env = env::METRICS_PORT)]
+    pub metrics_port: Option<u16>,
     /// Directory for the database and the queue's credentials.
     #[arg(long, env = env::DATA_DIR, default_value = ".data")]
     pub data_dir: PathBuf,

@@ -79,6 +79,8 @@ pub struct Running {
     pub api: Arc<Api>,
     /// The root client's credentials (for the `TASKCLUSTER_*` lines the binary prints).
     pub root: IssuerCredentials,
+    /// Where the metrics are served, if they are ([`ServerConfig::metrics_port`]).
+    pub metrics_addr: Option<SocketAddr>,
     stop: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -238,6 +240,24 @@ pub async fn start(cfg: ServerConfig, sink: Arc<dyn EventSink>) -> Result<Runnin
         serve_http(listener, app, shutdown).await;
     });
     let mut tasks = vec![http];
+    let metrics_addr = match cfg.metrics_port {
+        Some(port) => {
+            let listener = tokio::net::TcpListener::bind((cfg.bind.as_str(), port)).await?;
+            let addr = listener.local_addr()?;
+            let app = axum::Router::new()
+                .route("/metrics", axum::routing::get(serve_metrics))
+                .with_state(queue.clone());
+            let mut stop_rx = stopped.clone();
+            tasks.push(tokio::spawn(async move {
+                let shutdown = async move {
+                    let _ = stop_rx.wait_for(|s| *s).await;
+                };
+                serve_http(listener, app, shutdown).await;
+            }));
+            Some(addr)
+        }
+        None => None,
+    };
     // Worker metadata claims made due goes out whether or not this process runs the jobs.
     tasks.push(tokio::spawn(seen_loop(
         queue.clone(),
@@ -255,11 +275,12 @@ pub async fn start(cfg: ServerConfig, sink: Arc<dyn EventSink>) -> Result<Runnin
             stopped,
         ));
     }
-    tracing::info!(%addr, data_dir = %cfg.data_dir.display(), jobs = cfg.jobs, "queue listening");
+    tracing::info!(%addr, ?metrics_addr, data_dir = %cfg.data_dir.display(), jobs = cfg.jobs, "queue listening");
     Ok(Running {
         addr,
         api,
         root,
+        metrics_addr,
         stop,
         tasks,
     })
@@ -563,6 +584,17 @@ async fn serve(State(served): State<Served>, req: Request<Body>) -> Response<Bod
             return to_http(error_response(&e, &parts.method, info));
         }
     };
+    // Behind the gateway, its id for the request (the integration sets the header).
+    let request_id = served
+        .behind_gateway
+        .then(|| {
+            parts
+                .headers
+                .get(shared::api::caller::GATEWAY_REQUEST_ID_HEADER)
+        })
+        .flatten()
+        .and_then(|v| v.to_str().ok())
+        .map_or_else(shared::ids::new_slugid, String::from);
     let (path, also_signed) = if served.behind_gateway {
         if let Some(host) = shared::api::caller::gateway_host(&parts.headers)
             .and_then(|h| axum::http::HeaderValue::from_str(&h).ok())
@@ -580,8 +612,31 @@ async fn serve(State(served): State<Served>, req: Request<Body>) -> Response<Bod
         headers: parts.headers,
         body,
         also_signed,
+        request_id,
     };
     to_http(api.handle(Serves::All, req).await)
+}
+
+/// `GET /metrics`: what this process counted, and the gauges per task queue read from the
+/// store now, as Prometheus text.
+async fn serve_metrics(State(queue): State<Arc<Queue>>) -> Response<Body> {
+    let now = Ts::now();
+    match queue.figures(now).await {
+        Ok(figures) => {
+            shared::queue::figures::set_gauges(&queue.metrics, &figures, now);
+            Response::builder()
+                .header("content-type", "text/plain; version=0.0.4; charset=utf-8")
+                .body(Body::from(queue.metrics.prometheus()))
+                .unwrap_or_default()
+        }
+        Err(e) => {
+            tracing::error!(error = %e, cause = %e.cause_chain(), "metrics: the figures could not be read");
+            Response::builder()
+                .status(StatusCode::SERVICE_UNAVAILABLE)
+                .body(Body::from(format!("the figures could not be read: {e}\n")))
+                .unwrap_or_default()
+        }
+    }
 }
 
 /// What the HTTP fallback serves with.

@@ -171,20 +171,18 @@ impl ApiError {
         }
     }
 
-    /// Logs an error the caller gets as a 5xx, with its cause chain (nothing else is logged:
-    /// a 4xx is the caller's business).
-    pub fn log(&self) {
-        if self.status() < 500 {
-            return;
-        }
+    /// The messages of its sources, outermost first, joined by `: ` (empty without one).
+    pub fn cause_chain(&self) -> String {
         let mut chain = String::new();
         let mut next = self.source.as_deref().map(|s| s as &dyn std::error::Error);
         while let Some(e) = next {
-            chain.push_str(": ");
+            if !chain.is_empty() {
+                chain.push_str(": ");
+            }
             chain.push_str(&e.to_string());
             next = e.source();
         }
-        tracing::error!(code = self.code.as_str(), message = %self.message, cause = %chain, "internal error");
+        chain
     }
     /// The HTTP status.
     pub fn status(&self) -> u16 {

@@ -11,7 +11,7 @@
 //! - Ports and their adapters: [`store`] (DynamoDB-shaped; SQLite and DynamoDB), [`events`]
 //!   (the log, RabbitMQ), [`blobs`] (local files, S3), [`signal`], [`hints`].
 //! - Small pieces everything uses: [`error`], [`ids`], [`time`], [`scopes`], [`routing`],
-//!   [`schema`], [`page`], [`json`], [`creds`].
+//!   [`schema`], [`page`], [`json`], [`creds`], [`metrics`].
 
 #![warn(missing_docs)]
 
@@ -26,6 +26,7 @@ pub mod ids;
 pub mod jobs;
 pub mod json;
 mod mac;
+pub mod metrics;
 pub mod page;
 pub mod queue;
 pub mod records;

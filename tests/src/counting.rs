@@ -3,7 +3,7 @@
 //! this counts requests the same way on SQLite).
 
 use async_trait::async_trait;
-use shared::store::{Cursor, Item, Page, SkRange, Store, StoreError, WriteOp};
+use shared::store::{Cursor, IndexKey, Item, KeyPage, Page, SkRange, Store, StoreError, WriteOp};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -121,6 +121,17 @@ impl Store for Counting {
     ) -> Result<Vec<Option<Item>>, StoreError> {
         self.read();
         self.inner.get_many(t, keys, consistent).await
+    }
+
+    async fn scan_index_keys(
+        &self,
+        t: &'static str,
+        index: &'static str,
+        after: Option<&IndexKey>,
+        limit: usize,
+    ) -> Result<KeyPage, StoreError> {
+        self.read();
+        self.inner.scan_index_keys(t, index, after, limit).await
     }
 
     async fn query_index(

@@ -621,6 +621,17 @@ pub fn spawn_child_server(
     port: u16,
     envs: &[(&str, String)],
 ) -> Child {
+    spawn_child_server_to(test_name, data_dir, port, envs, Stdio::null())
+}
+
+/// [`spawn_child_server`], its stdout (where its log goes) sent to `stdout`.
+pub fn spawn_child_server_to(
+    test_name: &str,
+    data_dir: &Path,
+    port: u16,
+    envs: &[(&str, String)],
+    stdout: Stdio,
+) -> Child {
     let exe = std::env::current_exe().expect("current test binary");
     let mut cmd = Command::new(exe);
     cmd.args([
@@ -635,7 +646,7 @@ pub fn spawn_child_server(
     .env("TCQ_DATA_DIR", data_dir)
     .env("TCQ_PORT", port.to_string())
     .env("TCQ_BIND", "127.0.0.1")
-    .stdout(Stdio::null())
+    .stdout(stdout)
     .stderr(Stdio::inherit());
     if on_localstack() {
         // The same data directory always maps to the same tables, so a restarted child

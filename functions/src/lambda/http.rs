@@ -62,6 +62,12 @@ pub fn handle_ui(req: Request) -> Response<Body> {
 /// whose `/` were sent raw is checked too.
 pub async fn handle(api: &Api, serves: Serves, req: Request) -> Response<Body> {
     let raw = req.raw_http_path().to_string();
+    let request_id = match req.request_context_ref() {
+        Some(lambda_http::request::RequestContext::ApiGatewayV2(c)) => c.request_id.clone(),
+        _ => None,
+    }
+    .or_else(|| req.lambda_context_ref().map(|c| c.request_id.clone()))
+    .unwrap_or_else(shared::ids::new_slugid);
     let (parts, body) = req.into_parts();
     let given = if raw.is_empty() {
         parts.uri.path().to_string()
@@ -82,6 +88,7 @@ pub async fn handle(api: &Api, serves: Serves, req: Request) -> Response<Body> {
         headers: parts.headers,
         body,
         also_signed,
+        request_id,
     };
     let out = api.handle(serves, req).await;
     // The container is frozen once it answers: wake-ups for other processes leave first.

@@ -74,6 +74,9 @@ pub fn host_and_port(req: &ApiRequest) -> (String, u16) {
 /// whatever the client sent) to the domain the client called.
 pub const GATEWAY_HOST_HEADER: &str = "x-tcq-forwarded-host";
 
+/// The header the same integration sets to the gateway's id for the request.
+pub const GATEWAY_REQUEST_ID_HEADER: &str = "x-tcq-request-id";
+
 /// The host a client behind API Gateway's HTTP proxy integration signed: the
 /// [`GATEWAY_HOST_HEADER`] the integration sets, else the gateway's `Forwarded` element.
 pub fn gateway_host(headers: &http::HeaderMap) -> Option<String> {
@@ -117,6 +120,22 @@ fn resource_at(req: &ApiRequest, path: &str) -> String {
     match &req.query {
         Some(q) => format!("{path}?{q}"),
         None => path.to_string(),
+    }
+}
+
+/// How a request is signed: `hawk` (an `Authorization` header) or `bewit` (a signed URL);
+/// `None`: not at all.
+pub fn scheme(req: &ApiRequest) -> Option<&'static str> {
+    if req.headers.contains_key("authorization") {
+        Some("hawk")
+    } else if req
+        .query
+        .as_deref()
+        .is_some_and(|q| q.split('&').any(|p| p.starts_with("bewit=")))
+    {
+        Some("bewit")
+    } else {
+        None
     }
 }
 
@@ -170,6 +189,7 @@ mod tests {
             headers: h,
             body: Default::default(),
             also_signed: vec![],
+            request_id: String::new(),
         }
     }
 

@@ -25,6 +25,7 @@ pub mod scheduler;
 use crate::auth::{AuthService, Realm, TEST_GET_SCOPES};
 use crate::blobs::{BlobStore, NoBlobs};
 use crate::error::{ApiError, ErrorCode};
+use crate::metrics;
 use crate::queue::Queue;
 use crate::schema;
 use crate::time::Ts;
@@ -64,6 +65,8 @@ pub struct ApiRequest {
     pub headers: HeaderMap,
     /// The body.
     pub body: Bytes,
+    /// The id its server gave it (API Gateway's, else the local server's), for its log line.
+    pub request_id: String,
 }
 
 /// A response, for any server to send.
@@ -156,35 +159,56 @@ impl Api {
         self
     }
 
-    /// Serves what `serves` names; any other route is 404.
+    /// Serves what `serves` names; any other route is 404. Every call is counted
+    /// ([`crate::metrics`]) and logged in one line (target `tcq::api`).
     pub async fn handle(&self, serves: Serves, req: ApiRequest) -> ApiResponse {
-        let now = Ts::now();
+        let started = Instant::now();
         let mut seen = Seen::default();
+        let (resp, error) = self.answer(serves, &req, &mut seen).await;
+        let elapsed = started.elapsed();
+        let status = resp.status.to_string();
+        let labels = [req.method.as_str(), seen.method, &status, seen.service];
+        let m = &self.queue.metrics;
+        m.add(&metrics::HTTP_REQUESTS, &labels, 1.0);
+        m.observe(&metrics::HTTP_DURATION, &labels, elapsed.as_secs_f64());
+        log_call(&req, &seen, resp.status, elapsed, error.as_ref());
+        resp
+    }
+
+    async fn answer(
+        &self,
+        serves: Serves,
+        req: &ApiRequest,
+        seen: &mut Seen,
+    ) -> (ApiResponse, Option<ApiError>) {
+        let now = Ts::now();
         if req.method == Method::OPTIONS {
-            return ApiResponse {
+            seen.method = "preflight";
+            let resp = ApiResponse {
                 status: 204,
                 headers: standard_headers(),
                 body: vec![],
             };
+            return (resp, None);
         }
         if req.method == Method::GET && references::is_document_path(&req.path) {
+            seen.method = "reference";
             return match references::document(&req.path, &root_url(&req.headers)) {
-                Some(doc) => ApiResponse::json(200, &doc),
+                Some(doc) => (ApiResponse::json(200, &doc), None),
                 None => {
                     let e = ApiError::not_found(format!("No such document: {}", req.path));
                     let info = json!({ "method": "", "params": {}, "payload": {}, "time": now });
-                    error_response(&e, &req.method, info)
+                    (error_response(&e, &req.method, info), Some(e))
                 }
             };
         }
-        match self.serve(&req, serves, now, &mut seen).await {
+        match self.serve(req, serves, now, seen).await {
             Ok(reply) => {
                 let mut r = ApiResponse::json(reply.status, &reply.body);
                 r.headers.extend(reply.headers);
-                r
+                (r, None)
             }
             Err(e) => {
-                e.log();
                 // Built only on the error path: re-reading the body here is cheaper than
                 // copying every request's body in case an error needs it.
                 // Not echoed when the body itself was too large: the answer must stay small
@@ -194,7 +218,7 @@ impl Api {
                     .flatten()
                     .unwrap_or_else(|| json!({}));
                 let info = json!({ "method": seen.method, "params": seen.params, "payload": payload, "time": now });
-                error_response(&e, &req.method, info)
+                (error_response(&e, &req.method, info), Some(e))
             }
         }
     }
@@ -213,6 +237,8 @@ impl Api {
             })?;
         let endpoint = m.endpoint;
         seen.method = endpoint.name;
+        seen.service = m.service.name;
+        seen.route = endpoint.route;
         seen.params = Value::Object(
             m.raw
                 .iter()
@@ -237,7 +263,26 @@ impl Api {
             }
             Authn::Deployment => Realm::Deployment,
         };
-        let caller = caller::authenticate(&self.auth, req, now, &realm).await?;
+        let scheme = caller::scheme(req);
+        let caller = match caller::authenticate(&self.auth, req, now, &realm).await {
+            Ok(c) => c,
+            Err(e) => {
+                if let Some(scheme) = scheme {
+                    let reason = metrics::failure_reason(&e.message);
+                    self.queue
+                        .metrics
+                        .add(&metrics::AUTH_FAILURE, &[reason, scheme], 1.0);
+                }
+                return Err(e);
+            }
+        };
+        if let (Some(scheme), Some(client)) = (scheme, &caller.client_id) {
+            let label = metrics::client_label(client);
+            self.queue
+                .metrics
+                .add(&metrics::AUTH_SUCCESS, &[label, scheme], 1.0);
+            seen.client_id = Some(client.clone());
+        }
         let params = router::check_params(&m.raw)?;
         let query = parse_query(req.query.as_deref())?;
         if let Some(input) = endpoint.input {
@@ -303,20 +348,75 @@ impl Serves {
     }
 }
 
-/// How far a request got, for the `requestInfo` of an error.
+/// How far a request got, for the `requestInfo` of an error and the call's log line.
 struct Seen {
     method: &'static str,
+    service: &'static str,
+    route: &'static str,
     params: Value,
     body_parsed: bool,
+    client_id: Option<String>,
 }
 
 impl Default for Seen {
     fn default() -> Self {
         Seen {
             method: "unknown",
+            service: "",
+            route: "",
             params: json!({}),
             body_parsed: false,
+            client_id: None,
         }
+    }
+}
+
+/// The one log line of an API call (target `tcq::api`, info; error for a 5xx, with its
+/// cause chain): the endpoint, route, status, duration, the signed-in clientId, the task or
+/// task queue named, and the request id. Never a header, the query (a `bewit` is a
+/// credential), the body, or a 4xx error's message (it may quote the body).
+fn log_call(
+    req: &ApiRequest,
+    seen: &Seen,
+    status: u16,
+    elapsed: std::time::Duration,
+    error: Option<&ApiError>,
+) {
+    let param = |k: &str| seen.params.get(k).and_then(Value::as_str);
+    let task_queue_id = match (param("provisionerId"), param("workerType")) {
+        (Some(p), Some(w)) => Some(format!("{p}/{w}")),
+        _ => param("taskQueueId").map(String::from),
+    };
+    let duration_ms = (elapsed.as_secs_f64() * 1_000_000.0).round() / 1000.0;
+    let client_id = seen.client_id.as_deref().unwrap_or_default();
+    let task_id = param("taskId").unwrap_or_default();
+    let task_queue_id = task_queue_id.as_deref().unwrap_or_default();
+    let code = error.map_or("", |e| e.code.as_str());
+    macro_rules! line {
+        ($level:ident, $($extra:tt)*) => {
+            tracing::$level!(
+                target: "tcq::api",
+                name = seen.method,
+                service = seen.service,
+                method = %req.method,
+                route = seen.route,
+                resource = %req.path,
+                status,
+                duration_ms,
+                client_id,
+                task_id,
+                task_queue_id,
+                request_id = %req.request_id,
+                code,
+                $($extra)*
+            )
+        };
+    }
+    match error {
+        Some(e) if status >= 500 => {
+            line!(error, message = %e.message, cause = %e.cause_chain(), "api call")
+        }
+        _ => line!(info, "api call"),
     }
 }
 

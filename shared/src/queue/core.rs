@@ -225,6 +225,8 @@ pub struct Queue {
     pub signal: Arc<dyn WorkSignal>,
     /// Told of this process's writes (hints for in-process background loops).
     pub observer: Arc<dyn WriteObserver>,
+    /// What this process counted: its answers, and the resolutions and claims it wrote.
+    pub metrics: Arc<crate::metrics::Metrics>,
     /// Issues workers' temporary credentials.
     pub issuer: IssuerCredentials,
     /// Tunables.
@@ -247,11 +249,18 @@ impl Queue {
             store,
             signal,
             observer: Arc::new(NoHints),
+            metrics: Default::default(),
             issuer,
             cfg,
             defs: Default::default(),
             seen: Default::default(),
         }
+    }
+
+    /// The same queue counting into `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// The same queue telling `observer` of its writes.
@@ -381,9 +390,10 @@ impl Queue {
         ))
     }
 
-    /// After a successful write (the stored record is now `rec` at `version`): wake claimers
-    /// and tell the observer.
+    /// After a successful write (the stored record is now `rec` at `version`): wake claimers,
+    /// count what the write did, and tell the observer.
     pub(crate) fn after_write(&self, rec: &TaskRecord, version: u64) {
+        self.count_written(rec);
         if rec
             .runs
             .last()

@@ -17,6 +17,7 @@ pub mod core;
 mod counter;
 pub mod deps;
 pub mod expiry;
+pub mod figures;
 pub mod groups;
 pub mod objects;
 pub mod reapers;

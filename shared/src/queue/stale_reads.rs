@@ -12,7 +12,9 @@ use crate::records::task::{ReasonResolved, RunState, TaskRecord, SK_DEF, SK_STAT
 use crate::routing::Exchange;
 use crate::signal::LocalSignal;
 use crate::store::sqlite::SqliteStore;
-use crate::store::{Cond, Cursor, Item, Page, SkRange, Store, StoreError, WriteOp};
+use crate::store::{
+    Cond, Cursor, IndexKey, Item, KeyPage, Page, SkRange, Store, StoreError, WriteOp,
+};
 use crate::time::Ts;
 use async_trait::async_trait;
 use serde_json::json;
@@ -104,6 +106,16 @@ impl Store for Lagging {
             })
             .collect();
         Ok(page)
+    }
+
+    async fn scan_index_keys(
+        &self,
+        t: &'static str,
+        index: &'static str,
+        after: Option<&IndexKey>,
+        limit: usize,
+    ) -> Result<KeyPage, StoreError> {
+        self.inner.scan_index_keys(t, index, after, limit).await
     }
 
     async fn query_index(

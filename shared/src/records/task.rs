@@ -261,16 +261,34 @@ pub enum ReasonResolved {
 }
 
 impl ReasonResolved {
+    /// Its name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReasonResolved::Completed => "completed",
+            ReasonResolved::Failed => "failed",
+            ReasonResolved::DeadlineExceeded => "deadline-exceeded",
+            ReasonResolved::Canceled => "canceled",
+            ReasonResolved::Superseded => "superseded",
+            ReasonResolved::ClaimExpired => "claim-expired",
+            ReasonResolved::WorkerShutdown => "worker-shutdown",
+            ReasonResolved::MalformedPayload => "malformed-payload",
+            ReasonResolved::ResourceUnavailable => "resource-unavailable",
+            ReasonResolved::InternalError => "internal-error",
+            ReasonResolved::IntermittentTask => "intermittent-task",
+        }
+    }
+
     /// Parses one of the reasons a worker may report with reportException.
     pub fn parse_worker_reason(s: &str) -> Option<ReasonResolved> {
-        Some(match s {
-            "worker-shutdown" => ReasonResolved::WorkerShutdown,
-            "malformed-payload" => ReasonResolved::MalformedPayload,
-            "resource-unavailable" => ReasonResolved::ResourceUnavailable,
-            "internal-error" => ReasonResolved::InternalError,
-            "intermittent-task" => ReasonResolved::IntermittentTask,
-            _ => return None,
-        })
+        [
+            ReasonResolved::WorkerShutdown,
+            ReasonResolved::MalformedPayload,
+            ReasonResolved::ResourceUnavailable,
+            ReasonResolved::InternalError,
+            ReasonResolved::IntermittentTask,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == s)
     }
     /// The reason a retry run is created with, if this reason retries at all.
     pub fn retry_reason(self) -> Option<ReasonCreated> {
@@ -517,6 +535,25 @@ impl Outboxed for TaskRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reason_names_are_the_wire_names() {
+        for r in [
+            ReasonResolved::Completed,
+            ReasonResolved::Failed,
+            ReasonResolved::DeadlineExceeded,
+            ReasonResolved::Canceled,
+            ReasonResolved::Superseded,
+            ReasonResolved::ClaimExpired,
+            ReasonResolved::WorkerShutdown,
+            ReasonResolved::MalformedPayload,
+            ReasonResolved::ResourceUnavailable,
+            ReasonResolved::InternalError,
+            ReasonResolved::IntermittentTask,
+        ] {
+            assert_eq!(serde_json::json!(r), r.as_str());
+        }
+    }
 
     #[test]
     fn higher_priority_sorts_first_then_older() {

@@ -656,6 +656,59 @@ impl Store for DynamoStore {
             .0)
     }
 
+    async fn scan_index_keys(
+        &self,
+        table: &'static str,
+        index: &'static str,
+        after: Option<&IndexKey>,
+        limit: usize,
+    ) -> Result<KeyPage, StoreError> {
+        let (ipk, isk) = (format!("{index}_pk"), format!("{index}_sk"));
+        let mut start = after.map(|k| {
+            let mut a = Attrs::new();
+            a.insert("pk".into(), s(&k.pk));
+            a.insert("sk".into(), s(&k.sk));
+            a.insert(ipk.clone(), s(&k.ipk));
+            a.insert(isk.clone(), s(&k.isk));
+            a
+        });
+        let key_of = |m: &HashMap<String, AttributeValue>| {
+            let text = |k: &str| m.get(k).and_then(|v| v.as_s().ok()).cloned();
+            match (text(&ipk), text(&isk), text("pk"), text("sk")) {
+                (Some(ipk), Some(isk), Some(pk), Some(sk)) => Ok(IndexKey { ipk, isk, pk, sk }),
+                _ => Err(StoreError::Other("index entry lacks its keys".into())),
+            }
+        };
+        loop {
+            let out = self
+                .client
+                .scan()
+                .table_name(self.table(table))
+                .index_name(index)
+                .projection_expression("pk, sk, #ipk, #isk")
+                .expression_attribute_names("#ipk", &ipk)
+                .expression_attribute_names("#isk", &isk)
+                .set_exclusive_start_key(start.take())
+                .limit(limit.clamp(1, 1000) as i32)
+                .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
+                .send()
+                .await
+                .map_err(sdk_err)?;
+            self.count(out.consumed_capacity(), false);
+            let keys = out
+                .items()
+                .iter()
+                .map(key_of)
+                .collect::<Result<Vec<_>, _>>()?;
+            let next = out.last_evaluated_key().map(key_of).transpose()?;
+            // A page may come back empty before the scan ends (DynamoDB stops at 1 MB read).
+            match next {
+                Some(_) if keys.is_empty() => start = out.last_evaluated_key().cloned(),
+                next => return Ok(KeyPage { keys, next }),
+            }
+        }
+    }
+
     async fn count_index(
         &self,
         table: &'static str,

@@ -247,6 +247,28 @@ pub struct Page {
     pub next: Option<Cursor>,
 }
 
+/// An entry of a sparse index: its partition and sort key there, and its item's keys.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct IndexKey {
+    /// The index partition key.
+    pub ipk: String,
+    /// The index sort key.
+    pub isk: String,
+    /// The item's partition key.
+    pub pk: String,
+    /// The item's sort key.
+    pub sk: String,
+}
+
+/// One page of a scan of an index's keys.
+#[derive(Debug, Clone, Default)]
+pub struct KeyPage {
+    /// The entries, in no promised order.
+    pub keys: Vec<IndexKey>,
+    /// Present when more may follow: the scan goes on strictly after it.
+    pub next: Option<IndexKey>,
+}
+
 /// The storage port.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -361,6 +383,17 @@ pub trait Store: Send + Sync + 'static {
         pk: &str,
         range: &SkRange,
     ) -> Result<u64, StoreError>;
+
+    /// Every entry of a sparse index, all partitions, keys only (DynamoDB: a `Scan` of the
+    /// index): at most `limit` per page, in no promised order, eventually consistent. Its
+    /// cost grows with the index's size, not with its number of partitions.
+    async fn scan_index_keys(
+        &self,
+        table: &'static str,
+        index: &'static str,
+        after: Option<&IndexKey>,
+        limit: usize,
+    ) -> Result<KeyPage, StoreError>;
 
     /// One conditional write. Returns the item's new version (0 after a delete).
     async fn write(&self, op: WriteOp) -> Result<u64, StoreError>;

@@ -444,6 +444,51 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn scan_index_keys(
+        &self,
+        table: &'static str,
+        index: &'static str,
+        after: Option<&IndexKey>,
+        limit: usize,
+    ) -> Result<KeyPage, StoreError> {
+        let after = after.cloned();
+        self.read(move |c| {
+            let from = match &after {
+                Some(_) => "AND (ipk, isk, pk, sk) > (?3, ?4, ?5, ?6)",
+                None => "",
+            };
+            let sql = format!(
+                "SELECT ipk, isk, pk, sk FROM idx WHERE tbl=?1 AND idx=?2 {from}
+                 ORDER BY ipk, isk, pk, sk LIMIT {}",
+                limit + 1
+            );
+            let mut stmt = c.prepare_cached(&sql).map_err(other)?;
+            let mut args: Vec<String> = vec![table.into(), index.into()];
+            if let Some(k) = after {
+                args.extend([k.ipk, k.isk, k.pk, k.sk]);
+            }
+            let rows = stmt
+                .query_map(rusqlite::params_from_iter(args), |r| {
+                    Ok(IndexKey {
+                        ipk: r.get(0)?,
+                        isk: r.get(1)?,
+                        pk: r.get(2)?,
+                        sk: r.get(3)?,
+                    })
+                })
+                .map_err(other)?;
+            let mut keys = rows.collect::<Result<Vec<_>, _>>().map_err(other)?;
+            let next = if keys.len() > limit {
+                keys.truncate(limit);
+                keys.last().cloned()
+            } else {
+                None
+            };
+            Ok(KeyPage { keys, next })
+        })
+        .await
+    }
+
     async fn count_index(
         &self,
         table: &'static str,

@@ -402,8 +402,28 @@ impl ChildServer {
     /// Starts the test binary's ignored `test_name` as a server on `dir` and waits until it
     /// answers.
     pub async fn start(test_name: &str, dir: &std::path::Path, envs: &[(&str, String)]) -> Self {
+        Self::start_to(test_name, dir, envs, std::process::Stdio::null()).await
+    }
+
+    /// [`ChildServer::start`], its stdout (its log) written to the file `log`.
+    pub async fn start_logging(
+        test_name: &str,
+        dir: &std::path::Path,
+        envs: &[(&str, String)],
+        log: &std::path::Path,
+    ) -> Self {
+        let file = std::fs::File::create(log).expect("log file");
+        Self::start_to(test_name, dir, envs, file.into()).await
+    }
+
+    async fn start_to(
+        test_name: &str,
+        dir: &std::path::Path,
+        envs: &[(&str, String)],
+        stdout: std::process::Stdio,
+    ) -> Self {
         let port = free_port();
-        let child = spawn_child_server(test_name, dir, port, envs);
+        let child = spawn_child_server_to(test_name, dir, port, envs, stdout);
         let server = ChildServer {
             child,
             root: format!("http://127.0.0.1:{port}"),

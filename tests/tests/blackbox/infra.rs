@@ -2221,6 +2221,7 @@ async fn a_decoded_gateway_path_is_served_as_the_client_signed_it() {
         headers: request().headers().clone(),
         body: Default::default(),
         also_signed: vec![],
+        request_id: "infra-test".into(),
     };
     assert_eq!(api.handle(only, raw.clone()).await.status, 401);
     raw.path = encoded;

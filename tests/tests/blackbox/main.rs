@@ -27,6 +27,7 @@ mod lambda_secrets;
 mod legacy;
 mod lifecycle;
 mod localstack_store;
+mod metrics;
 mod objects;
 mod openapi;
 mod priority;

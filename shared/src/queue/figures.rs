@@ -1,0 +1,189 @@
+//! What the queue's metrics count ([`crate::metrics`]): the resolutions and claims a write
+//! committed, counted by the process that wrote them, and the figures per task queue
+//! (pending, claimed, the oldest pending run, workers), read from the indexes.
+
+use super::core::Queue;
+use crate::error::ApiResult;
+use crate::metrics::{self, queue_labels, Metrics};
+use crate::records::task::{index, RunState, TaskRecord, TASKS};
+use crate::records::worker::{pk_workers, TaskQueueRecord, WorkerRecord, PK_TASK_QUEUES, TABLE};
+use crate::routing::Exchange;
+use crate::store::{IndexKey, SkRange};
+use crate::time::Ts;
+use std::collections::BTreeMap;
+
+/// Index keys read per page of a scan.
+const SCAN_PAGE: usize = 1000;
+
+/// One task queue's figures at a moment.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct QueueFigures {
+    /// Runs pending.
+    pub pending: u64,
+    /// Runs claimed (running).
+    pub claimed: u64,
+    /// When the oldest pending run became pending.
+    pub oldest_pending: Option<Ts>,
+    /// Workers seen and not expired.
+    pub workers: u64,
+    /// Of those, the ones in quarantine.
+    pub quarantined: u64,
+}
+
+impl QueueFigures {
+    /// The oldest pending run's age at `now`, in seconds (0 when none waits).
+    pub fn oldest_age_secs(&self, now: Ts) -> f64 {
+        self.oldest_pending
+            .map_or(0.0, |t| (now.millis() - t.millis()).max(0) as f64 / 1000.0)
+    }
+
+    /// Workers neither running a task nor quarantined, as upstream derives them (one worker
+    /// per claimed run).
+    pub fn idle(&self) -> u64 {
+        self.workers
+            .saturating_sub(self.quarantined)
+            .saturating_sub(self.claimed)
+    }
+}
+
+impl Queue {
+    /// Counts what a committed write of `rec` did: the runs it resolved (by state and
+    /// reason) and the claims it made (their wait since pending). Its own events say which:
+    /// only this write's are fresh.
+    pub(crate) fn count_written(&self, rec: &TaskRecord) {
+        let labels = queue_labels(&rec.task_queue_id);
+        for event in rec.outbox.iter().filter(|e| e.fresh) {
+            let Some(exchange) = Exchange::named(&event.exchange) else {
+                continue;
+            };
+            let run = event.payload["runId"]
+                .as_u64()
+                .and_then(|id| rec.runs.get(usize::try_from(id).ok()?));
+            let Some(run) = run else { continue };
+            let reason = run.reason_resolved.map_or("", |r| r.as_str());
+            let m = &self.metrics;
+            match (exchange, run.state) {
+                (Exchange::TaskCompleted, _) => m.add(&metrics::COMPLETED, &labels, 1.0),
+                (Exchange::TaskFailed, _) => {
+                    m.add(&metrics::FAILED, &[labels[0], labels[1], reason], 1.0)
+                }
+                (Exchange::TaskException, _) => {
+                    m.add(&metrics::EXCEPTION, &[labels[0], labels[1], reason], 1.0)
+                }
+                (Exchange::TaskRunning, RunState::Running) => {
+                    let started = run.started.unwrap_or(run.scheduled);
+                    let wait = (started.millis() - run.scheduled.millis()).max(0) as f64;
+                    m.observe(&metrics::PICKUP, &labels, wait / 1000.0);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Every task queue's figures at `now`: the queues with pending or claimed runs (one
+    /// scan of each index's keys, whatever the number of queues) and those workers were
+    /// seen on (their records, then each one's workers). Eventually consistent.
+    pub async fn figures(&self, now: Ts) -> ApiResult<BTreeMap<String, QueueFigures>> {
+        let mut out: BTreeMap<String, QueueFigures> = BTreeMap::new();
+        let mut after: Option<IndexKey> = None;
+        loop {
+            let page = self
+                .store
+                .scan_index_keys(TASKS, index::PENDING, after.as_ref(), SCAN_PAGE)
+                .await?;
+            for key in &page.keys {
+                let f = out.entry(key.ipk.clone()).or_default();
+                f.pending += 1;
+                // `<priority rank>:<time key>:<taskId>:<runId>`.
+                let since = key
+                    .isk
+                    .split(':')
+                    .nth(1)
+                    .and_then(|t| t.parse::<i64>().ok())
+                    .map(Ts);
+                if let Some(t) = since {
+                    f.oldest_pending = Some(f.oldest_pending.map_or(t, |o| o.min(t)));
+                }
+            }
+            match page.next {
+                Some(k) => after = Some(k),
+                None => break,
+            }
+        }
+        let mut after: Option<IndexKey> = None;
+        loop {
+            let page = self
+                .store
+                .scan_index_keys(TASKS, index::CLAIMED, after.as_ref(), SCAN_PAGE)
+                .await?;
+            for key in &page.keys {
+                out.entry(key.ipk.clone()).or_default().claimed += 1;
+            }
+            match page.next {
+                Some(k) => after = Some(k),
+                None => break,
+            }
+        }
+        let queues = self.all_in(PK_TASK_QUEUES).await?;
+        let live: Vec<TaskQueueRecord> = queues
+            .iter()
+            .filter_map(|i| TaskQueueRecord::live(i, now))
+            .collect();
+        for q in live {
+            let workers = self.all_in(&pk_workers(&q.task_queue_id)).await?;
+            let f = out.entry(q.task_queue_id.clone()).or_default();
+            for w in workers.iter().filter_map(WorkerRecord::from_item) {
+                if w.gone(now) {
+                    continue;
+                }
+                f.workers += 1;
+                if w.quarantined(now) {
+                    f.quarantined += 1;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every item of a partition of the workers' table, eventually consistent.
+    async fn all_in(&self, pk: &str) -> ApiResult<Vec<crate::store::Item>> {
+        let mut items = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self
+                .store
+                .query_eventual(TABLE, pk, &SkRange::default(), after.as_ref(), SCAN_PAGE)
+                .await?;
+            items.extend(page.items);
+            match page.next {
+                Some(c) => after = Some(c),
+                None => return Ok(items),
+            }
+        }
+    }
+}
+
+/// Sets the gauges per task queue from `figures` read at `now` (queues absent from them
+/// drop out).
+pub fn set_gauges(m: &Metrics, figures: &BTreeMap<String, QueueFigures>, now: Ts) {
+    type Of = fn(&QueueFigures, Ts) -> f64;
+    let gauges: [(&'static metrics::Metric, Of); 7] = [
+        (&metrics::PENDING, |f, _| f.pending as f64),
+        (&metrics::CLAIMED, |f, _| f.claimed as f64),
+        (&metrics::OLDEST_PENDING, |f, now| f.oldest_age_secs(now)),
+        (&metrics::WORKERS, |f, _| f.workers as f64),
+        (&metrics::RUNNING_WORKERS, |f, _| f.claimed as f64),
+        (&metrics::IDLE_WORKERS, |f, _| f.idle() as f64),
+        (&metrics::QUARANTINED_WORKERS, |f, _| f.quarantined as f64),
+    ];
+    for (metric, of) in gauges {
+        let values = figures
+            .iter()
+            .map(|(tq, f)| {
+                let [p, w] = queue_labels(tq);
+                (vec![p.to_string(), w.to_string()], of(f, now))
+            })
+            .collect();
+        m.set_gauge(metric, values);
+    }
+}

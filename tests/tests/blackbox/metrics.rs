@@ -1,0 +1,399 @@
+//! Operating the local server (issue 38): after a scripted mix of calls, its `/metrics`
+//! (parsed by a Prometheus text parser) holds exactly the counts and gauges the mix implies,
+//! and its log holds one JSON line per call and none of the credentials the mix used.
+
+use crate::common::*;
+use blackbox::*;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// The claim timeout of the mix, in seconds: long enough for the kept claim's reclaims
+/// (every half second) to outlast a loaded machine's pauses.
+const CLAIM_SECS: u64 = 3;
+
+/// The server the test below starts as a process of its own, logging JSON to its stdout.
+#[test]
+#[ignore = "the server process of metrics::a_mix_of_calls_is_counted_and_logged"]
+fn child_server() {
+    if std::env::var(CHILD_ENV).is_ok() {
+        functions::init_tracing(true);
+    }
+    run_child_server();
+}
+
+/// A series the mix should leave: metric, labels it includes, value.
+type Expect<'a> = (&'a str, Vec<(&'a str, &'a str)>, f64);
+
+/// Series of one metric, by their labels.
+type Series = HashMap<String, Vec<(HashMap<String, String>, f64)>>;
+
+async fn scrape(url: &str) -> Series {
+    let text = reqwest::get(url)
+        .await
+        .expect("metrics answer")
+        .text()
+        .await
+        .expect("text");
+    let lines = text.lines().map(|l| Ok(l.to_string()));
+    let parsed = prometheus_parse::Scrape::parse(lines).expect("Prometheus text");
+    let mut out: Series = HashMap::new();
+    for s in parsed.samples {
+        let v = match s.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => v,
+            prometheus_parse::Value::Histogram(h) => h.last().map_or(0.0, |b| b.count),
+            prometheus_parse::Value::Summary(_) => continue,
+        };
+        let labels = s
+            .labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        out.entry(s.metric).or_default().push((labels, v));
+    }
+    out
+}
+
+/// The value of the series of `metric` whose labels include `want`, if there is one.
+fn value(m: &Series, metric: &str, want: &[(&str, &str)]) -> Option<f64> {
+    m.get(metric)?
+        .iter()
+        .find(|(labels, _)| {
+            want.iter()
+                .all(|(k, v)| labels.get(*k).map(String::as_str) == Some(*v))
+        })
+        .map(|(_, v)| *v)
+}
+
+#[tokio::test]
+async fn a_mix_of_calls_is_counted_and_logged() {
+    if not_in_shape("reads the local server's /metrics and log (the shape prints EMF)") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log_path = dir.path().join("server.log");
+    let metrics_port = free_port();
+    let server = ChildServer::start_logging(
+        "metrics::child_server",
+        &dir.path().join("data"),
+        &[
+            ("TCQ_METRICS_PORT", metrics_port.to_string()),
+            ("TCQ_CLAIM_TIMEOUT", CLAIM_SECS.to_string()),
+            ("TCQ_CLAIM_WORK_TIMEOUT_MS", "500".into()),
+            ("TCQ_REAPER_INTERVAL_MS", "100".into()),
+            ("RUST_LOG", "info,lapin=off".into()),
+        ],
+        &log_path,
+    )
+    .await;
+    let metrics_url = format!("http://127.0.0.1:{metrics_port}/metrics");
+    let q = queue_client(&server.root);
+    let tq = task_queue_id();
+    let (prov, wt) = tq.split_once('/').expect("prov/wt");
+    let mut secrets = vec![ROOT_ACCESS_TOKEN.to_string()];
+    let create = |extra: Value| {
+        let q = &q;
+        let def = def_with(&tq, extra);
+        async move {
+            let id = slugid();
+            q.createTask(&id, &def).await.expect("createTask");
+            id
+        }
+    };
+    let claim = || async {
+        let r = q
+            .claimWork(&tq, &worker("g", "w1", 1))
+            .await
+            .expect("claimWork");
+        r["tasks"][0].clone()
+    };
+
+    // Two workers that find nothing (one then quarantined): the queue has three workers.
+    for w in ["w2", "w3"] {
+        let r = q
+            .claimWork(&tq, &worker("g", w, 1))
+            .await
+            .expect("claimWork");
+        assert_eq!(r["tasks"], json!([]));
+    }
+    q.quarantineWorker(
+        prov,
+        wt,
+        "g",
+        "w3",
+        &json!({"quarantineUntil": ts(3_600_000)}),
+    )
+    .await
+    .expect("quarantineWorker");
+
+    // A claim left to expire (no retries): exception/claim-expired.
+    let expired = create(json!({"retries": 0})).await;
+    let c = claim().await;
+    assert_eq!(c["status"]["taskId"], expired.as_str());
+    secrets.push(
+        c["credentials"]["accessToken"]
+            .as_str()
+            .expect("token")
+            .into(),
+    );
+
+    // Completed, failed, and a worker's exception.
+    let mut resolved = vec![];
+    for _ in 0..3 {
+        let id = create(json!({})).await;
+        let c = claim().await;
+        assert_eq!(c["status"]["taskId"], id.as_str());
+        resolved.push(id);
+    }
+    q.reportCompleted(&resolved[0], "0")
+        .await
+        .expect("completed");
+    q.reportFailed(&resolved[1], "0").await.expect("failed");
+    q.reportException(&resolved[2], "0", &json!({"reason": "malformed-payload"}))
+        .await
+        .expect("exception");
+
+    // Canceled while pending.
+    let canceled = create(json!({})).await;
+    q.cancelTask(&canceled).await.expect("cancel");
+
+    // One claimed and kept (its worker's temporary credentials reclaim it), then two left
+    // pending.
+    let kept = create(json!({})).await;
+    let c = claim().await;
+    assert_eq!(c["status"]["taskId"], kept.as_str());
+    let creds = credentials_of(&c);
+    secrets.push(creds.access_token.clone());
+    secrets.push(creds.certificate.clone().expect("certificate"));
+    // Each reclaim signs with the credentials the last one handed out.
+    let reclaimed = std::sync::Arc::new(std::sync::Mutex::new(vec![]));
+    let keep = {
+        let (kept, root, reclaimed) = (kept.clone(), server.root.clone(), reclaimed.clone());
+        tokio::spawn(async move {
+            let mut creds = creds;
+            loop {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let wq = taskcluster::Queue::new(builder(&root, Some(creds))).expect("client");
+                let r = wq
+                    .reclaimTask(&kept, "0")
+                    .await
+                    .unwrap_or_else(|e| panic!("reclaimTask: {e:#}"));
+                creds = credentials_of(&r);
+                let mut held = reclaimed.lock().expect("lock");
+                held.push(creds.access_token.clone());
+                held.push(creds.certificate.clone().unwrap_or_default());
+            }
+        })
+    };
+    let pending_since = Instant::now();
+    for _ in 0..2 {
+        create(json!({})).await;
+    }
+
+    // A bad signature, and a signed URL (a bewit) read.
+    let wrong = format!("wrong-{}", slugid());
+    secrets.push(wrong.clone());
+    let bad = taskcluster::Queue::new(builder(
+        &server.root,
+        Some(taskcluster::Credentials::new(ROOT_CLIENT_ID, &wrong)),
+    ))
+    .expect("client");
+    assert_eq!(err_status(bad.status(&kept).await), 401);
+    let signed = q
+        .status_signed_url(&kept, Duration::from_secs(300))
+        .expect("signed URL");
+    let bewit = signed
+        .split("bewit=")
+        .nth(1)
+        .expect("a bewit")
+        .split('&')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    secrets.push(bewit);
+    let got = reqwest::get(&signed).await.expect("GET");
+    assert_eq!(got.status(), 200);
+
+    // The expired claim is reaped within a claim timeout or so.
+    wait_status_at(&q, &expired, |s| {
+        s["runs"][0]["reasonResolved"] == "claim-expired"
+    })
+    .await;
+
+    let queue = |extra: &[(&'static str, &'static str)]| {
+        let mut l = vec![("provisionerId", prov), ("workerType", wt)];
+        l.extend_from_slice(extra);
+        l
+    };
+    let until = Instant::now() + Duration::from_secs(30);
+    let m = loop {
+        let m = scrape(&metrics_url).await;
+        let expected: Vec<Expect> = vec![
+            ("queue_completed_tasks", queue(&[]), 1.0),
+            (
+                "queue_failed_tasks",
+                queue(&[("reasonResolved", "failed")]),
+                1.0,
+            ),
+            (
+                "queue_exception_tasks",
+                queue(&[("reasonResolved", "claim-expired")]),
+                1.0,
+            ),
+            (
+                "queue_exception_tasks",
+                queue(&[("reasonResolved", "malformed-payload")]),
+                1.0,
+            ),
+            (
+                "queue_exception_tasks",
+                queue(&[("reasonResolved", "canceled")]),
+                1.0,
+            ),
+            ("queue_pending_tasks", queue(&[]), 2.0),
+            ("queue_claimed_tasks", queue(&[]), 1.0),
+            ("queue_running_workers", queue(&[]), 1.0),
+            ("queue_workers_total", queue(&[]), 3.0),
+            ("queue_quarantined_workers", queue(&[]), 1.0),
+            ("queue_idle_workers", queue(&[]), 1.0),
+            ("queue_claim_pickup_seconds_count", queue(&[]), 5.0),
+            (
+                "http_requests_total",
+                vec![
+                    ("name", "createTask"),
+                    ("method", "PUT"),
+                    ("status", "200"),
+                    ("service", "queue"),
+                ],
+                8.0,
+            ),
+            (
+                "http_requests_total",
+                vec![("name", "status"), ("status", "401")],
+                1.0,
+            ),
+            (
+                "http_requests_total",
+                vec![("name", "cancelTask"), ("status", "200")],
+                1.0,
+            ),
+            (
+                "auth_failure_total",
+                vec![("reason", "invalid_signature"), ("scheme", "hawk")],
+                1.0,
+            ),
+            (
+                "auth_success_total",
+                vec![("clientId", "static/taskcluster/root"), ("scheme", "bewit")],
+                1.0,
+            ),
+        ];
+        let wrong: Vec<String> = expected
+            .iter()
+            .filter(|(name, labels, v)| value(&m, name, labels) != Some(*v))
+            .map(|(name, labels, v)| {
+                format!(
+                    "{name}{labels:?}: {:?}, expected {v}",
+                    value(&m, name, labels)
+                )
+            })
+            .collect();
+        if wrong.is_empty() {
+            break m;
+        }
+        assert!(
+            Instant::now() < until,
+            "metrics never matched the mix: {wrong:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    keep.abort();
+    secrets.extend(reclaimed.lock().expect("lock").iter().cloned());
+    let age = value(&m, "queue_oldest_pending_task_age_seconds", &queue(&[])).expect("age");
+    assert!(
+        age > 0.0 && age <= pending_since.elapsed().as_secs_f64() + 1.0,
+        "oldest pending age {age}"
+    );
+    // Reclaims by the worker's temporary credentials count as that folded client.
+    assert!(
+        value(
+            &m,
+            "auth_success_total",
+            &[("clientId", "task-client/*"), ("scheme", "hawk")]
+        )
+        .is_some_and(|v| v >= 1.0),
+        "{:?}",
+        m.get("auth_success_total")
+    );
+    let duration = value(
+        &m,
+        "http_request_duration_seconds_count",
+        &[("name", "createTask"), ("status", "200")],
+    );
+    assert_eq!(duration, Some(8.0));
+
+    // One log line per call, with what identifies it, and no credential anywhere.
+    let log = std::fs::read_to_string(&log_path).expect("log");
+    let calls: Vec<Value> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["target"] == "tcq::api")
+        .map(|v| v["fields"].clone())
+        .collect();
+    let count = |name: &str, status: u64| {
+        calls
+            .iter()
+            .filter(|f| f["name"] == name && f["status"] == status)
+            .count()
+    };
+    assert_eq!(count("createTask", 200), 8, "{calls:#?}");
+    assert_eq!(count("reportCompleted", 200), 1);
+    assert_eq!(count("reportFailed", 200), 1);
+    assert_eq!(count("reportException", 200), 1);
+    assert_eq!(count("cancelTask", 200), 1);
+    assert_eq!(count("quarantineWorker", 200), 1);
+    assert_eq!(count("status", 401), 1);
+    let completed = calls
+        .iter()
+        .find(|f| f["name"] == "reportCompleted")
+        .expect("the reportCompleted line");
+    assert_eq!(completed["task_id"], resolved[0].as_str());
+    assert_eq!(completed["client_id"], ROOT_CLIENT_ID);
+    assert_eq!(completed["method"], "POST");
+    assert_eq!(completed["route"], "/task/<taskId>/runs/<runId>/completed");
+    assert!(completed["duration_ms"].as_f64().is_some_and(|d| d > 0.0));
+    assert!(completed["request_id"]
+        .as_str()
+        .is_some_and(|r| !r.is_empty()));
+    let claim_line = calls
+        .iter()
+        .find(|f| f["name"] == "claimWork")
+        .expect("a claimWork line");
+    assert_eq!(claim_line["task_queue_id"], tq.as_str());
+    let failed_auth = calls
+        .iter()
+        .find(|f| f["status"] == 401)
+        .expect("the 401 line");
+    assert_eq!(failed_auth["code"], "AuthenticationFailed");
+    assert_eq!(failed_auth["client_id"], "");
+    for secret in &secrets {
+        assert!(
+            !log.contains(secret.as_str()),
+            "the log holds a credential: {secret}"
+        );
+    }
+}
+
+async fn wait_status_at(q: &taskcluster::Queue, id: &str, pred: impl Fn(&Value) -> bool) {
+    let until = Instant::now() + Duration::from_secs(CLAIM_SECS * 5 + 10);
+    loop {
+        let s = q.status(id).await.expect("status")["status"].clone();
+        if pred(&s) {
+            return;
+        }
+        assert!(Instant::now() < until, "timed out on {id}: {s:#}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
