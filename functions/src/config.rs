@@ -298,6 +298,15 @@ pub struct LambdaConfig {
     /// it to the resolution exchanges for `TCQ_SCHEDULER_ID` before they publish.
     #[arg(long, env = env::SCHEDULER_QUEUE)]
     pub scheduler_queue: Option<String>,
+    /// The CloudWatch namespace of the metrics each invocation prints (EMF lines on stdout).
+    #[arg(long, env = env::METRICS_NAMESPACE, default_value = "tcq")]
+    pub metrics_namespace: String,
+    /// Deploy the gauges per task queue as CloudWatch metrics of their own (one per task
+    /// queue and gauge, billed by the hour); off: totals only, the per-queue figures staying
+    /// in the log lines.
+    #[arg(long, env = env::METRICS_PER_QUEUE, default_value_t = true, action = clap::ArgAction::Set,
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub metrics_per_queue: bool,
     /// The queue itself.
     #[command(flatten)]
     pub queue: QueueSettings,

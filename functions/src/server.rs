@@ -304,7 +304,7 @@ fn start_jobs(
         let every = match job.local {
             Local::Reapers => reapers,
             Local::Expiry => expiry,
-            Local::Publisher => continue,
+            Local::Publisher | Local::Scrape => continue,
         };
         // This process's resolutions stand for a stream's records.
         let woken = match job.streams {
@@ -621,16 +621,13 @@ async fn serve(State(served): State<Served>, req: Request<Body>) -> Response<Bod
 /// store now, as Prometheus text.
 async fn serve_metrics(State(queue): State<Arc<Queue>>) -> Response<Body> {
     let now = Ts::now();
-    match queue.figures(now).await {
-        Ok(figures) => {
-            shared::queue::figures::set_gauges(&queue.metrics, &figures, now);
-            Response::builder()
-                .header("content-type", "text/plain; version=0.0.4; charset=utf-8")
-                .body(Body::from(queue.metrics.prometheus()))
-                .unwrap_or_default()
-        }
+    match shared::queue::figures::record_gauges(&queue, now).await {
+        Ok(_) => Response::builder()
+            .header("content-type", "text/plain; version=0.0.4; charset=utf-8")
+            .body(Body::from(queue.metrics.prometheus()))
+            .unwrap_or_default(),
         Err(e) => {
-            tracing::error!(error = %e, cause = %e.cause_chain(), "metrics: the figures could not be read");
+            tracing::error!(error = %e, "metrics: the figures could not be read");
             Response::builder()
                 .status(StatusCode::SERVICE_UNAVAILABLE)
                 .body(Body::from(format!("the figures could not be read: {e}\n")))

@@ -38,6 +38,12 @@ pub struct Metric {
     pub labels: &'static [&'static str],
     /// Its CloudWatch unit.
     pub unit: &'static str,
+    /// Its dimension sets as deployed (each a subset of its labels; `[]` is the total over
+    /// every series). Each set and value is a CloudWatch metric of its own, billed by the
+    /// hour it has data, so sets are few: Lambda already counts each endpoint's calls, errors
+    /// and durations per function. Every label still goes into the EMF line, for Logs
+    /// Insights.
+    pub dimensions: &'static [&'static [&'static str]],
 }
 
 const HTTP_LABELS: &[&str] = &["method", "name", "status", "service"];
@@ -48,10 +54,18 @@ const HTTP_BUCKETS: &[f64] = &[0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0];
 /// Buckets for waits of a task or an event, in seconds.
 const WAIT_BUCKETS: &[f64] = &[0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0];
 
+/// The total over every series.
+const TOTAL: &[&str] = &[];
+/// Per task queue, and the total.
+const PER_QUEUE: &[&[&str]] = &[QUEUE_LABELS, TOTAL];
+/// The total only.
+const TOTAL_ONLY: &[&[&str]] = &[TOTAL];
+
 const fn counter(
     name: &'static str,
     help: &'static str,
     labels: &'static [&'static str],
+    dimensions: &'static [&'static [&'static str]],
 ) -> Metric {
     Metric {
         name,
@@ -59,16 +73,23 @@ const fn counter(
         help,
         labels,
         unit: "Count",
+        dimensions,
     }
 }
 
-const fn gauge(name: &'static str, help: &'static str, unit: &'static str) -> Metric {
+const fn gauge(
+    name: &'static str,
+    help: &'static str,
+    unit: &'static str,
+    dimensions: &'static [&'static [&'static str]],
+) -> Metric {
     Metric {
         name,
         kind: Kind::Gauge,
         help,
         labels: QUEUE_LABELS,
         unit,
+        dimensions,
     }
 }
 
@@ -77,6 +98,7 @@ pub static HTTP_REQUESTS: Metric = counter(
     "http_requests_total",
     "API calls answered, by HTTP method, API method, status and service",
     HTTP_LABELS,
+    &[&["status"]],
 );
 /// API call durations (upstream's).
 pub static HTTP_DURATION: Metric = Metric {
@@ -85,32 +107,42 @@ pub static HTTP_DURATION: Metric = Metric {
     help: "Time from a request's arrival to its answer, in seconds",
     labels: HTTP_LABELS,
     unit: "Seconds",
+    dimensions: &[&["service"]],
 };
 /// Signed requests that authenticated (upstream's auth service's).
 pub static AUTH_SUCCESS: Metric = counter(
     "auth_success_total",
     "Signed requests that authenticated, by clientId (task-client/* and worker/* folded) and scheme",
     &["clientId", "scheme"],
+    TOTAL_ONLY,
 );
 /// Signed requests that failed to authenticate (upstream's auth service's).
 pub static AUTH_FAILURE: Metric = counter(
     "auth_failure_total",
     "Signed requests that failed to authenticate, by reason and scheme",
     &["reason", "scheme"],
+    &[&["reason"]],
 );
 /// Runs resolved completed.
 pub static COMPLETED: Metric = counter(
     "queue_completed_tasks",
     "Runs resolved completed",
     QUEUE_LABELS,
+    TOTAL_ONLY,
 );
 /// Runs resolved failed.
-pub static FAILED: Metric = counter("queue_failed_tasks", "Runs resolved failed", REASON_LABELS);
+pub static FAILED: Metric = counter(
+    "queue_failed_tasks",
+    "Runs resolved failed",
+    REASON_LABELS,
+    TOTAL_ONLY,
+);
 /// Runs resolved exception, by reason (claim-expired, deadline-exceeded, canceled, ...).
 pub static EXCEPTION: Metric = counter(
     "queue_exception_tasks",
     "Runs resolved exception, by reasonResolved",
     REASON_LABELS,
+    &[&["reasonResolved"]],
 );
 /// Pending to claimed (ours).
 pub static PICKUP: Metric = Metric {
@@ -119,6 +151,7 @@ pub static PICKUP: Metric = Metric {
     help: "Time from a run becoming pending to its claim, in seconds",
     labels: QUEUE_LABELS,
     unit: "Seconds",
+    dimensions: TOTAL_ONLY,
 };
 /// An event's age when it was published (ours).
 pub static EVENT_AGE: Metric = Metric {
@@ -127,48 +160,56 @@ pub static EVENT_AGE: Metric = Metric {
     help: "Time from a change's write to the broker's confirm of its event, in seconds",
     labels: &["exchange"],
     unit: "Seconds",
+    dimensions: TOTAL_ONLY,
 };
 /// Pending runs per task queue (upstream's gauge).
 pub static PENDING: Metric = gauge(
     "queue_pending_tasks",
     "Runs pending in the task queue",
     "Count",
+    PER_QUEUE,
 );
 /// Claimed runs per task queue (upstream's gauge).
 pub static CLAIMED: Metric = gauge(
     "queue_claimed_tasks",
     "Runs claimed from the task queue",
     "Count",
+    PER_QUEUE,
 );
 /// The oldest pending run's age per task queue (ours).
 pub static OLDEST_PENDING: Metric = gauge(
     "queue_oldest_pending_task_age_seconds",
     "Age of the task queue's oldest pending run, in seconds (0 when none waits)",
     "Seconds",
+    PER_QUEUE,
 );
 /// Workers seen and not expired (upstream's gauge).
 pub static WORKERS: Metric = gauge(
     "queue_workers_total",
     "Workers of the task queue seen recently enough not to have expired",
     "Count",
+    PER_QUEUE,
 );
 /// Workers running a task (upstream's gauge: one per claimed run).
 pub static RUNNING_WORKERS: Metric = gauge(
     "queue_running_workers",
     "Workers of the task queue running a task (one per claimed run)",
     "Count",
+    TOTAL_ONLY,
 );
 /// Workers neither running nor quarantined (upstream's gauge).
 pub static IDLE_WORKERS: Metric = gauge(
     "queue_idle_workers",
     "Workers of the task queue neither running a task nor quarantined",
     "Count",
+    TOTAL_ONLY,
 );
 /// Quarantined workers (upstream's gauge).
 pub static QUARANTINED_WORKERS: Metric = gauge(
     "queue_quarantined_workers",
     "Workers of the task queue in quarantine",
     "Count",
+    TOTAL_ONLY,
 );
 
 /// Every metric, in the order they are rendered.
@@ -218,6 +259,8 @@ pub struct Metrics {
     /// True where [`Metrics::drain_emf`] reads them (a Lambda function): observations are
     /// kept as they are until the drain.
     keeps_observations: bool,
+    /// Deploy the dimension set per task queue (see [`Metric::dimensions`]).
+    per_queue: bool,
 }
 
 impl Metrics {
@@ -226,10 +269,13 @@ impl Metrics {
         Self::default()
     }
 
-    /// Metrics drained as EMF lines after each invocation.
-    pub fn draining() -> Self {
+    /// Metrics drained as EMF lines after each invocation; `per_queue`: with the dimension
+    /// set per task queue (a CloudWatch metric per task queue and gauge), else totals only
+    /// (the per-queue figures stay in the lines, for Logs Insights).
+    pub fn draining(per_queue: bool) -> Self {
         Metrics {
             keeps_observations: true,
+            per_queue,
             ..Self::default()
         }
     }
@@ -354,15 +400,17 @@ impl Metrics {
         out
     }
 
-    /// What was recorded since the last drain, as CloudWatch EMF documents (one JSON line per
-    /// metric and label set, its labels as dimensions, under `namespace`), then forgotten.
-    /// Counters carry their increase, gauges their value, histograms their observations (at
-    /// most [`EMF_MAX_VALUES`] per line).
+    /// What was recorded since the last drain, as CloudWatch EMF documents under
+    /// `namespace`, then forgotten: one JSON line per set of labels (its dimensions), holding
+    /// every metric recorded with those labels. Counters carry their increase, gauges their
+    /// value, histograms their observations (at most [`EMF_MAX_VALUES`] per line; more go
+    /// to further lines).
     pub fn drain_emf(&self, namespace: &str, timestamp_ms: i64) -> Vec<String> {
+        type Group = Vec<(&'static Metric, Vec<serde_json::Value>)>;
         let taken = self.with(std::mem::take);
-        let mut out = Vec::new();
+        let mut groups: BTreeMap<(&'static [&'static str], Vec<String>), Group> = BTreeMap::new();
         for ((_, values), (metric, s)) in taken {
-            let chunks: Vec<serde_json::Value> = match metric.kind {
+            let parts = match metric.kind {
                 Kind::Histogram(_) => s
                     .recent
                     .chunks(EMF_MAX_VALUES)
@@ -370,23 +418,67 @@ impl Metrics {
                     .collect(),
                 _ => vec![serde_json::json!(s.value)],
             };
-            for value in chunks {
+            groups
+                .entry((metric.labels, values))
+                .or_default()
+                .push((metric, parts));
+        }
+        let mut out = Vec::new();
+        for ((labels, values), mut metrics) in groups {
+            // Line `i` holds each metric's `i`th part (a histogram's further observations).
+            for i in 0.. {
+                let line: Vec<(&Metric, serde_json::Value)> = metrics
+                    .iter_mut()
+                    .filter_map(|(m, parts)| {
+                        let part = parts.get_mut(i)?;
+                        Some((*m, std::mem::take(part)))
+                    })
+                    .collect();
+                if line.is_empty() {
+                    break;
+                }
+                // One directive per distinct set of dimension sets.
+                let mut directives: Vec<(Vec<&[&str]>, Vec<serde_json::Value>)> = vec![];
+                for (m, _) in &line {
+                    let sets: Vec<&[&str]> = m
+                        .dimensions
+                        .iter()
+                        .copied()
+                        .filter(|d| self.per_queue || *d != QUEUE_LABELS)
+                        .collect();
+                    if sets.is_empty() {
+                        continue;
+                    }
+                    let declared = serde_json::json!({ "Name": m.name, "Unit": m.unit });
+                    match directives.iter_mut().find(|(d, _)| *d == sets) {
+                        Some((_, names)) => names.push(declared),
+                        None => directives.push((sets, vec![declared])),
+                    }
+                }
+                let directives: Vec<serde_json::Value> = directives
+                    .into_iter()
+                    .map(|(sets, names)| {
+                        serde_json::json!({
+                            "Namespace": namespace,
+                            "Dimensions": sets,
+                            "Metrics": names,
+                        })
+                    })
+                    .collect();
                 let mut doc = serde_json::Map::new();
                 doc.insert(
                     "_aws".into(),
                     serde_json::json!({
                         "Timestamp": timestamp_ms,
-                        "CloudWatchMetrics": [{
-                            "Namespace": namespace,
-                            "Dimensions": [metric.labels],
-                            "Metrics": [{ "Name": metric.name, "Unit": metric.unit }],
-                        }],
+                        "CloudWatchMetrics": directives,
                     }),
                 );
-                for (k, v) in metric.labels.iter().zip(&values) {
+                for (k, v) in labels.iter().zip(&values) {
                     doc.insert(k.to_string(), serde_json::json!(v));
                 }
-                doc.insert(metric.name.into(), value);
+                for (m, v) in line {
+                    doc.insert(m.name.into(), v);
+                }
                 out.push(serde_json::Value::Object(doc).to_string());
             }
         }
@@ -491,12 +583,18 @@ mod tests {
 
     #[test]
     fn emf_lines_carry_what_was_recorded_since_the_last_drain() {
-        let m = Metrics::draining();
+        let m = Metrics::draining(true);
         m.add(&COMPLETED, &["p", "w"], 2.0);
         m.observe(&HTTP_DURATION, &["POST", "claimWork", "200", "queue"], 0.5);
         m.observe(&HTTP_DURATION, &["POST", "claimWork", "200", "queue"], 0.25);
+        m.add(&HTTP_REQUESTS, &["POST", "claimWork", "200", "queue"], 2.0);
+        for _ in 0..EMF_MAX_VALUES {
+            m.observe(&PICKUP, &["p", "w"], 1.0);
+        }
+        m.observe(&PICKUP, &["p", "w"], 2.0);
         let lines = m.drain_emf("tcq", 1_700_000_000_000);
-        assert_eq!(lines.len(), 2);
+        // One line per label set; the 101st pickup on a line of its own.
+        assert_eq!(lines.len(), 3, "{lines:#?}");
         let docs: Vec<serde_json::Value> = lines
             .iter()
             .map(|l| serde_json::from_str(l).expect("JSON"))
@@ -509,10 +607,8 @@ mod tests {
         assert_eq!(completed["provisionerId"], "p");
         let cw = &completed["_aws"]["CloudWatchMetrics"][0];
         assert_eq!(cw["Namespace"], "tcq");
-        assert_eq!(
-            cw["Dimensions"][0],
-            serde_json::json!(["provisionerId", "workerType"])
-        );
+        // Completions and pickups deploy their totals only; the labels stay in the line.
+        assert_eq!(cw["Dimensions"], serde_json::json!([[]]));
         let duration = docs
             .iter()
             .find(|d| d.get("http_request_duration_seconds").is_some())
@@ -523,6 +619,39 @@ mod tests {
         );
         assert_eq!(duration["name"], "claimWork");
         assert!(m.drain_emf("tcq", 0).is_empty(), "drained");
+    }
+
+    #[test]
+    fn per_queue_dimensions_are_deployed_only_when_asked() {
+        for (per_queue, sets) in [
+            (
+                true,
+                serde_json::json!([["provisionerId", "workerType"], []]),
+            ),
+            (false, serde_json::json!([[]])),
+        ] {
+            let m = Metrics::draining(per_queue);
+            m.set_gauge(&PENDING, vec![(vec!["p".into(), "w".into()], 3.0)]);
+            m.set_gauge(&IDLE_WORKERS, vec![(vec!["p".into(), "w".into()], 1.0)]);
+            let lines = m.drain_emf("tcq", 0);
+            assert_eq!(lines.len(), 1);
+            let doc: serde_json::Value = serde_json::from_str(&lines[0]).expect("JSON");
+            assert_eq!(doc["queue_pending_tasks"], 3.0);
+            assert_eq!(doc["queue_idle_workers"], 1.0);
+            let directives = doc["_aws"]["CloudWatchMetrics"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let pending = directives
+                .iter()
+                .find(|d| {
+                    d["Metrics"]
+                        .as_array()
+                        .is_some_and(|ms| ms.iter().any(|m| m["Name"] == "queue_pending_tasks"))
+                })
+                .expect("pending declared");
+            assert_eq!(pending["Dimensions"], sets);
+        }
     }
 
     #[test]

@@ -143,13 +143,15 @@ pub async fn serve_job(cfg: LambdaConfig, job: &'static Job) -> Result<(), Error
         tracing::info!(scheduler_id = %api.scheduler.scheduler_id, "task-graph consumer");
     }
     let grace = cfg.queue.artifact_expiry_grace_ms;
+    let namespace: Arc<str> = cfg.metrics_namespace.into();
     lambda_runtime::run(lambda_runtime::service_fn(
         move |event: lambda_runtime::LambdaEvent<serde_json::Value>| {
-            let (api, publisher) = (api.clone(), publisher.clone());
+            let (api, publisher, namespace) = (api.clone(), publisher.clone(), namespace.clone());
             async move {
                 let out = run_job(&api, job, publisher, grace, event).await;
                 // Frozen once it answers: wake-ups for waiting claimWork calls leave first.
                 api.queue.signal.flush(super::WAKEUP_FLUSH).await;
+                super::emit_metrics(&api.queue, &namespace);
                 out
             }
         },

@@ -24,6 +24,8 @@ pub const COMMON_ENV: &[&str] = &[
     env::CLAIM_WORK_TIMEOUT_MS,
     env::EVENTS_FROM_STREAM,
     env::LOG_JSON,
+    env::METRICS_NAMESPACE,
+    env::METRICS_PER_QUEUE,
     // Every function that makes a run pending sends claimWork wake-ups through the broker.
     env::AMQP_URL,
     env::ANONYMOUS_SCOPES,

@@ -13,9 +13,14 @@ use std::sync::Arc;
 /// per cold start.
 pub async fn serve(cfg: LambdaConfig, serves: Serves) -> Result<(), Error> {
     let api = Arc::new(super::api(&cfg).await?);
+    let namespace: Arc<str> = cfg.metrics_namespace.into();
     lambda_http::run(lambda_http::service_fn(move |req: Request| {
-        let api = api.clone();
-        async move { Ok::<_, Error>(handle(&api, serves, req).await) }
+        let (api, namespace) = (api.clone(), namespace.clone());
+        async move {
+            let resp = handle(&api, serves, req).await;
+            super::emit_metrics(&api.queue, &namespace);
+            Ok::<_, Error>(resp)
+        }
     }))
     .await
 }

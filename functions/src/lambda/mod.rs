@@ -24,6 +24,7 @@ use shared::api::{Serves, SERVICES};
 use shared::auth::ROOT_CLIENT_ID;
 use shared::creds::IssuerCredentials;
 use shared::jobs::{Job, JOBS};
+use shared::metrics::Metrics;
 use shared::queue::Queue;
 use std::sync::Arc;
 
@@ -194,13 +195,34 @@ pub async fn api(cfg: &LambdaConfig) -> Result<Api, Error> {
         Some("local") => Arc::new(shared::blobs::NoBlobs),
         _ => Arc::new(assemble::open_s3(&cfg.queue, false).await?),
     };
-    let queue = Arc::new(Queue::new(
-        store,
-        assemble::work_signal(cfg.amqp_url.as_deref(), &cfg.queue),
-        issuer,
-        cfg.queue.queue_config(),
-    ));
+    let queue = Arc::new(
+        Queue::new(
+            store,
+            assemble::work_signal(cfg.amqp_url.as_deref(), &cfg.queue),
+            issuer,
+            cfg.queue.queue_config(),
+        )
+        .with_metrics(Arc::new(Metrics::draining(cfg.metrics_per_queue))),
+    );
     Ok(assemble::api(queue, auth, blobs, &cfg.queue))
+}
+
+/// Prints what an invocation counted as CloudWatch EMF lines (stdout goes to the function's
+/// log group, where CloudWatch reads them as metrics: no API call), before its answer: a
+/// frozen or recycled instance holds nothing back.
+pub(crate) fn emit_metrics(queue: &Queue, namespace: &str) {
+    use std::io::Write;
+    let lines = queue
+        .metrics
+        .drain_emf(namespace, shared::time::Ts::now().millis());
+    if lines.is_empty() {
+        return;
+    }
+    let mut out = std::io::stdout().lock();
+    for line in lines {
+        let _ = writeln!(out, "{line}");
+    }
+    let _ = out.flush();
 }
 
 /// Runs the function this process is until the Lambda runtime stops it.

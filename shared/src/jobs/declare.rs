@@ -78,6 +78,8 @@ pub enum Local {
     /// stand-in), sweeps the outboxes every second and hands the resolutions to the
     /// scheduler in process.
     Publisher,
+    /// On each read of the metrics port, never on a timer: the figures are read when asked.
+    Scrape,
 }
 
 /// A table's stream that triggers a job.
@@ -353,6 +355,21 @@ pub static EXPIRY_REAPER: Job = scheduled(
     Run::Repeat(|c, now, budget| Box::pin(c.queue.expire_once(now, BATCH, budget))),
 );
 
+/// Reads every task queue's figures into the gauges (pending, claimed, the oldest pending
+/// run's age, workers): deployed, the invocation prints them as EMF lines, one per task
+/// queue; locally each scrape of `/metrics` reads them.
+pub static QUEUE_METRICS: Job = scheduled(
+    "queueMetrics",
+    "Reads each task queue's pending, claimed, oldest pending age and workers into the gauges",
+    "rate(1 minute)",
+    Local::Scrape,
+    &[
+        Need::Table(TASKS, Access::Read),
+        Need::Table(TASK_GROUPS, Access::Read),
+    ],
+    Run::Whole(|c, _| Box::pin(crate::queue::figures::record_gauges(c.queue, Ts::now()))),
+);
+
 /// The task-graph scheduler's consumer: an Amazon MQ (RabbitMQ) event source mapping on the
 /// durable queue the publishers declare invokes it with batches of the resolution messages
 /// about the scheduler's tasks. The mapping acknowledges a batch only when the function
@@ -382,7 +399,7 @@ pub static TASK_GRAPH_CONSUMER: Job = Job {
 };
 
 /// Every job, in the order of the stack's functions.
-pub static JOBS: [&Job; 8] = [
+pub static JOBS: [&Job; 9] = [
     &PUBLISHER,
     &CLAIM_REAPER,
     &DEADLINE_REAPER,
@@ -391,6 +408,7 @@ pub static JOBS: [&Job; 8] = [
     &ARTIFACT_REAPER,
     &EXPIRY_REAPER,
     &TASK_GRAPH_CONSUMER,
+    &QUEUE_METRICS,
 ];
 
 #[cfg(test)]

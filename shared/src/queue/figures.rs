@@ -163,9 +163,21 @@ impl Queue {
     }
 }
 
-/// Sets the gauges per task queue from `figures` read at `now` (queues absent from them
-/// drop out).
-pub fn set_gauges(m: &Metrics, figures: &BTreeMap<String, QueueFigures>, now: Ts) {
+/// Reads every task queue's figures at `now` into the queue's gauges; how many task queues
+/// have a series.
+pub async fn record_gauges(queue: &Queue, now: Ts) -> Result<usize, crate::jobs::JobError> {
+    let figures = queue.figures(now).await?;
+    Ok(set_gauges(&queue.metrics, &figures, now))
+}
+
+/// Sets the gauges per task queue from `figures` read at `now`; how many task queues have a
+/// series. A queue with nothing pending or claimed and no live worker has none (deployed,
+/// each series is billed by the hour), nor has one absent from `figures`.
+pub fn set_gauges(m: &Metrics, figures: &BTreeMap<String, QueueFigures>, now: Ts) -> usize {
+    let shown: Vec<(&String, &QueueFigures)> = figures
+        .iter()
+        .filter(|(_, f)| f.pending + f.claimed + f.workers > 0)
+        .collect();
     type Of = fn(&QueueFigures, Ts) -> f64;
     let gauges: [(&'static metrics::Metric, Of); 7] = [
         (&metrics::PENDING, |f, _| f.pending as f64),
@@ -177,7 +189,7 @@ pub fn set_gauges(m: &Metrics, figures: &BTreeMap<String, QueueFigures>, now: Ts
         (&metrics::QUARANTINED_WORKERS, |f, _| f.quarantined as f64),
     ];
     for (metric, of) in gauges {
-        let values = figures
+        let values = shown
             .iter()
             .map(|(tq, f)| {
                 let [p, w] = queue_labels(tq);
@@ -186,4 +198,5 @@ pub fn set_gauges(m: &Metrics, figures: &BTreeMap<String, QueueFigures>, now: Ts
             .collect();
         m.set_gauge(metric, values);
     }
+    shown.len()
 }

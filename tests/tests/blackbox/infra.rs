@@ -188,6 +188,8 @@ fn env_value(var: &str) -> Value {
         // write (the publisher adds it where delivery failed).
         "TCQ_EVENTS_FROM_STREAM" => json!("true"),
         "TCQ_LOG_JSON" => json!("1"),
+        "TCQ_METRICS_NAMESPACE" => metrics_namespace(),
+        "TCQ_METRICS_PER_QUEUE" => r(METRICS_PER_QUEUE),
         "TCQ_AMQP_URL" => amqp_url(),
         "TCQ_SCHEDULER_QUEUE" => scheduler_queue(),
         "TCQ_CLAIM_WORK_CONCURRENCY" => r(CLAIM_WORK_CONCURRENCY),
@@ -198,6 +200,201 @@ fn env_value(var: &str) -> Value {
         "TCQ_CLAIM_WORK_POLL_MAX_MS" => json!(PollSchedule::default().max_ms.to_string()),
         other => panic!("no template value for {other}"),
     }
+}
+
+/// The template parameter that deploys the gauges per task queue (`TCQ_METRICS_PER_QUEUE`).
+const METRICS_PER_QUEUE: &str = "QueueMetricsPerQueue";
+
+/// The CloudWatch namespace of the functions' EMF metrics (`TCQ_METRICS_NAMESPACE`).
+fn metrics_namespace() -> Value {
+    sub("tcq/${AWS::StackName}")
+}
+
+/// What an operator watches (issue 38): the metrics' parameters, the alarms that page on the
+/// oldest pending run, expired claims and exceptions, and one dashboard.
+fn operating(res: &mut Map<String, Value>, params: &mut Map<String, Value>) {
+    use shared::metrics::{
+        CLAIMED, COMPLETED, EVENT_AGE, EXCEPTION, FAILED, HTTP_DURATION, HTTP_REQUESTS,
+        OLDEST_PENDING, PENDING, PICKUP, WORKERS,
+    };
+    use shared::records::task::ReasonResolved;
+    params.insert(
+        METRICS_PER_QUEUE.into(),
+        json!({
+            "Type": "String",
+            "Default": "true",
+            "AllowedValues": ["true", "false"],
+            "Description": concat!(
+                "Deploy pending, claimed, oldest pending age and workers per task queue as ",
+                "CloudWatch metrics (4 per active task queue, billed by the hour); false: ",
+                "totals only (README: Operating)"
+            )
+        }),
+    );
+    for (name, default, what) in [
+        (
+            "OldestPendingAgeThreshold",
+            1800,
+            "Alarm when a task queue's oldest pending run has waited this many seconds",
+        ),
+        (
+            "ClaimExpiredThreshold",
+            10,
+            "Alarm when this many claims expire within 5 minutes",
+        ),
+        (
+            "ExceptionThreshold",
+            20,
+            "Alarm when this many runs resolve exception (other than canceled or claim-expired) within 5 minutes",
+        ),
+    ] {
+        params.insert(name.into(), parameter("Number", json!(default), what));
+    }
+    let ns = metrics_namespace();
+    let actions = if_("HasAlarmTopic", json!([r("AlarmTopicArn")]), no_value());
+    let one = |description: &str, metric: &str, dims: Value, statistic: &str, threshold: &str| {
+        json!({
+            "Type": "AWS::CloudWatch::Alarm",
+            "Properties": {
+                "AlarmDescription": description,
+                "Namespace": ns,
+                "MetricName": metric,
+                "Dimensions": dims,
+                "Statistic": statistic,
+                "Period": 300,
+                "EvaluationPeriods": 1,
+                "Threshold": r(threshold),
+                "ComparisonOperator": "GreaterThanOrEqualToThreshold",
+                "TreatMissingData": "notBreaching",
+                "AlarmActions": actions,
+            }
+        })
+    };
+    res.insert(
+        "OldestPendingAgeAlarm".into(),
+        one(
+            "A task queue's oldest pending run has waited too long: no worker takes its tasks",
+            OLDEST_PENDING.name,
+            json!([]),
+            "Maximum",
+            "OldestPendingAgeThreshold",
+        ),
+    );
+    let reason = |r: ReasonResolved| json!([{ "Name": "reasonResolved", "Value": r.as_str() }]);
+    res.insert(
+        "ClaimExpiredAlarm".into(),
+        one(
+            "Claims expire: workers die or stop reclaiming",
+            EXCEPTION.name,
+            reason(ReasonResolved::ClaimExpired),
+            "Sum",
+            "ClaimExpiredThreshold",
+        ),
+    );
+    let reasons = [
+        ReasonResolved::DeadlineExceeded,
+        ReasonResolved::WorkerShutdown,
+        ReasonResolved::MalformedPayload,
+        ReasonResolved::ResourceUnavailable,
+        ReasonResolved::InternalError,
+        ReasonResolved::IntermittentTask,
+    ];
+    let mut metrics: Vec<Value> = reasons
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            json!({
+                "Id": format!("m{i}"),
+                "ReturnData": false,
+                "MetricStat": {
+                    "Metric": { "Namespace": ns, "MetricName": EXCEPTION.name, "Dimensions": reason(*r) },
+                    "Period": 300,
+                    "Stat": "Sum"
+                }
+            })
+        })
+        .collect();
+    let ids: Vec<String> = (0..reasons.len()).map(|i| format!("m{i}")).collect();
+    metrics.push(json!({
+        "Id": "exceptions",
+        "Expression": format!("SUM([{}])", ids.join(", ")),
+        "Label": "exceptions",
+        "ReturnData": true
+    }));
+    res.insert(
+        "ExceptionsAlarm".into(),
+        json!({
+            "Type": "AWS::CloudWatch::Alarm",
+            "Properties": {
+                "AlarmDescription": "Runs resolve exception (deadlines, worker shutdowns, bad payloads, internal errors)",
+                "EvaluationPeriods": 1,
+                "Threshold": r("ExceptionThreshold"),
+                "ComparisonOperator": "GreaterThanOrEqualToThreshold",
+                "TreatMissingData": "notBreaching",
+                "AlarmActions": actions,
+                "Metrics": metrics,
+            }
+        }),
+    );
+
+    // The dashboard: task queues found by Metrics Insights (whatever their number), totals
+    // from the dimensionless series.
+    let insights = |metric: &str, by: &str, stat: &str| {
+        json!([{
+            "expression": format!(
+                "SELECT {stat}({metric}) FROM SCHEMA(\"tcq/${{AWS::StackName}}\", {by}) GROUP BY {by} ORDER BY {stat}() DESC LIMIT 20"
+            ),
+            "id": format!("q{}", metric.len()),
+            "period": 60
+        }])
+    };
+    let total = |metric: &str, stat: &str| json!(["tcq/${AWS::StackName}", metric, { "stat": stat, "label": format!("{metric} {stat}") }]);
+    let widget = |title: &str, metrics: Vec<Value>, x: u32, y: u32| {
+        json!({
+            "type": "metric", "x": x, "y": y, "width": 12, "height": 6,
+            "properties": {
+                "title": title, "region": "${AWS::Region}", "view": "timeSeries",
+                "stacked": false, "period": 60, "metrics": metrics
+            }
+        })
+    };
+    let queue_dims = "provisionerId, workerType";
+    let body = json!({ "widgets": [
+        widget("Pending runs per task queue (top 20)", vec![insights(PENDING.name, queue_dims, "MAX")], 0, 0),
+        widget("Oldest pending run per task queue, seconds (top 20)", vec![insights(OLDEST_PENDING.name, queue_dims, "MAX")], 12, 0),
+        widget("Claims: claimed runs, workers, pickup (s)", vec![
+            total(CLAIMED.name, "Maximum"),
+            total(WORKERS.name, "Maximum"),
+            total(PICKUP.name, "p50"),
+            total(PICKUP.name, "p99"),
+        ], 0, 6),
+        widget("Resolutions by reason", vec![
+            total(COMPLETED.name, "Sum"),
+            total(FAILED.name, "Sum"),
+            insights(EXCEPTION.name, "reasonResolved", "SUM"),
+        ], 12, 6),
+        widget("API calls by status; duration by service (s)", vec![
+            insights(HTTP_REQUESTS.name, "status", "SUM"),
+            json!(["tcq/${AWS::StackName}", HTTP_DURATION.name, "service", "queue", { "stat": "p99", "label": "queue p99" }]),
+        ], 0, 12),
+        widget("Publisher lag: stream iterator age (ms), event age (s)", vec![
+            json!(["AWS/Lambda", "IteratorAge", "FunctionName", format!("${{{}}}", function_id("publisher")), { "stat": "Maximum" }]),
+            total(EVENT_AGE.name, "p99"),
+        ], 12, 12),
+        widget("Function concurrency (account)", vec![
+            json!(["AWS/Lambda", "ConcurrentExecutions", { "stat": "Maximum" }]),
+        ], 0, 18),
+    ]});
+    res.insert(
+        "OperatingDashboard".into(),
+        json!({
+            "Type": "AWS::CloudWatch::Dashboard",
+            "Properties": {
+                "DashboardName": sub("${AWS::StackName}-queue"),
+                "DashboardBody": sub(&body.to_string()),
+            }
+        }),
+    );
 }
 
 /// The RabbitMQ queue the task-graph consumer reads: durable, declared and bound by the
@@ -823,6 +1020,7 @@ fn template() -> Value {
             }
         }),
     );
+    operating(&mut res, &mut params);
     res.insert(
         "Api5xxRateAlarm".into(),
         json!({
@@ -1147,6 +1345,9 @@ fn claim_service_env() -> Vec<(String, Value)> {
         ![
             functions::env::QUEUE_ACCESS_TOKEN_SECRET,
             functions::env::ROOT_ACCESS_TOKEN_SECRET,
+            // The server prints no EMF (its metrics are served on a port of their own).
+            functions::env::METRICS_NAMESPACE,
+            functions::env::METRICS_PER_QUEUE,
         ]
         .contains(v)
     });
@@ -2589,4 +2790,113 @@ fn the_cdk_app_declares_what_the_template_does() {
     assert!(with_asset > functions, "{with_asset} functions");
     assert_eq!(synth["Transform"], want["Transform"]);
     assert_eq!(synth["Globals"], want["Globals"]);
+}
+
+/// Every alarm and dashboard series on the functions' namespace reads a metric they print,
+/// with dimensions it is deployed with (`shared::metrics`); the gauges' job runs on a
+/// schedule and reads only.
+#[test]
+fn the_alarms_and_the_dashboard_read_what_the_functions_print() {
+    use shared::metrics::METRICS;
+    let t = template();
+    let res = t["Resources"].as_object().expect("resources");
+    let declared = |name: &str, dims: &[&str]| {
+        METRICS.iter().any(|m| {
+            m.name == name
+                && m.dimensions.iter().any(|set| {
+                    let mut a: Vec<&str> = set.to_vec();
+                    let mut b = dims.to_vec();
+                    a.sort();
+                    b.sort();
+                    a == b
+                })
+        })
+    };
+    let ns = metrics_namespace();
+    let mut alarms = 0;
+    for (id, a) in of_type(res, "AWS::CloudWatch::Alarm") {
+        let p = &a["Properties"];
+        let mut stats: Vec<Value> = vec![p.clone()];
+        if let Some(ms) = p["Metrics"].as_array() {
+            stats.extend(ms.iter().map(|m| m["MetricStat"]["Metric"].clone()));
+        }
+        for s in stats.iter().filter(|s| s["Namespace"] == ns) {
+            let name = s["MetricName"].as_str().expect("metric name");
+            let dims: Vec<&str> = s["Dimensions"]
+                .as_array()
+                .map(|d| d.iter().filter_map(|d| d["Name"].as_str()).collect())
+                .unwrap_or_default();
+            assert!(
+                declared(name, &dims),
+                "{id}: {name} by {dims:?} is not printed"
+            );
+            alarms += 1;
+        }
+    }
+    assert!(
+        alarms >= 8,
+        "{alarms} alarm series on the functions' metrics"
+    );
+    for id in [
+        "OldestPendingAgeAlarm",
+        "ClaimExpiredAlarm",
+        "ExceptionsAlarm",
+    ] {
+        assert!(res.contains_key(id), "{id}");
+    }
+
+    let dash = &res["OperatingDashboard"]["Properties"]["DashboardBody"]["Fn::Sub"];
+    let body: Value = serde_json::from_str(dash.as_str().expect("a body")).expect("JSON");
+    let mut series = 0;
+    for w in body["widgets"].as_array().expect("widgets") {
+        for m in w["properties"]["metrics"].as_array().expect("metrics") {
+            if let Some(q) = m[0]["expression"].as_str() {
+                // SELECT STAT(metric) FROM SCHEMA("ns", dims...) GROUP BY ...
+                let name = q
+                    .split_once('(')
+                    .and_then(|(_, r)| r.split_once(')'))
+                    .map(|(n, _)| n)
+                    .expect("a metric");
+                let dims: Vec<&str> = q
+                    .split_once("SCHEMA(")
+                    .and_then(|(_, r)| r.split_once(')'))
+                    .map(|(s, _)| s.split(", ").skip(1).collect())
+                    .expect("a schema");
+                assert!(q.contains("\"tcq/${AWS::StackName}\""), "{q}");
+                assert!(
+                    declared(name, &dims),
+                    "{q}: {name} by {dims:?} is not printed"
+                );
+                series += 1;
+            } else if m[0] == "tcq/${AWS::StackName}" {
+                let parts = m.as_array().expect("a series");
+                let name = parts[1].as_str().expect("metric");
+                let dims: Vec<&str> = parts[2..]
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .step_by(2)
+                    .collect();
+                assert!(declared(name, &dims), "{name} by {dims:?} is not printed");
+                series += 1;
+            }
+        }
+    }
+    assert!(
+        series >= 10,
+        "{series} dashboard series on the functions' metrics"
+    );
+
+    let job = &res[&function_id("queueMetrics")]["Properties"];
+    assert!(
+        job["Events"]
+            .as_object()
+            .is_some_and(|e| e.values().any(|e| e["Type"] == "Schedule")),
+        "{job}"
+    );
+    let variables = &t["Globals"]["Function"]["Environment"]["Variables"];
+    assert_eq!(variables[functions::env::METRICS_NAMESPACE], ns);
+    assert_eq!(
+        variables[functions::env::METRICS_PER_QUEUE],
+        r(METRICS_PER_QUEUE)
+    );
 }
