@@ -51,7 +51,7 @@ const QUEUE_LABELS: &[&str] = &["provisionerId", "workerType"];
 const REASON_LABELS: &[&str] = &["provisionerId", "workerType", "reasonResolved"];
 /// Upstream's request-duration buckets, in seconds.
 const HTTP_BUCKETS: &[f64] = &[0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0];
-/// Buckets for waits of a task or an event, in seconds.
+/// Buckets for a pending run's wait for its claim, in seconds.
 const WAIT_BUCKETS: &[f64] = &[0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0];
 
 /// The total over every series.
@@ -153,15 +153,6 @@ pub static PICKUP: Metric = Metric {
     unit: "Seconds",
     dimensions: TOTAL_ONLY,
 };
-/// An event's age when it was published (ours).
-pub static EVENT_AGE: Metric = Metric {
-    name: "queue_event_age_seconds",
-    kind: Kind::Histogram(WAIT_BUCKETS),
-    help: "Time from a change's write to the broker's confirm of its event, in seconds",
-    labels: &["exchange"],
-    unit: "Seconds",
-    dimensions: TOTAL_ONLY,
-};
 /// Pending runs per task queue (upstream's gauge).
 pub static PENDING: Metric = gauge(
     "queue_pending_tasks",
@@ -222,7 +213,6 @@ pub static METRICS: &[&Metric] = &[
     &FAILED,
     &EXCEPTION,
     &PICKUP,
-    &EVENT_AGE,
     &PENDING,
     &CLAIMED,
     &OLDEST_PENDING,

@@ -4,7 +4,7 @@
 use functions::{start, Running, ServerConfig};
 use serde_json::{json, Value};
 use shared::events::{Event, FanoutSink, LogSink, RecordingSink};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -183,6 +183,11 @@ async fn spawn_shape(
     );
     let mut sc = shape::ShapeConfig::defaults(&stack);
     sc.delete_on_stop = true;
+    // What the functions print is the deployed shape's metrics port: a test that reads the
+    // metrics gets its functions' output in a directory of its own.
+    if cfg.metrics_port.is_some() {
+        sc.log_dir = Some(dir.path().join("functions"));
+    }
     // A test that names its broker binds the exchanges its configuration names, as with the
     // local server; the others get exchanges of their own, so recordings never mix.
     let own = |given: &str, default: &str, what: &str| {
@@ -402,6 +407,12 @@ impl TestServer {
             .as_ref()
             .map(|r| r.api.clone())
             .expect("a local server is running")
+    }
+
+    /// Where the deployed shape's functions print (EMF lines and logs), when the test asked
+    /// for metrics (`metrics_port`).
+    pub fn function_logs(&self) -> Option<PathBuf> {
+        self.shape().and_then(|s| s.log_dir.clone())
     }
 
     /// The deployed shape under test, if that is what runs.

@@ -2,7 +2,7 @@
 //! committed, counted by the process that wrote them, and the figures per task queue
 //! (pending, claimed, the oldest pending run, workers), read from the indexes.
 
-use super::core::Queue;
+use super::core::{Queue, PARALLEL};
 use crate::error::ApiResult;
 use crate::metrics::{self, queue_labels, Metrics};
 use crate::records::task::{index, RunState, TaskRecord, TASKS};
@@ -129,16 +129,23 @@ impl Queue {
             .iter()
             .filter_map(|i| TaskQueueRecord::live(i, now))
             .collect();
-        for q in live {
-            let workers = self.all_in(&pk_workers(&q.task_queue_id)).await?;
-            let f = out.entry(q.task_queue_id.clone()).or_default();
-            for w in workers.iter().filter_map(WorkerRecord::from_item) {
-                if w.gone(now) {
-                    continue;
-                }
-                f.workers += 1;
-                if w.quarantined(now) {
-                    f.quarantined += 1;
+        // Each queue's workers, PARALLEL queries at a time.
+        for chunk in live.chunks(PARALLEL) {
+            let read = chunk.iter().map(|q| {
+                let pk = pk_workers(&q.task_queue_id);
+                async move { self.all_in(&pk).await }
+            });
+            let read = futures_util::future::try_join_all(read).await?;
+            for (q, workers) in chunk.iter().zip(read) {
+                let f = out.entry(q.task_queue_id.clone()).or_default();
+                for w in workers.iter().filter_map(WorkerRecord::from_item) {
+                    if w.gone(now) {
+                        continue;
+                    }
+                    f.workers += 1;
+                    if w.quarantined(now) {
+                        f.quarantined += 1;
+                    }
                 }
             }
         }

@@ -145,6 +145,8 @@ pub struct Shape {
     pub functions: Arc<Functions>,
     /// The ECS services' tasks, by the service's logical id.
     pub services: Arc<Services>,
+    /// Where each function's output goes (`<logical id>.log`), if it is kept.
+    pub log_dir: Option<PathBuf>,
     stop: watch::Sender<bool>,
     tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// The stack to delete when the shape stops (taken once deleted).
@@ -268,6 +270,7 @@ impl Shape {
             root_access_token,
             functions,
             services,
+            log_dir: cfg.log_dir.clone(),
             stop,
             tasks: std::sync::Mutex::new(tasks),
             delete: std::sync::Mutex::new(cfg.delete_on_stop.then_some(t)),

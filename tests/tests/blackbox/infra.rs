@@ -214,8 +214,8 @@ fn metrics_namespace() -> Value {
 /// oldest pending run, expired claims and exceptions, and one dashboard.
 fn operating(res: &mut Map<String, Value>, params: &mut Map<String, Value>) {
     use shared::metrics::{
-        CLAIMED, COMPLETED, EVENT_AGE, EXCEPTION, FAILED, HTTP_DURATION, HTTP_REQUESTS,
-        OLDEST_PENDING, PENDING, PICKUP, WORKERS,
+        CLAIMED, COMPLETED, EXCEPTION, FAILED, HTTP_DURATION, HTTP_REQUESTS, OLDEST_PENDING,
+        PENDING, PICKUP, WORKERS,
     };
     use shared::records::task::ReasonResolved;
     params.insert(
@@ -377,9 +377,8 @@ fn operating(res: &mut Map<String, Value>, params: &mut Map<String, Value>) {
             insights(HTTP_REQUESTS.name, "status", "SUM"),
             json!(["tcq/${AWS::StackName}", HTTP_DURATION.name, "service", "queue", { "stat": "p99", "label": "queue p99" }]),
         ], 0, 12),
-        widget("Publisher lag: stream iterator age (ms), event age (s)", vec![
+        widget("Publisher lag: the tables' streams' iterator age (ms)", vec![
             json!(["AWS/Lambda", "IteratorAge", "FunctionName", format!("${{{}}}", function_id("publisher")), { "stat": "Maximum" }]),
-            total(EVENT_AGE.name, "p99"),
         ], 12, 12),
         widget("Function concurrency (account)", vec![
             json!(["AWS/Lambda", "ConcurrentExecutions", { "stat": "Maximum" }]),

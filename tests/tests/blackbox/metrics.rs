@@ -8,10 +8,6 @@ use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-/// The claim timeout of the mix, in seconds: long enough for the kept claim's reclaims
-/// (every half second) to outlast a loaded machine's pauses.
-const CLAIM_SECS: u64 = 3;
-
 /// The server the test below starts as a process of its own, logging JSON to its stdout.
 #[test]
 #[ignore = "the server process of metrics::a_mix_of_calls_is_counted_and_logged"]
@@ -80,7 +76,7 @@ async fn a_mix_of_calls_is_counted_and_logged() {
         &dir.path().join("data"),
         &[
             ("TCQ_METRICS_PORT", metrics_port.to_string()),
-            ("TCQ_CLAIM_TIMEOUT", CLAIM_SECS.to_string()),
+            ("TCQ_CLAIM_TIMEOUT", claim_secs().to_string()),
             ("TCQ_CLAIM_WORK_TIMEOUT_MS", "500".into()),
             ("TCQ_REAPER_INTERVAL_MS", "100".into()),
             ("RUST_LOG", "info,lapin=off".into()),
@@ -89,7 +85,55 @@ async fn a_mix_of_calls_is_counted_and_logged() {
     )
     .await;
     let metrics_url = format!("http://127.0.0.1:{metrics_port}/metrics");
-    let q = queue_client(&server.root);
+    let mix = run_mix(&server.root).await;
+    let m = until_matched(&mix, || scrape(&metrics_url)).await;
+    let log = std::fs::read_to_string(&log_path).expect("log");
+    check(&mix, &m, &log);
+}
+
+/// The same mix against the deployed shape: the EMF lines its functions print (summed, the
+/// gauges' latest) hold the same figures, and their logs the same lines.
+#[tokio::test]
+async fn the_functions_print_the_mix_as_emf() {
+    if !in_shape() || claims_on_service() {
+        eprintln!("for the deployed shape with claim functions (the claim service prints no EMF)");
+        return;
+    }
+    let app = spawn_app_alone_with(|cfg| {
+        cfg.metrics_port = Some(0);
+        cfg.queue.claim_timeout_secs = claim_secs();
+        cfg.queue.claim_work_timeout_ms = 500;
+    })
+    .await;
+    let logs = app.function_logs().expect("the functions' output is kept");
+    let mix = run_mix(&app.root_url()).await;
+    let m = until_matched(&mix, || async { emf_series(&logs) }).await;
+    check(&mix, &m, &all_logs(&logs));
+}
+
+/// What the mix did, for the checks.
+struct Mix {
+    tq: String,
+    /// Resolved completed, failed, exception.
+    resolved: Vec<String>,
+    pending_since: Instant,
+    secrets: Vec<String>,
+    keep: tokio::task::JoinHandle<()>,
+    reclaimed: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+/// The claim timeout of the mix, in seconds: long enough for the kept claim's reclaims
+/// (every half second) to outlast a loaded machine's pauses, and longer in the deployed
+/// shape, where a call takes up to a second.
+fn claim_secs() -> u64 {
+    local_or_shape(3, 8)
+}
+
+/// Three workers (one quarantined), a claim left to expire, a completion, a failure, a
+/// worker's exception, a cancelation, a claim kept by its worker's reclaims, two runs left
+/// pending, a bad signature and a signed URL read.
+async fn run_mix(root: &str) -> Mix {
+    let q = queue_client(root);
     let tq = task_queue_id();
     let (prov, wt) = tq.split_once('/').expect("prov/wt");
     let mut secrets = vec![ROOT_ACCESS_TOKEN.to_string()];
@@ -170,7 +214,7 @@ async fn a_mix_of_calls_is_counted_and_logged() {
     // Each reclaim signs with the credentials the last one handed out.
     let reclaimed = std::sync::Arc::new(std::sync::Mutex::new(vec![]));
     let keep = {
-        let (kept, root, reclaimed) = (kept.clone(), server.root.clone(), reclaimed.clone());
+        let (kept, root, reclaimed) = (kept.clone(), root.to_string(), reclaimed.clone());
         tokio::spawn(async move {
             let mut creds = creds;
             loop {
@@ -196,7 +240,7 @@ async fn a_mix_of_calls_is_counted_and_logged() {
     let wrong = format!("wrong-{}", slugid());
     secrets.push(wrong.clone());
     let bad = taskcluster::Queue::new(builder(
-        &server.root,
+        root,
         Some(taskcluster::Credentials::new(ROOT_CLIENT_ID, &wrong)),
     ))
     .expect("client");
@@ -221,15 +265,33 @@ async fn a_mix_of_calls_is_counted_and_logged() {
         s["runs"][0]["reasonResolved"] == "claim-expired"
     })
     .await;
+    Mix {
+        tq,
+        resolved,
+        pending_since,
+        secrets,
+        keep,
+        reclaimed,
+    }
+}
+
+/// Reads the metrics until they hold what the mix implies (the reaper and the worker
+/// records settle shortly after); they are returned then.
+async fn until_matched<F, Fut>(mix: &Mix, mut read: F) -> Series
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Series>,
+{
+    let (prov, wt) = mix.tq.split_once('/').expect("prov/wt");
 
     let queue = |extra: &[(&'static str, &'static str)]| {
         let mut l = vec![("provisionerId", prov), ("workerType", wt)];
         l.extend_from_slice(extra);
         l
     };
-    let until = Instant::now() + Duration::from_secs(30);
-    let m = loop {
-        let m = scrape(&metrics_url).await;
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let m = read().await;
         let expected: Vec<Expect> = vec![
             ("queue_completed_tasks", queue(&[]), 1.0),
             (
@@ -301,19 +363,31 @@ async fn a_mix_of_calls_is_counted_and_logged() {
             })
             .collect();
         if wrong.is_empty() {
-            break m;
+            return m;
         }
         assert!(
             Instant::now() < until,
             "metrics never matched the mix: {wrong:#?}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// What the metrics and the log hold beyond the counts.
+fn check(mix: &Mix, m: &Series, log: &str) {
+    let (prov, wt) = mix.tq.split_once('/').expect("prov/wt");
+    let (tq, resolved) = (&mix.tq, &mix.resolved);
+    let queue = |extra: &[(&'static str, &'static str)]| {
+        let mut l: Vec<(&str, &str)> = vec![("provisionerId", prov), ("workerType", wt)];
+        l.extend_from_slice(extra);
+        l
     };
-    keep.abort();
-    secrets.extend(reclaimed.lock().expect("lock").iter().cloned());
+    let mut secrets = mix.secrets.clone();
+    mix.keep.abort();
+    secrets.extend(mix.reclaimed.lock().expect("lock").iter().cloned());
     let age = value(&m, "queue_oldest_pending_task_age_seconds", &queue(&[])).expect("age");
     assert!(
-        age > 0.0 && age <= pending_since.elapsed().as_secs_f64() + 1.0,
+        age > 0.0 && age <= mix.pending_since.elapsed().as_secs_f64() + 1.0,
         "oldest pending age {age}"
     );
     // Reclaims by the worker's temporary credentials count as that folded client.
@@ -335,7 +409,6 @@ async fn a_mix_of_calls_is_counted_and_logged() {
     assert_eq!(duration, Some(8.0));
 
     // One log line per call, with what identifies it, and no credential anywhere.
-    let log = std::fs::read_to_string(&log_path).expect("log");
     let calls: Vec<Value> = log
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
@@ -387,7 +460,7 @@ async fn a_mix_of_calls_is_counted_and_logged() {
 }
 
 async fn wait_status_at(q: &taskcluster::Queue, id: &str, pred: impl Fn(&Value) -> bool) {
-    let until = Instant::now() + Duration::from_secs(CLAIM_SECS * 5 + 10);
+    let until = Instant::now() + Duration::from_secs(claim_secs() * 5 + 10);
     loop {
         let s = q.status(id).await.expect("status")["status"].clone();
         if pred(&s) {
@@ -396,4 +469,76 @@ async fn wait_status_at(q: &taskcluster::Queue, id: &str, pred: impl Fn(&Value) 
         assert!(Instant::now() < until, "timed out on {id}: {s:#}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Every line the deployed shape's functions printed, all files together.
+fn all_logs(dir: &std::path::Path) -> String {
+    let mut out = String::new();
+    for entry in std::fs::read_dir(dir).expect("the log directory").flatten() {
+        out.push_str(&std::fs::read_to_string(entry.path()).unwrap_or_default());
+        out.push('\n');
+    }
+    out
+}
+
+/// The EMF lines of the functions' output as the series a scrape gives: counters summed
+/// over every line, a histogram's observations counted (`<name>_count`), a gauge's latest
+/// value; each with all its labels, as CloudWatch keeps them in the line.
+fn emf_series(dir: &std::path::Path) -> Series {
+    use shared::metrics::{Kind, METRICS};
+    let mut sums: HashMap<(String, Vec<(String, String)>), f64> = HashMap::new();
+    let mut latest: HashMap<(String, Vec<(String, String)>), (i64, f64)> = HashMap::new();
+    for line in all_logs(dir).lines() {
+        let Ok(doc) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        let Some(at) = doc["_aws"]["Timestamp"].as_i64() else {
+            continue;
+        };
+        for metric in METRICS {
+            let v = &doc[metric.name];
+            if v.is_null() {
+                continue;
+            }
+            let labels: Vec<(String, String)> = metric
+                .labels
+                .iter()
+                .map(|l| {
+                    (
+                        l.to_string(),
+                        doc[*l].as_str().unwrap_or_default().to_string(),
+                    )
+                })
+                .collect();
+            match metric.kind {
+                Kind::Counter => {
+                    *sums.entry((metric.name.into(), labels)).or_default() +=
+                        v.as_f64().expect("a number")
+                }
+                Kind::Histogram(_) => {
+                    let n = v.as_array().map_or(0, Vec::len) as f64;
+                    *sums
+                        .entry((format!("{}_count", metric.name), labels))
+                        .or_default() += n
+                }
+                Kind::Gauge => {
+                    let value = v.as_f64().expect("a number");
+                    let e = latest
+                        .entry((metric.name.into(), labels))
+                        .or_insert((at, value));
+                    if at >= e.0 {
+                        *e = (at, value);
+                    }
+                }
+            }
+        }
+    }
+    let mut out: Series = HashMap::new();
+    let latest = latest.into_iter().map(|(k, (_, v))| (k, v));
+    for ((name, labels), v) in sums.into_iter().chain(latest) {
+        out.entry(name)
+            .or_default()
+            .push((labels.into_iter().collect(), v));
+    }
+    out
 }
