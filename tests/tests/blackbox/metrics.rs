@@ -385,7 +385,7 @@ fn check(mix: &Mix, m: &Series, log: &str) {
     let mut secrets = mix.secrets.clone();
     mix.keep.abort();
     secrets.extend(mix.reclaimed.lock().expect("lock").iter().cloned());
-    let age = value(&m, "queue_oldest_pending_task_age_seconds", &queue(&[])).expect("age");
+    let age = value(m, "queue_oldest_pending_task_age_seconds", &queue(&[])).expect("age");
     assert!(
         age > 0.0 && age <= mix.pending_since.elapsed().as_secs_f64() + 1.0,
         "oldest pending age {age}"
@@ -393,7 +393,7 @@ fn check(mix: &Mix, m: &Series, log: &str) {
     // Reclaims by the worker's temporary credentials count as that folded client.
     assert!(
         value(
-            &m,
+            m,
             "auth_success_total",
             &[("clientId", "task-client/*"), ("scheme", "hawk")]
         )
@@ -402,7 +402,7 @@ fn check(mix: &Mix, m: &Series, log: &str) {
         m.get("auth_success_total")
     );
     let duration = value(
-        &m,
+        m,
         "http_request_duration_seconds_count",
         &[("name", "createTask"), ("status", "200")],
     );
@@ -471,6 +471,9 @@ async fn wait_status_at(q: &taskcluster::Queue, id: &str, pred: impl Fn(&Value) 
     }
 }
 
+/// A series: its metric's name and its labels.
+type SeriesKey = (String, Vec<(String, String)>);
+
 /// Every line the deployed shape's functions printed, all files together.
 fn all_logs(dir: &std::path::Path) -> String {
     let mut out = String::new();
@@ -486,8 +489,8 @@ fn all_logs(dir: &std::path::Path) -> String {
 /// value; each with all its labels, as CloudWatch keeps them in the line.
 fn emf_series(dir: &std::path::Path) -> Series {
     use shared::metrics::{Kind, METRICS};
-    let mut sums: HashMap<(String, Vec<(String, String)>), f64> = HashMap::new();
-    let mut latest: HashMap<(String, Vec<(String, String)>), (i64, f64)> = HashMap::new();
+    let mut sums: HashMap<SeriesKey, f64> = HashMap::new();
+    let mut latest: HashMap<SeriesKey, (i64, f64)> = HashMap::new();
     for line in all_logs(dir).lines() {
         let Ok(doc) = serde_json::from_str::<Value>(line) else {
             continue;
