@@ -289,6 +289,8 @@ const scenarios = {
     await waitText(page, '[data-testid=pending-count]', String(data.pending));
     await waitText(page, '[data-testid=claimed-count]', String(data.claimed));
     await page.waitForSelector('[data-testid=oldest-pending]');
+    // The figures the metrics give: one worker, running the claimed run.
+    await waitText(page, '[data-testid=workers-count]', `${data.workers} (0 idle, 0 quarantined)`);
     eq(await count(page, 'table[data-testid=pending] tbody tr'), data.pending, 'pending rows');
     eq(await count(page, 'table[data-testid=claimed] tbody tr'), data.claimed, 'claimed rows');
     const worker = page.locator(`tr[data-worker="${data.worker}"]`);

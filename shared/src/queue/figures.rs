@@ -4,8 +4,9 @@
 
 use super::core::{Queue, PARALLEL};
 use crate::error::ApiResult;
+use crate::ids::TaskQueueId;
 use crate::metrics::{self, queue_labels, Metrics};
-use crate::records::task::{index, RunState, TaskRecord, TASKS};
+use crate::records::task::{index, Priority, RunState, TaskRecord, TASKS};
 use crate::records::worker::{pk_workers, TaskQueueRecord, WorkerRecord, PK_TASK_QUEUES, TABLE};
 use crate::routing::Exchange;
 use crate::store::{IndexKey, SkRange};
@@ -31,6 +32,22 @@ pub struct QueueFigures {
 }
 
 impl QueueFigures {
+    /// As the API answers them (`taskQueueFigures`), at `now`.
+    pub fn to_json(&self, tq: &TaskQueueId, now: Ts) -> serde_json::Value {
+        serde_json::json!({
+            "taskQueueId": tq.as_str(),
+            "provisionerId": tq.provisioner_id(),
+            "workerType": tq.worker_type(),
+            "pendingTasks": self.pending,
+            "claimedTasks": self.claimed,
+            "oldestPending": self.oldest_pending,
+            "oldestPendingAgeSeconds": self.oldest_age_secs(now),
+            "workers": self.workers,
+            "quarantinedWorkers": self.quarantined,
+            "idleWorkers": self.idle(),
+        })
+    }
+
     /// The oldest pending run's age at `now`, in seconds (0 when none waits).
     pub fn oldest_age_secs(&self, now: Ts) -> f64 {
         self.oldest_pending
@@ -139,17 +156,68 @@ impl Queue {
             for (q, workers) in chunk.iter().zip(read) {
                 let f = out.entry(q.task_queue_id.clone()).or_default();
                 for w in workers.iter().filter_map(WorkerRecord::from_item) {
-                    if w.gone(now) {
-                        continue;
-                    }
-                    f.workers += 1;
-                    if w.quarantined(now) {
-                        f.quarantined += 1;
+                    if !w.gone(now) {
+                        f.workers += 1;
+                        f.quarantined += u64::from(w.quarantined(now));
                     }
                 }
             }
         }
         Ok(out)
+    }
+
+    /// One task queue's figures at `now`, read as [`Queue::figures`] reads them for all (its
+    /// index partitions and its workers), eventually consistent: the oldest pending run is
+    /// the oldest of each priority's first.
+    pub async fn queue_figures(&self, tq: &TaskQueueId, now: Ts) -> ApiResult<QueueFigures> {
+        let all = &SkRange::default();
+        let store = self.store.as_ref();
+        let count = |idx| async move {
+            Ok::<_, crate::error::ApiError>(store.count_index(TASKS, idx, tq.as_str(), all).await?)
+        };
+        let (pending, claimed, workers) = futures_util::future::try_join3(
+            count(index::PENDING),
+            count(index::CLAIMED),
+            self.all_in(&pk_workers(tq.as_str())),
+        )
+        .await?;
+        let firsts = Priority::ALL.map(|p| {
+            let range = SkRange {
+                prefix: Some(format!("{}:", p.rank())),
+                upto: None,
+            };
+            async move {
+                let page = store
+                    .query_index(TASKS, index::PENDING, tq.as_str(), &range, None, 1)
+                    .await?;
+                let first = page
+                    .items
+                    .first()
+                    .map(|i| serde_json::from_value::<TaskRecord>(i.data.clone()));
+                Ok::<_, crate::error::ApiError>(match first {
+                    Some(rec) => rec?.runs.last().map(|r| r.scheduled),
+                    None => None,
+                })
+            }
+        });
+        let oldest_pending = futures_util::future::try_join_all(firsts)
+            .await?
+            .into_iter()
+            .flatten()
+            .min();
+        let mut f = QueueFigures {
+            pending,
+            claimed,
+            oldest_pending,
+            ..QueueFigures::default()
+        };
+        for w in workers.iter().filter_map(WorkerRecord::from_item) {
+            if !w.gone(now) {
+                f.workers += 1;
+                f.quarantined += u64::from(w.quarantined(now));
+            }
+        }
+        Ok(f)
     }
 
     /// Every item of a partition of the workers' table, eventually consistent.

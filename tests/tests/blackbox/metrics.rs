@@ -87,6 +87,7 @@ async fn a_mix_of_calls_is_counted_and_logged() {
     let metrics_url = format!("http://127.0.0.1:{metrics_port}/metrics");
     let mix = run_mix(&server.root).await;
     let m = until_matched(&mix, || scrape(&metrics_url)).await;
+    check_figures(&server.root, &mix, &m).await;
     let log = std::fs::read_to_string(&log_path).expect("log");
     check(&mix, &m, &log);
 }
@@ -108,6 +109,7 @@ async fn the_functions_print_the_mix_as_emf() {
     let logs = app.function_logs().expect("the functions' output is kept");
     let mix = run_mix(&app.root_url()).await;
     let m = until_matched(&mix, || async { emf_series(&logs) }).await;
+    check_figures(&app.root_url(), &mix, &m).await;
     check(&mix, &m, &all_logs(&logs));
 }
 
@@ -376,6 +378,39 @@ where
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// The inspector's figures of the mix's queue (`taskQueueFigures`) are the gauges'.
+async fn check_figures(root: &str, mix: &Mix, m: &Series) {
+    let url = format!(
+        "{root}/api/queue/v1/task-queues/{}/figures",
+        mix.tq.replace('/', "%2F")
+    );
+    let r = reqwest::Client::new()
+        .get(&url)
+        .header("authorization", root_authorization("GET", &url))
+        .send()
+        .await
+        .expect("taskQueueFigures");
+    assert_eq!(r.status(), 200);
+    let f: Value = r.json().await.expect("JSON");
+    let (prov, wt) = mix.tq.split_once('/').expect("prov/wt");
+    let labels = [("provisionerId", prov), ("workerType", wt)];
+    for (field, metric) in [
+        ("pendingTasks", "queue_pending_tasks"),
+        ("claimedTasks", "queue_claimed_tasks"),
+        ("workers", "queue_workers_total"),
+        ("quarantinedWorkers", "queue_quarantined_workers"),
+        ("idleWorkers", "queue_idle_workers"),
+    ] {
+        assert_eq!(f[field].as_f64(), value(m, metric, &labels), "{field}: {f}");
+    }
+    let age = f["oldestPendingAgeSeconds"].as_f64().expect("age");
+    assert!(
+        age > 0.0 && age <= mix.pending_since.elapsed().as_secs_f64() + 1.0,
+        "{f}"
+    );
+    assert!(f["oldestPending"].as_str().is_some_and(is_js_date), "{f}");
 }
 
 /// What the metrics and the log hold beyond the counts.

@@ -604,6 +604,7 @@ async fn the_task_queue_and_start_pages_work_and_fit_a_phone() {
         "taskGroupId": group,
         "pending": 3,
         "claimed": 1,
+        "workers": 1,
         "worker": "wg/w1",
         "claimedTaskId": claimed,
         "rootClientId": ROOT_CLIENT_ID,

@@ -26,6 +26,23 @@ const SchedulerClient = Client.create({
   })),
 });
 
+/** The queue's own read of a task queue's figures (not upstream's, so not in the library). */
+const FiguresClient = Client.create({
+  serviceName: 'queue',
+  serviceVersion: 'v1',
+  entries: [
+    {
+      type: 'function',
+      name: 'taskQueueFigures',
+      method: 'get',
+      route: '/task-queues/<taskQueueId>/figures',
+      args: ['taskQueueId'],
+      query: [],
+      output: true,
+    },
+  ],
+});
+
 /**
  * The auth service's one method the inspector calls (the library's whole Auth reference would
  * add 28 kB for it).
@@ -52,6 +69,7 @@ export function saveCredentials(c: Credentials | null) {
 
 export interface Clients {
   queue: Queue;
+  figures: InstanceType<typeof FiguresClient>;
   auth: InstanceType<typeof AuthClient>;
   scheduler: InstanceType<typeof SchedulerClient>;
   credentials: Credentials | null;
@@ -63,6 +81,7 @@ export function clients(credentials: Credentials | null): Clients {
   const options = { rootUrl, credentials, retries: 0 };
   return {
     queue: new Queue(options),
+    figures: new FiguresClient(options),
     auth: new AuthClient(options),
     scheduler: new SchedulerClient(options),
     credentials,

@@ -1,5 +1,6 @@
-// A task queue: pending and claimed counts, the oldest pending run's age, the pending and
-// claimed runs, and the workers seen on it (recent tasks, quarantine). And one worker.
+// A task queue: its figures (pending and claimed runs, the oldest pending run's age, workers:
+// what the queue's metrics give), the pending and claimed runs, and the workers seen on it
+// (recent tasks, quarantine). And one worker.
 import { useEffect, useState } from 'preact/hooks';
 import { useSession } from '../lib/session';
 import { apiError, type ApiError } from '../lib/api';
@@ -25,6 +26,15 @@ interface Claimed {
   workerGroup: string;
   workerId: string;
   claimed: string;
+}
+/** `taskQueueFigures`: the figures the queue's metrics give for this queue. */
+interface Figures {
+  pendingTasks: number;
+  claimedTasks: number;
+  oldestPending: string | null;
+  workers: number;
+  quarantinedWorkers: number;
+  idleWorkers: number;
 }
 interface WorkerItem {
   workerGroup: string;
@@ -79,12 +89,12 @@ function Listed<T>(props: {
 }
 
 export function TaskQueue({ taskQueueId }: { taskQueueId: string }) {
-  const { queue, credentials } = useSession();
+  const { queue, figures, credentials } = useSession();
   const [provisionerId, workerType] = taskQueueId.split('/');
   const polled = usePoll(
     async () => {
       const [counts, pending, claimed, info, workers] = await Promise.all([
-        part<{ pendingTasks: number; claimedTasks: number }>(queue.taskQueueCounts(taskQueueId)),
+        part<Figures>(figures.taskQueueFigures(taskQueueId)),
         part<{ tasks: Pending[] }>(queue.listPendingTasks(taskQueueId, { limit: LIST })),
         part<{ tasks: Claimed[] }>(queue.listClaimedTasks(taskQueueId, { limit: LIST })),
         part<{ lastDateActive?: string; expires?: string; stability?: string; description?: string }>(queue.getTaskQueue(taskQueueId)),
@@ -116,11 +126,21 @@ export function TaskQueue({ taskQueueId }: { taskQueueId: string }) {
               ['Claimed', 'ok' in d.counts ? <span data-testid="claimed-count">{count(d.counts.ok.claimedTasks)}</span> : 'not readable'],
               [
                 'Oldest pending',
-                'ok' in d.pending
-                  ? d.pending.ok.tasks[0]
-                    ? <span data-testid="oldest-pending">{duration(d.pending.ok.tasks[0].inserted, null, now)} old</span>
+                'ok' in d.counts
+                  ? d.counts.ok.oldestPending
+                    ? <span data-testid="oldest-pending">{duration(d.counts.ok.oldestPending, null, now)} old</span>
                     : 'none pending'
                   : 'not readable',
+              ],
+              [
+                'Workers',
+                'ok' in d.counts ? (
+                  <span data-testid="workers-count">
+                    {count(d.counts.ok.workers)} ({count(d.counts.ok.idleWorkers)} idle, {count(d.counts.ok.quarantinedWorkers)} quarantined)
+                  </span>
+                ) : (
+                  'not readable'
+                ),
               ],
               ['Last active', 'ok' in d.info ? <Time iso={d.info.ok.lastDateActive} /> : undefined],
               ['Expires', 'ok' in d.info ? <Time iso={d.info.ok.expires} /> : undefined],

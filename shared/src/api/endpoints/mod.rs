@@ -50,6 +50,10 @@ pub(crate) const WRITE_ARTIFACTS: &[Need] = &[
 
 /// Reads worker metadata (task queues and workers, in the task-groups table).
 pub(crate) const READ_WORKERS: &[Need] = &[Need::Table(TASK_GROUPS, Access::Read)];
+pub(crate) const READ_TASKS_AND_WORKERS: &[Need] = &[
+    Need::Table(TASKS, Access::Read),
+    Need::Table(TASK_GROUPS, Access::Read),
+];
 /// Changes worker metadata.
 pub(crate) const WRITE_WORKERS: &[Need] = &[Need::Table(TASK_GROUPS, Access::Write)];
 

@@ -1,6 +1,6 @@
 //! Task queues: what waits and what runs in each.
 
-use super::READ_TASKS;
+use super::{READ_TASKS, READ_TASKS_AND_WORKERS};
 use crate::api::declare::{Call, Endpoint, Reply, Verb, PAGED};
 use crate::api::Api;
 use crate::error::ApiResult;
@@ -33,6 +33,20 @@ pub static ENDPOINTS: &[Endpoint] = &[
     ]))
     .output("task-queue-counts-response")
     .needs(READ_TASKS),
+    Endpoint::new(
+        "taskQueueFigures",
+        Verb::Get,
+        "/task-queues/<*taskQueueId>/figures",
+        handler!(figures),
+    )
+    .title("A task queue's pending and claimed runs, its oldest pending run and its workers (not upstream's)")
+    .scopes(Template::AllOf(&[
+        Template::Scope("queue:pending-count:<taskQueueId>"),
+        Template::Scope("queue:claimed-count:<taskQueueId>"),
+        Template::Scope("queue:list-workers:<taskQueueId>"),
+    ]))
+    .output("task-queue-figures-response")
+    .needs(READ_TASKS_AND_WORKERS),
     Endpoint::new(
         "listPendingTasks",
         Verb::Get,
@@ -67,6 +81,14 @@ async fn pending_tasks(api: &Api, call: &mut Call) -> ApiResult<Reply> {
         "taskQueueId": tq.as_str(),
         "pendingTasks": n,
     }))
+}
+
+/// The figures the metrics give per task queue (`queueMetrics`), for one queue.
+async fn figures(api: &Api, call: &mut Call) -> ApiResult<Reply> {
+    let tq = call.task_queue_id()?;
+    call.authorize(&Params::new().one("taskQueueId", tq.as_str()))?;
+    let f = api.queue.queue_figures(&tq, call.now).await?;
+    Reply::ok(f.to_json(&tq, call.now))
 }
 
 async fn counts(api: &Api, call: &mut Call) -> ApiResult<Reply> {
