@@ -51,7 +51,7 @@ const QUEUE_LABELS: &[&str] = &["provisionerId", "workerType"];
 const REASON_LABELS: &[&str] = &["provisionerId", "workerType", "reasonResolved"];
 /// Upstream's request-duration buckets, in seconds.
 const HTTP_BUCKETS: &[f64] = &[0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0];
-/// Buckets for a pending run's wait for its claim, in seconds.
+/// Buckets for a wait (a pending run's for its claim, a change's for its stream), in seconds.
 const WAIT_BUCKETS: &[f64] = &[0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0];
 
 /// The total over every series.
@@ -153,6 +153,15 @@ pub static PICKUP: Metric = Metric {
     unit: "Seconds",
     dimensions: TOTAL_ONLY,
 };
+/// How far behind their tables' streams the stream-triggered jobs are (ours; deployed only).
+pub static STREAM_LAG: Metric = Metric {
+    name: "queue_stream_lag_seconds",
+    kind: Kind::Histogram(WAIT_BUCKETS),
+    help: "Time from a table change to the end of the stream batch that handled it, by job (the publisher's: an event's age once the broker confirmed it), in seconds",
+    labels: &["job"],
+    unit: "Seconds",
+    dimensions: &[&["job"]],
+};
 /// Pending runs per task queue (upstream's gauge).
 pub static PENDING: Metric = gauge(
     "queue_pending_tasks",
@@ -213,6 +222,7 @@ pub static METRICS: &[&Metric] = &[
     &FAILED,
     &EXCEPTION,
     &PICKUP,
+    &STREAM_LAG,
     &PENDING,
     &CLAIMED,
     &OLDEST_PENDING,

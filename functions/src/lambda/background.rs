@@ -11,6 +11,7 @@ use serde_dynamo::AttributeValue;
 use shared::api::Api;
 use shared::events::amqp::AmqpSink;
 use shared::jobs::{self, Job, JobError, Publisher};
+use shared::metrics;
 use shared::store::dynamodb::{DynamoStore, ImageData};
 use shared::time::Ts;
 use std::sync::Arc;
@@ -83,6 +84,20 @@ fn stream_batch_reply(
         }
     }
     Ok(reply)
+}
+
+/// Each record's age once its batch was handled at `now` ([`metrics::STREAM_LAG`]); a record
+/// without its creation time (never from DynamoDB) is left out.
+fn observe_lag(queue: &shared::queue::Queue, job: &Job, records: &[EventRecord], now: Ts) {
+    for r in records {
+        let at = r.change.approximate_creation_date_time.timestamp_millis();
+        if at > 0 {
+            let secs = (now.millis() - at).max(0) as f64 / 1000.0;
+            queue
+                .metrics
+                .observe(&metrics::STREAM_LAG, &[job.name], secs);
+        }
+    }
 }
 
 /// [`jobs::BUDGET_SHARE`] of what is left of an invocation (its deadline, from the runtime).
@@ -191,6 +206,9 @@ async fn run_job(
                 .map_err(|e| format!("not a DynamoDB stream event: {e}"))?;
             let records = &event.records;
             let result = (streams.run)(&ctx, stream_images(records), Ts::now()).await;
+            if result.is_ok() {
+                observe_lag(queue, job, records, Ts::now());
+            }
             let reply = stream_batch_reply(records, result, streams.only_copy)?;
             return Ok(serde_json::to_value(reply)?);
         }

@@ -213,9 +213,10 @@ fn metrics_namespace() -> Value {
 /// What an operator watches (issue 38): the metrics' parameters, the alarms that page on the
 /// oldest pending run, expired claims and exceptions, and one dashboard.
 fn operating(res: &mut Map<String, Value>, params: &mut Map<String, Value>) {
+    use shared::jobs::declare::PUBLISHER;
     use shared::metrics::{
         CLAIMED, COMPLETED, EXCEPTION, FAILED, HTTP_DURATION, HTTP_REQUESTS, OLDEST_PENDING,
-        PENDING, PICKUP, WORKERS,
+        PENDING, PICKUP, STREAM_LAG, WORKERS,
     };
     use shared::records::task::ReasonResolved;
     params.insert(
@@ -377,8 +378,9 @@ fn operating(res: &mut Map<String, Value>, params: &mut Map<String, Value>) {
             insights(HTTP_REQUESTS.name, "status", "SUM"),
             json!(["tcq/${AWS::StackName}", HTTP_DURATION.name, "service", "queue", { "stat": "p99", "label": "queue p99" }]),
         ], 0, 12),
-        widget("Publisher lag: the tables' streams' iterator age (ms)", vec![
-            json!(["AWS/Lambda", "IteratorAge", "FunctionName", format!("${{{}}}", function_id("publisher")), { "stat": "Maximum" }]),
+        widget("Publisher lag: events' age when confirmed (s); the stream's iterator age (ms)", vec![
+            json!(["tcq/${AWS::StackName}", STREAM_LAG.name, "job", PUBLISHER.name, { "stat": "p99", "label": "event age p99" }]),
+            json!(["AWS/Lambda", "IteratorAge", "FunctionName", format!("${{{}}}", function_id(PUBLISHER.name)), { "stat": "Maximum", "yAxis": "right" }]),
         ], 12, 12),
         widget("Function concurrency (account)", vec![
             json!(["AWS/Lambda", "ConcurrentExecutions", { "stat": "Maximum" }]),

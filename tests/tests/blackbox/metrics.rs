@@ -110,6 +110,17 @@ async fn the_functions_print_the_mix_as_emf() {
     let mix = run_mix(&app.root_url()).await;
     let m = until_matched(&mix, || async { emf_series(&logs) }).await;
     check_figures(&app.root_url(), &mix, &m).await;
+    // The publisher says how old the events were when the broker confirmed them.
+    let lag = value(
+        &m,
+        "queue_stream_lag_seconds_count",
+        &[("job", "publisher")],
+    );
+    assert!(
+        lag.is_some_and(|n| n >= 1.0),
+        "{:?}",
+        m.get("queue_stream_lag_seconds_count")
+    );
     check(&mix, &m, &all_logs(&logs));
 }
 
