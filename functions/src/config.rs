@@ -184,8 +184,16 @@ pub struct ServerConfig {
     pub port: u16,
     /// Serve Prometheus metrics at `/metrics` on this port, bound to the API's address
     /// (0 picks a free one); off when unset.
-    #[arg(long, env = env::METRICS_PORT)]
+    #[arg(long, env = env::METRICS_PORT, conflicts_with = "metrics_emf_secs")]
     pub metrics_port: Option<u16>,
+    /// Print what was counted as CloudWatch EMF lines on stdout every this many seconds (the
+    /// claim service of `ClaimMode=service`, whose log driver sends stdout to CloudWatch);
+    /// off when unset.
+    #[arg(long, env = env::METRICS_EMF_SECS)]
+    pub metrics_emf_secs: Option<u64>,
+    /// The CloudWatch namespace of those lines.
+    #[arg(long, env = env::METRICS_NAMESPACE, default_value = "tcq")]
+    pub metrics_namespace: String,
     /// Directory for the database and the queue's credentials.
     #[arg(long, env = env::DATA_DIR, default_value = ".data")]
     pub data_dir: PathBuf,

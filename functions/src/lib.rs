@@ -24,3 +24,19 @@ pub fn init_tracing(json: bool) {
         builder.try_init()
     };
 }
+
+/// Prints what `metrics` counted since the last call as CloudWatch EMF lines on stdout, where
+/// a function's (or a container's) log goes and CloudWatch reads them as metrics: no API call.
+/// A function calls it before each answer (a frozen or recycled instance holds nothing back).
+pub fn print_emf(metrics: &shared::metrics::Metrics, namespace: &str) {
+    use std::io::Write;
+    let lines = metrics.drain_emf(namespace, shared::time::Ts::now().millis());
+    if lines.is_empty() {
+        return;
+    }
+    let mut out = std::io::stdout().lock();
+    for line in lines {
+        let _ = writeln!(out, "{line}");
+    }
+    let _ = out.flush();
+}

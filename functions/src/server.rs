@@ -203,6 +203,11 @@ pub async fn start(cfg: ServerConfig, sink: Arc<dyn EventSink>) -> Result<Runnin
         cfg.queue.anonymous_scopes(),
     );
     let hints = Arc::new(LocalHints::default());
+    // Printed as EMF, the counts are drained; served to Prometheus, they add up.
+    let metrics = match cfg.metrics_emf_secs {
+        Some(_) => shared::metrics::Metrics::draining(true),
+        None => shared::metrics::Metrics::new(),
+    };
     let queue = Arc::new(
         Queue::new(
             store,
@@ -210,7 +215,8 @@ pub async fn start(cfg: ServerConfig, sink: Arc<dyn EventSink>) -> Result<Runnin
             issuer,
             cfg.queue.queue_config(),
         )
-        .with_observer(hints.clone()),
+        .with_observer(hints.clone())
+        .with_metrics(Arc::new(metrics)),
     );
     // Bound before the API is built: local blob URLs need the address.
     let listener = tokio::net::TcpListener::bind((cfg.bind.as_str(), cfg.port)).await?;
@@ -258,6 +264,15 @@ pub async fn start(cfg: ServerConfig, sink: Arc<dyn EventSink>) -> Result<Runnin
         }
         None => None,
     };
+    if let Some(secs) = cfg.metrics_emf_secs {
+        let every = Duration::from_secs(secs.max(1));
+        tasks.push(tokio::spawn(emf_loop(
+            queue.clone(),
+            cfg.metrics_namespace.clone(),
+            every,
+            stopped.clone(),
+        )));
+    }
     // Worker metadata claims made due goes out whether or not this process runs the jobs.
     tasks.push(tokio::spawn(seen_loop(
         queue.clone(),
@@ -615,6 +630,25 @@ async fn serve(State(served): State<Served>, req: Request<Body>) -> Response<Bod
         request_id,
     };
     to_http(api.handle(Serves::All, req).await)
+}
+
+/// Prints what this process counted as EMF lines every `every`, and once more when it stops.
+async fn emf_loop(
+    queue: Arc<Queue>,
+    namespace: String,
+    every: Duration,
+    mut stopped: watch::Receiver<bool>,
+) {
+    loop {
+        let stop = tokio::select! {
+            _ = tokio::time::sleep(every) => false,
+            _ = stopped.wait_for(|s| *s) => true,
+        };
+        crate::print_emf(&queue.metrics, &namespace);
+        if stop {
+            return;
+        }
+    }
 }
 
 /// `GET /metrics`: what this process counted, and the gauges per task queue read from the

@@ -166,7 +166,7 @@ pub async fn serve_job(cfg: LambdaConfig, job: &'static Job) -> Result<(), Error
                 let out = run_job(&api, job, publisher, grace, event).await;
                 // Frozen once it answers: wake-ups for waiting claimWork calls leave first.
                 api.queue.signal.flush(super::WAKEUP_FLUSH).await;
-                super::emit_metrics(&api.queue, &namespace);
+                crate::print_emf(&api.queue.metrics, &namespace);
                 out
             }
         },

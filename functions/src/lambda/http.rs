@@ -18,7 +18,7 @@ pub async fn serve(cfg: LambdaConfig, serves: Serves) -> Result<(), Error> {
         let (api, namespace) = (api.clone(), namespace.clone());
         async move {
             let resp = handle(&api, serves, req).await;
-            super::emit_metrics(&api.queue, &namespace);
+            crate::print_emf(&api.queue.metrics, &namespace);
             Ok::<_, Error>(resp)
         }
     }))

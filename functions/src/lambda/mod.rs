@@ -207,24 +207,6 @@ pub async fn api(cfg: &LambdaConfig) -> Result<Api, Error> {
     Ok(assemble::api(queue, auth, blobs, &cfg.queue))
 }
 
-/// Prints what an invocation counted as CloudWatch EMF lines (stdout goes to the function's
-/// log group, where CloudWatch reads them as metrics: no API call), before its answer: a
-/// frozen or recycled instance holds nothing back.
-pub(crate) fn emit_metrics(queue: &Queue, namespace: &str) {
-    use std::io::Write;
-    let lines = queue
-        .metrics
-        .drain_emf(namespace, shared::time::Ts::now().millis());
-    if lines.is_empty() {
-        return;
-    }
-    let mut out = std::io::stdout().lock();
-    for line in lines {
-        let _ = writeln!(out, "{line}");
-    }
-    let _ = out.flush();
-}
-
 /// Runs the function this process is until the Lambda runtime stops it.
 pub async fn run(cfg: LambdaConfig) -> Result<(), Error> {
     crate::init_tracing(cfg.queue.log_json);

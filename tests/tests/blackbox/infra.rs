@@ -1346,8 +1346,7 @@ fn claim_service_env() -> Vec<(String, Value)> {
         ![
             functions::env::QUEUE_ACCESS_TOKEN_SECRET,
             functions::env::ROOT_ACCESS_TOKEN_SECRET,
-            // The server prints no EMF (its metrics are served on a port of their own).
-            functions::env::METRICS_NAMESPACE,
+            // The server records no gauges (the functions' job does).
             functions::env::METRICS_PER_QUEUE,
         ]
         .contains(v)
@@ -1370,6 +1369,8 @@ fn claim_service_env() -> Vec<(String, Value)> {
         (functions::env::JOBS, json!("false")),
         (functions::env::BEHIND_GATEWAY, json!("true")),
         (functions::env::BIND, json!("0.0.0.0")),
+        // Its counts go to CloudWatch as the functions' do, through its log group.
+        (functions::env::METRICS_EMF_SECS, json!("60")),
         (functions::env::PORT, json!(SERVICE_PORT.to_string())),
         ("AWS_REGION", r("AWS::Region")),
         ("RUST_LOG", json!("info")),

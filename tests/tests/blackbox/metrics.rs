@@ -124,6 +124,63 @@ async fn the_functions_print_the_mix_as_emf() {
     check(&mix, &m, &all_logs(&logs));
 }
 
+/// A server that serves no metrics port but prints EMF every second (the claim service of
+/// `ClaimMode=service`, whose log group CloudWatch reads): its lines add up to its calls.
+#[tokio::test]
+async fn a_server_printing_emf_counts_each_call_once() {
+    if not_in_shape("runs a local server process") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let logs = dir.path().join("logs");
+    std::fs::create_dir_all(&logs).expect("log dir");
+    let server = ChildServer::start_logging(
+        "metrics::child_server",
+        &dir.path().join("data"),
+        &[
+            ("TCQ_METRICS_EMF_SECS", "1".into()),
+            ("TCQ_CLAIM_WORK_TIMEOUT_MS", "500".into()),
+        ],
+        &logs.join("server.log"),
+    )
+    .await;
+    let q = queue_client(&server.root);
+    let tq = task_queue_id();
+    for _ in 0..3 {
+        q.createTask(&slugid(), &task_def(&tq))
+            .await
+            .expect("createTask");
+    }
+    let r = q
+        .claimWork(&tq, &worker("g", "w", 2))
+        .await
+        .expect("claimWork");
+    assert_eq!(r["tasks"].as_array().map(Vec::len), Some(2));
+    let (prov, wt) = tq.split_once('/').expect("prov/wt");
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let m = emf_series(&logs);
+        let created = value(
+            &m,
+            "http_requests_total",
+            &[("name", "createTask"), ("status", "200")],
+        );
+        let pickups = value(
+            &m,
+            "queue_claim_pickup_seconds_count",
+            &[("provisionerId", prov), ("workerType", wt)],
+        );
+        if created == Some(3.0) && pickups == Some(2.0) {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "EMF lines never added up: {created:?} {pickups:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// What the mix did, for the checks.
 struct Mix {
     tq: String,
