@@ -179,6 +179,15 @@ async fn a_server_printing_emf_counts_each_call_once() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // Two more periods print nothing counted twice.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let m = emf_series(&logs);
+    let created = value(
+        &m,
+        "http_requests_total",
+        &[("name", "createTask"), ("status", "200")],
+    );
+    assert_eq!(created, Some(3.0));
 }
 
 /// What the mix did, for the checks.
