@@ -81,6 +81,8 @@ pub struct Running {
     pub root: IssuerCredentials,
     /// Where the metrics are served, if they are ([`ServerConfig::metrics_port`]).
     pub metrics_addr: Option<SocketAddr>,
+    /// The namespace of the EMF lines it prints, if it does ([`ServerConfig::metrics_emf_secs`]).
+    emf_namespace: Option<String>,
     stop: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -91,11 +93,15 @@ impl Running {
         format!("http://{}", self.addr)
     }
 
-    /// Stops serving and the background loops.
+    /// Stops serving and the background loops; with EMF output, what the last calls counted
+    /// is printed once they are all done.
     pub async fn stop(self) {
         let _ = self.stop.send(true);
         for t in self.tasks {
             let _ = t.await;
+        }
+        if let Some(namespace) = &self.emf_namespace {
+            crate::print_emf(&self.api.queue.metrics, namespace);
         }
     }
 }
@@ -252,7 +258,7 @@ pub async fn start(cfg: ServerConfig, sink: Arc<dyn EventSink>) -> Result<Runnin
             let addr = listener.local_addr()?;
             let app = axum::Router::new()
                 .route("/metrics", axum::routing::get(serve_metrics))
-                .with_state(queue.clone());
+                .with_state((queue.clone(), cfg.jobs));
             let mut stop_rx = stopped.clone();
             tasks.push(tokio::spawn(async move {
                 let shutdown = async move {
@@ -296,6 +302,7 @@ pub async fn start(cfg: ServerConfig, sink: Arc<dyn EventSink>) -> Result<Runnin
         api,
         root,
         metrics_addr,
+        emf_namespace: cfg.metrics_emf_secs.map(|_| cfg.metrics_namespace.clone()),
         stop,
         tasks,
     })
@@ -632,7 +639,8 @@ async fn serve(State(served): State<Served>, req: Request<Body>) -> Response<Bod
     to_http(api.handle(Serves::All, req).await)
 }
 
-/// Prints what this process counted as EMF lines every `every`, and once more when it stops.
+/// Prints what this process counted as EMF lines every `every` (and [`Running::stop`] once
+/// more, after the last call).
 async fn emf_loop(
     queue: Arc<Queue>,
     namespace: String,
@@ -640,23 +648,27 @@ async fn emf_loop(
     mut stopped: watch::Receiver<bool>,
 ) {
     loop {
-        let stop = tokio::select! {
-            _ = tokio::time::sleep(every) => false,
-            _ = stopped.wait_for(|s| *s) => true,
-        };
-        crate::print_emf(&queue.metrics, &namespace);
-        if stop {
-            return;
+        tokio::select! {
+            _ = tokio::time::sleep(every) => crate::print_emf(&queue.metrics, &namespace),
+            _ = stopped.wait_for(|s| *s) => return,
         }
     }
 }
 
 /// `GET /metrics`: what this process counted, and the gauges per task queue read from the
-/// store now, as Prometheus text.
-async fn serve_metrics(State(queue): State<Arc<Queue>>) -> Response<Body> {
+/// store now, as Prometheus text. A process that runs no jobs serves no gauges: they are the
+/// store's, and the process that runs the jobs serves them (summed across instances, they
+/// would count twice).
+async fn serve_metrics(State((queue, jobs)): State<(Arc<Queue>, bool)>) -> Response<Body> {
     let now = Ts::now();
-    match shared::queue::figures::record_gauges(&queue, now).await {
-        Ok(_) => Response::builder()
+    let gauges = match jobs {
+        true => shared::queue::figures::record_gauges(&queue, now)
+            .await
+            .map(|_| ()),
+        false => Ok(()),
+    };
+    match gauges {
+        Ok(()) => Response::builder()
             .header("content-type", "text/plain; version=0.0.4; charset=utf-8")
             .body(Body::from(queue.metrics.prometheus()))
             .unwrap_or_default(),

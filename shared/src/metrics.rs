@@ -25,6 +25,15 @@ pub enum Kind {
     Histogram(&'static [f64]),
 }
 
+/// How a gauge's series add up to its total (its `[]` dimension set).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Rollup {
+    /// The sum of the series (runs, workers).
+    Sum,
+    /// The largest series (an age).
+    Max,
+}
+
 /// One metric, declared once.
 #[derive(Debug)]
 pub struct Metric {
@@ -44,6 +53,8 @@ pub struct Metric {
     /// and durations per function. Every label still goes into the EMF line, for Logs
     /// Insights.
     pub dimensions: &'static [&'static [&'static str]],
+    /// A gauge's total over its series (counters and histograms add up in CloudWatch).
+    pub rollup: Rollup,
 }
 
 const HTTP_LABELS: &[&str] = &["method", "name", "status", "service"];
@@ -74,6 +85,7 @@ const fn counter(
         labels,
         unit: "Count",
         dimensions,
+        rollup: Rollup::Sum,
     }
 }
 
@@ -82,6 +94,7 @@ const fn gauge(
     help: &'static str,
     unit: &'static str,
     dimensions: &'static [&'static [&'static str]],
+    rollup: Rollup,
 ) -> Metric {
     Metric {
         name,
@@ -90,6 +103,7 @@ const fn gauge(
         labels: QUEUE_LABELS,
         unit,
         dimensions,
+        rollup,
     }
 }
 
@@ -108,6 +122,7 @@ pub static HTTP_DURATION: Metric = Metric {
     labels: HTTP_LABELS,
     unit: "Seconds",
     dimensions: &[&["service"]],
+    rollup: Rollup::Sum,
 };
 /// Signed requests that authenticated (upstream's auth service's).
 pub static AUTH_SUCCESS: Metric = counter(
@@ -152,6 +167,7 @@ pub static PICKUP: Metric = Metric {
     labels: QUEUE_LABELS,
     unit: "Seconds",
     dimensions: TOTAL_ONLY,
+    rollup: Rollup::Sum,
 };
 /// How far behind their tables' streams the stream-triggered jobs are (ours; deployed only).
 pub static STREAM_LAG: Metric = Metric {
@@ -161,6 +177,7 @@ pub static STREAM_LAG: Metric = Metric {
     labels: &["job"],
     unit: "Seconds",
     dimensions: &[&["job"]],
+    rollup: Rollup::Sum,
 };
 /// Pending runs per task queue (upstream's gauge).
 pub static PENDING: Metric = gauge(
@@ -168,6 +185,7 @@ pub static PENDING: Metric = gauge(
     "Runs pending in the task queue",
     "Count",
     PER_QUEUE,
+    Rollup::Sum,
 );
 /// Claimed runs per task queue (upstream's gauge).
 pub static CLAIMED: Metric = gauge(
@@ -175,6 +193,7 @@ pub static CLAIMED: Metric = gauge(
     "Runs claimed from the task queue",
     "Count",
     PER_QUEUE,
+    Rollup::Sum,
 );
 /// The oldest pending run's age per task queue (ours).
 pub static OLDEST_PENDING: Metric = gauge(
@@ -182,6 +201,7 @@ pub static OLDEST_PENDING: Metric = gauge(
     "Age of the task queue's oldest pending run, in seconds (0 when none waits)",
     "Seconds",
     PER_QUEUE,
+    Rollup::Max,
 );
 /// Workers seen and not expired (upstream's gauge).
 pub static WORKERS: Metric = gauge(
@@ -189,6 +209,7 @@ pub static WORKERS: Metric = gauge(
     "Workers of the task queue seen recently enough not to have expired",
     "Count",
     PER_QUEUE,
+    Rollup::Sum,
 );
 /// Workers running a task (upstream's gauge: one per claimed run).
 pub static RUNNING_WORKERS: Metric = gauge(
@@ -196,6 +217,7 @@ pub static RUNNING_WORKERS: Metric = gauge(
     "Workers of the task queue running a task (one per claimed run)",
     "Count",
     TOTAL_ONLY,
+    Rollup::Sum,
 );
 /// Workers neither running nor quarantined (upstream's gauge).
 pub static IDLE_WORKERS: Metric = gauge(
@@ -203,6 +225,7 @@ pub static IDLE_WORKERS: Metric = gauge(
     "Workers of the task queue neither running a task nor quarantined",
     "Count",
     TOTAL_ONLY,
+    Rollup::Sum,
 );
 /// Quarantined workers (upstream's gauge).
 pub static QUARANTINED_WORKERS: Metric = gauge(
@@ -210,6 +233,7 @@ pub static QUARANTINED_WORKERS: Metric = gauge(
     "Workers of the task queue in quarantine",
     "Count",
     TOTAL_ONLY,
+    Rollup::Sum,
 );
 
 /// Every metric, in the order they are rendered.
@@ -320,10 +344,25 @@ impl Metrics {
     }
 
     /// Sets every series of a gauge at once: series not in `values` are dropped (a task queue
-    /// that emptied and expired leaves no stale figure behind).
+    /// that emptied and expired leaves no stale figure behind). Drained as EMF, its total
+    /// ([`Metric::rollup`]) is kept too, as the series without labels: CloudWatch can not
+    /// add up gauges, whose lines may come twice in a period or not at all.
     pub fn set_gauge(&self, metric: &'static Metric, values: Vec<(Vec<String>, f64)>) {
+        let total = values.iter().map(|(_, v)| *v);
+        let total = match metric.rollup {
+            Rollup::Sum => total.sum(),
+            Rollup::Max => total.fold(0.0, f64::max),
+        };
+        let keep_total = self.keeps_observations && metric.dimensions.contains(&TOTAL);
         self.with(|m| {
             m.retain(|(name, _), _| *name != metric.name);
+            if keep_total {
+                let s = Series {
+                    value: total,
+                    ..Series::default()
+                };
+                m.insert((metric.name, vec![]), (metric, s));
+            }
             for (labels, value) in values {
                 let s = Series {
                     value,
@@ -418,8 +457,13 @@ impl Metrics {
                     .collect(),
                 _ => vec![serde_json::json!(s.value)],
             };
+            // A gauge's total has no labels (see [`Metrics::set_gauge`]).
+            let labels = match values.is_empty() {
+                true => TOTAL,
+                false => metric.labels,
+            };
             groups
-                .entry((metric.labels, values))
+                .entry((labels, values))
                 .or_default()
                 .push((metric, parts));
         }
@@ -440,11 +484,14 @@ impl Metrics {
                 // One directive per distinct set of dimension sets.
                 let mut directives: Vec<(Vec<&[&str]>, Vec<serde_json::Value>)> = vec![];
                 for (m, _) in &line {
+                    // A gauge's series declare its per-queue set, its total line the total.
+                    let gauge = m.kind == Kind::Gauge;
                     let sets: Vec<&[&str]> = m
                         .dimensions
                         .iter()
                         .copied()
                         .filter(|d| self.per_queue || *d != QUEUE_LABELS)
+                        .filter(|d| !gauge || (*d == TOTAL) == labels.is_empty())
                         .collect();
                     if sets.is_empty() {
                         continue;
@@ -622,35 +669,44 @@ mod tests {
     }
 
     #[test]
-    fn per_queue_dimensions_are_deployed_only_when_asked() {
-        for (per_queue, sets) in [
-            (
-                true,
-                serde_json::json!([["provisionerId", "workerType"], []]),
-            ),
-            (false, serde_json::json!([[]])),
-        ] {
+    fn gauges_print_their_queues_and_their_total_on_lines_of_their_own() {
+        for per_queue in [true, false] {
             let m = Metrics::draining(per_queue);
-            m.set_gauge(&PENDING, vec![(vec!["p".into(), "w".into()], 3.0)]);
-            m.set_gauge(&IDLE_WORKERS, vec![(vec!["p".into(), "w".into()], 1.0)]);
-            let lines = m.drain_emf("tcq", 0);
-            assert_eq!(lines.len(), 1);
-            let doc: serde_json::Value = serde_json::from_str(&lines[0]).expect("JSON");
-            assert_eq!(doc["queue_pending_tasks"], 3.0);
-            assert_eq!(doc["queue_idle_workers"], 1.0);
-            let directives = doc["_aws"]["CloudWatchMetrics"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            let pending = directives
+            let l = |p: &str| vec![p.to_string(), "w".to_string()];
+            m.set_gauge(&PENDING, vec![(l("a"), 3.0), (l("b"), 4.0)]);
+            m.set_gauge(&OLDEST_PENDING, vec![(l("a"), 30.0), (l("b"), 5.0)]);
+            let docs: Vec<serde_json::Value> = m
+                .drain_emf("tcq", 0)
                 .iter()
-                .find(|d| {
-                    d["Metrics"]
-                        .as_array()
-                        .is_some_and(|ms| ms.iter().any(|m| m["Name"] == "queue_pending_tasks"))
-                })
-                .expect("pending declared");
-            assert_eq!(pending["Dimensions"], sets);
+                .map(|l| serde_json::from_str(l).expect("JSON"))
+                .collect();
+            assert_eq!(docs.len(), 3, "{docs:#?}");
+            let total = docs
+                .iter()
+                .find(|d| d.get("provisionerId").is_none())
+                .expect("the totals line");
+            assert_eq!(total["queue_pending_tasks"], 7.0, "summed");
+            assert_eq!(
+                total["queue_oldest_pending_task_age_seconds"], 30.0,
+                "the largest"
+            );
+            let cw = &total["_aws"]["CloudWatchMetrics"];
+            assert_eq!(cw[0]["Dimensions"], serde_json::json!([[]]));
+            assert_eq!(cw[0]["Metrics"].as_array().map(Vec::len), Some(2));
+            let a = docs
+                .iter()
+                .find(|d| d["provisionerId"] == "a")
+                .expect("queue a");
+            assert_eq!(a["queue_pending_tasks"], 3.0);
+            let declared = &a["_aws"]["CloudWatchMetrics"];
+            match per_queue {
+                true => assert_eq!(
+                    declared[0]["Dimensions"],
+                    serde_json::json!([["provisionerId", "workerType"]])
+                ),
+                // The figures stay in the line, for Logs Insights, but make no metric.
+                false => assert_eq!(declared, &serde_json::json!([])),
+            }
         }
     }
 

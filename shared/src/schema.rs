@@ -85,7 +85,9 @@ pub fn check(name: &str, value: &Value) -> Result<(), Vec<String>> {
             } else {
                 path
             };
-            format!("{at}: {e}")
+            // The failing keyword, never the value: an answer may hold credentials, and the
+            // message is logged.
+            format!("{at} fails {}", e.schema_path)
         })
         .take(20)
         .collect();

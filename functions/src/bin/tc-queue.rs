@@ -19,16 +19,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         std::process::exit(if healthy { 0 } else { 1 });
     }
     init_tracing(cfg.queue.log_json);
+    // A token given by configuration is known to whoever gave it, and stdout may be a log
+    // (the claim service's goes to CloudWatch): it is not printed.
+    let given = cfg.root_access_token.is_some();
     let running = start(cfg, Arc::new(LogSink)).await?;
     // The root credentials go to stdout (never to the log) so that a local user can
     // paste them; they are also in <data dir>/root-credentials.json (owner-only).
     println!("Queue listening. To use it with the root client:");
     println!("export TASKCLUSTER_ROOT_URL={}", running.root_url());
     println!("export TASKCLUSTER_CLIENT_ID={}", running.root.client_id);
-    println!(
-        "export TASKCLUSTER_ACCESS_TOKEN={}",
-        running.root.access_token
-    );
+    if given {
+        println!("# TASKCLUSTER_ACCESS_TOKEN: the configured TCQ_ROOT_ACCESS_TOKEN");
+    } else {
+        println!(
+            "export TASKCLUSTER_ACCESS_TOKEN={}",
+            running.root.access_token
+        );
+    }
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}

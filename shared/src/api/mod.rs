@@ -167,7 +167,14 @@ impl Api {
         let (resp, error) = self.answer(serves, &req, &mut seen).await;
         let elapsed = started.elapsed();
         let status = resp.status.to_string();
-        let labels = [req.method.as_str(), seen.method, &status, seen.service];
+        // Any other method a client sends would make a series of its own.
+        let method = match req.method {
+            Method::GET | Method::PUT | Method::POST | Method::DELETE | Method::OPTIONS => {
+                req.method.as_str()
+            }
+            _ => "other",
+        };
+        let labels = [method, seen.method, &status, seen.service];
         let m = &self.queue.metrics;
         m.add(&metrics::HTTP_REQUESTS, &labels, 1.0);
         m.observe(&metrics::HTTP_DURATION, &labels, elapsed.as_secs_f64());
@@ -362,7 +369,8 @@ impl Default for Seen {
     fn default() -> Self {
         Seen {
             method: "unknown",
-            service: "",
+            // A CloudWatch dimension's value is never empty.
+            service: "none",
             route: "",
             params: json!({}),
             body_parsed: false,

@@ -325,9 +325,13 @@ async fn proxy(
         }
     }
     // The integration's parameter mapping (`$context.domainName`: the domain the client
-    // called, without its port).
-    for (name, _) in &route.set_headers {
-        req = req.header(name.as_str(), domain.as_str());
+    // called, without its port; `$context.requestId`: the gateway's id for the request).
+    for (name, var) in &route.set_headers {
+        let value = match var.as_str() {
+            "$context.requestId" => crate::slugid(),
+            _ => domain.clone(),
+        };
+        req = req.header(name.as_str(), value);
     }
     // The gateway's own `Forwarded` element, without the host: what the claim service needs
     // comes from the mapping above.

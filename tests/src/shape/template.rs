@@ -445,12 +445,12 @@ impl Template {
                 .ok_or_else(|| err(format!("{integration}: no ECS service in {registry}")))?;
             let mut set_headers = vec![];
             for (k, v) in ip["RequestParameters"].as_object().into_iter().flatten() {
-                let (Some(name), Some("$context.domainName")) =
+                let (Some(name), Some(var @ ("$context.domainName" | "$context.requestId"))) =
                     (k.strip_prefix("overwrite:header."), v.as_str())
                 else {
                     return Err(err(format!("{integration}: {k}: {v} is not emulated")));
                 };
-                set_headers.push((name.to_string(), "$context.domainName".to_string()));
+                set_headers.push((name.to_string(), var.to_string()));
             }
             out.push(Route {
                 method: method.to_string(),

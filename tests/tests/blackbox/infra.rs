@@ -1589,10 +1589,13 @@ fn claim_service(res: &mut Map<String, Value>, specs: &[Spec]) {
             "PayloadFormatVersion": "1.0",
             "TimeoutInMillis": 30_000,
             // The host the client signed, set by the gateway over anything the client sent
-            // (`Host` is the backend's once proxied).
+            // (`Host` is the backend's once proxied), and the gateway's id for the request
+            // (for the service's log lines; never the client's).
             "RequestParameters": {
                 format!("overwrite:header.{}", shared::api::caller::GATEWAY_HOST_HEADER):
-                    "$context.domainName"
+                    "$context.domainName",
+                format!("overwrite:header.{}", shared::api::caller::GATEWAY_REQUEST_ID_HEADER):
+                    "$context.requestId"
             }
         }),
     );
