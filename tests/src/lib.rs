@@ -187,6 +187,9 @@ async fn spawn_shape(
     // metrics gets its functions' output in a directory of its own.
     if cfg.metrics_port.is_some() {
         sc.log_dir = Some(dir.path().join("functions"));
+        // The request log lines too, beside the warnings the shape's functions keep.
+        sc.env
+            .insert("RUST_LOG".into(), "warn,tcq::api=info".into());
     }
     // A test that names its broker binds the exchanges its configuration names, as with the
     // local server; the others get exchanges of their own, so recordings never mix.
