@@ -67,8 +67,23 @@ pub fn names() -> Vec<&'static str> {
     SCHEMA_FILES.iter().map(|(n, _)| *n).collect()
 }
 
-/// Validates `value` against schema `name`; returns one line per violation, naming the field.
+/// Validates `value` against schema `name`; returns one line per violation, naming the field
+/// and quoting the value (for a caller's own input).
 pub fn check(name: &str, value: &Value) -> Result<(), Vec<String>> {
+    check_with(name, value, |at, e| format!("{at}: {e}"))
+}
+
+/// [`check`] naming the failing keyword but never the value: for what the queue itself
+/// produced (an answer may hold credentials, and the error is logged).
+pub fn check_quietly(name: &str, value: &Value) -> Result<(), Vec<String>> {
+    check_with(name, value, |at, e| format!("{at} fails {}", e.schema_path))
+}
+
+fn check_with(
+    name: &str,
+    value: &Value,
+    line: impl Fn(&str, &jsonschema::ValidationError<'_>) -> String,
+) -> Result<(), Vec<String>> {
     let Some(v) = validator(name) else {
         return Err(vec![format!("no schema named {name}")]);
     };
@@ -85,9 +100,7 @@ pub fn check(name: &str, value: &Value) -> Result<(), Vec<String>> {
             } else {
                 path
             };
-            // The failing keyword, never the value: an answer may hold credentials, and the
-            // message is logged.
-            format!("{at} fails {}", e.schema_path)
+            line(&at, &e)
         })
         .take(20)
         .collect();

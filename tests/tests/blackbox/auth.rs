@@ -597,6 +597,8 @@ enum Ep {
     Exception(String),
     Pending(String),
     Counts(String),
+    /// Ours (no official client has it): signed raw.
+    Figures(String),
     ListPending(String),
     ListClaimed(String),
     ListDependents(String),
@@ -658,6 +660,13 @@ async fn call(app: &TestServer, creds: &Credentials, ep: &Ep) -> Option<u16> {
         }
         Ep::Pending(tq) => q.pendingTasks(tq).await,
         Ep::Counts(tq) => q.taskQueueCounts(tq).await,
+        Ep::Figures(tq) => {
+            let url = app.url(&format!("/task-queues/{}/figures", tq.replace('/', "%2F")));
+            let authz =
+                hawk_authorization(&creds.client_id, &creds.access_token, "GET", &url, None);
+            let (code, _) = raw_url_with(&url, "GET", None, None, Some(&authz)).await;
+            return (code != 200).then_some(code);
+        }
         Ep::ListPending(tq) => q.listPendingTasks(tq, None, None).await,
         Ep::ListClaimed(tq) => q.listClaimedTasks(tq, None, None).await,
         Ep::ListDependents(id) => q.listDependentTasks(id, None, None).await,
@@ -820,6 +829,15 @@ async fn every_queue_endpoint_requires_exactly_its_scopes() {
         vec![
             format!("queue:pending-count:{tq}"),
             format!("queue:claimed-count:{tq}"),
+        ],
+    ));
+    cases.push((
+        "taskQueueFigures",
+        Ep::Figures(tq.clone()),
+        vec![
+            format!("queue:pending-count:{tq}"),
+            format!("queue:claimed-count:{tq}"),
+            format!("queue:list-workers:{tq}"),
         ],
     ));
     cases.push((
