@@ -258,7 +258,10 @@ pub async fn start(cfg: ServerConfig, sink: Arc<dyn EventSink>) -> Result<Runnin
             let addr = listener.local_addr()?;
             let app = axum::Router::new()
                 .route("/metrics", axum::routing::get(serve_metrics))
-                .with_state((queue.clone(), cfg.jobs));
+                .with_state(Arc::new(Scraped {
+                    metrics: queue.metrics.clone(),
+                    jobs: scrape_jobs(&cfg, &queue, blobs.port()),
+                }));
             let mut stop_rx = stopped.clone();
             tasks.push(tokio::spawn(async move {
                 let shutdown = async move {
@@ -388,18 +391,26 @@ struct JobLoop {
 }
 
 impl JobLoop {
-    /// Runs the job every `every`, and at once when `woken`, until `stop`.
-    async fn every(self, every: Duration, woken: Arc<Notify>, mut stop: watch::Receiver<bool>) {
-        let ctx = Context {
+    fn context(&self) -> Context<'_> {
+        Context {
             queue: &self.queue,
             blobs: self.blobs.as_ref(),
             artifact_grace_ms: self.grace_ms,
             publisher: None,
             scheduler: None,
-        };
+        }
+    }
+
+    /// Runs the job once.
+    async fn once(&self) -> Result<usize, jobs::JobError> {
+        self.job.run(&self.context(), pass_budget()).await
+    }
+
+    /// Runs the job every `every`, and at once when `woken`, until `stop`.
+    async fn every(self, every: Duration, woken: Arc<Notify>, mut stop: watch::Receiver<bool>) {
         loop {
             let notified = woken.notified();
-            report(self.job.name, self.job.run(&ctx, pass_budget()).await);
+            report(self.job.name, self.once().await);
             tokio::select! {
                 _ = notified => {}
                 _ = tokio::time::sleep(every) => {}
@@ -655,22 +666,42 @@ async fn emf_loop(
     }
 }
 
-/// `GET /metrics`: what this process counted, and the gauges per task queue read from the
-/// store now, as Prometheus text. A process that runs no jobs serves no gauges: they are the
-/// store's, and the process that runs the jobs serves them (summed across instances, they
+/// What `/metrics` serves: this process's counts, after the jobs declared to run on each
+/// scrape ([`Local::Scrape`]: the gauges per task queue).
+struct Scraped {
+    metrics: Arc<shared::metrics::Metrics>,
+    jobs: Vec<JobLoop>,
+}
+
+/// The jobs a scrape runs: none in a process that runs no jobs, as the gauges are the
+/// store's and the process that runs the jobs serves them (summed across instances, they
 /// would count twice).
-async fn serve_metrics(State((queue, jobs)): State<(Arc<Queue>, bool)>) -> Response<Body> {
-    let now = Ts::now();
-    let gauges = match jobs {
-        true => shared::queue::figures::record_gauges(&queue, now)
-            .await
-            .map(|_| ()),
-        false => Ok(()),
-    };
-    match gauges {
-        Ok(()) => Response::builder()
+fn scrape_jobs(cfg: &ServerConfig, queue: &Arc<Queue>, blobs: Arc<dyn BlobStore>) -> Vec<JobLoop> {
+    JOBS.iter()
+        .filter(|j| cfg.jobs && j.local == Local::Scrape)
+        .map(|job| JobLoop {
+            job,
+            queue: queue.clone(),
+            blobs: blobs.clone(),
+            grace_ms: cfg.queue.artifact_expiry_grace_ms,
+        })
+        .collect()
+}
+
+/// `GET /metrics`: what this process counted, and what the scrape's jobs read from the store
+/// now, as Prometheus text.
+async fn serve_metrics(State(scraped): State<Arc<Scraped>>) -> Response<Body> {
+    let mut read = Ok(0);
+    for job in &scraped.jobs {
+        read = job.once().await;
+        if read.is_err() {
+            break;
+        }
+    }
+    match read {
+        Ok(_) => Response::builder()
             .header("content-type", "text/plain; version=0.0.4; charset=utf-8")
-            .body(Body::from(queue.metrics.prometheus()))
+            .body(Body::from(scraped.metrics.prometheus()))
             .unwrap_or_default(),
         Err(e) => {
             tracing::error!(error = %e, "metrics: the figures could not be read");

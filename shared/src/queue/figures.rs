@@ -54,6 +54,16 @@ impl QueueFigures {
             .map_or(0.0, |t| (now.millis() - t.millis()).max(0) as f64 / 1000.0)
     }
 
+    /// Adds the workers among `items` (a task queue's worker records) that live at `now`.
+    fn count_workers(&mut self, items: &[crate::store::Item], now: Ts) {
+        for w in items.iter().filter_map(WorkerRecord::from_item) {
+            if !w.gone(now) {
+                self.workers += 1;
+                self.quarantined += u64::from(w.quarantined(now));
+            }
+        }
+    }
+
     /// Workers neither running a task nor quarantined, as upstream derives them (one worker
     /// per claimed run).
     pub fn idle(&self) -> u64 {
@@ -102,45 +112,24 @@ impl Queue {
     /// seen on (their records, then each one's workers). Eventually consistent.
     pub async fn figures(&self, now: Ts) -> ApiResult<BTreeMap<String, QueueFigures>> {
         let mut out: BTreeMap<String, QueueFigures> = BTreeMap::new();
-        let mut after: Option<IndexKey> = None;
-        loop {
-            let page = self
-                .store
-                .scan_index_keys(TASKS, index::PENDING, after.as_ref(), SCAN_PAGE)
-                .await?;
-            for key in &page.keys {
-                let f = out.entry(key.ipk.clone()).or_default();
-                f.pending += 1;
-                // `<priority rank>:<time key>:<taskId>:<runId>`.
-                let since = key
-                    .isk
-                    .split(':')
-                    .nth(1)
-                    .and_then(|t| t.parse::<i64>().ok())
-                    .map(Ts);
-                if let Some(t) = since {
-                    f.oldest_pending = Some(f.oldest_pending.map_or(t, |o| o.min(t)));
-                }
+        self.each_key(index::PENDING, |key| {
+            let f = out.entry(key.ipk.clone()).or_default();
+            f.pending += 1;
+            // `<priority rank>:<time key>:<taskId>:<runId>`.
+            let since = key
+                .isk
+                .split(':')
+                .nth(1)
+                .and_then(|t| t.parse::<i64>().ok());
+            if let Some(t) = since.map(Ts) {
+                f.oldest_pending = Some(f.oldest_pending.map_or(t, |o| o.min(t)));
             }
-            match page.next {
-                Some(k) => after = Some(k),
-                None => break,
-            }
-        }
-        let mut after: Option<IndexKey> = None;
-        loop {
-            let page = self
-                .store
-                .scan_index_keys(TASKS, index::CLAIMED, after.as_ref(), SCAN_PAGE)
-                .await?;
-            for key in &page.keys {
-                out.entry(key.ipk.clone()).or_default().claimed += 1;
-            }
-            match page.next {
-                Some(k) => after = Some(k),
-                None => break,
-            }
-        }
+        })
+        .await?;
+        self.each_key(index::CLAIMED, |key| {
+            out.entry(key.ipk.clone()).or_default().claimed += 1
+        })
+        .await?;
         let queues = self.all_in(PK_TASK_QUEUES).await?;
         let live: Vec<TaskQueueRecord> = queues
             .iter()
@@ -154,13 +143,9 @@ impl Queue {
             });
             let read = futures_util::future::try_join_all(read).await?;
             for (q, workers) in chunk.iter().zip(read) {
-                let f = out.entry(q.task_queue_id.clone()).or_default();
-                for w in workers.iter().filter_map(WorkerRecord::from_item) {
-                    if !w.gone(now) {
-                        f.workers += 1;
-                        f.quarantined += u64::from(w.quarantined(now));
-                    }
-                }
+                out.entry(q.task_queue_id.clone())
+                    .or_default()
+                    .count_workers(&workers, now);
             }
         }
         Ok(out)
@@ -211,13 +196,24 @@ impl Queue {
             oldest_pending,
             ..QueueFigures::default()
         };
-        for w in workers.iter().filter_map(WorkerRecord::from_item) {
-            if !w.gone(now) {
-                f.workers += 1;
-                f.quarantined += u64::from(w.quarantined(now));
+        f.count_workers(&workers, now);
+        Ok(f)
+    }
+
+    /// Calls `f` with every entry of a `tasks` index, all partitions, a page at a time.
+    async fn each_key(&self, idx: &'static str, mut f: impl FnMut(&IndexKey)) -> ApiResult<()> {
+        let mut after: Option<IndexKey> = None;
+        loop {
+            let page = self
+                .store
+                .scan_index_keys(TASKS, idx, after.as_ref(), SCAN_PAGE)
+                .await?;
+            page.keys.iter().for_each(&mut f);
+            match page.next {
+                Some(k) => after = Some(k),
+                None => return Ok(()),
             }
         }
-        Ok(f)
     }
 
     /// Every item of a partition of the workers' table, eventually consistent.
