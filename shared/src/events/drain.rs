@@ -362,6 +362,7 @@ mod tests {
 
     fn record(id: &str, sweep: bool) -> TaskRecord {
         TaskRecord {
+            unknown: Default::default(),
             task_id: id.to_string(),
             task_queue_id: "prov/wt".into(),
             scheduler_id: "-".into(),
@@ -535,6 +536,7 @@ mod tests {
         let store = SqliteStore::open(&dir.path().join("db")).unwrap();
         let gid = crate::ids::new_slugid();
         let mut g = GraphRecord {
+            unknown: Default::default(),
             task_graph_id: gid.clone(),
             scheduler_id: "s".into(),
             state: state::RUNNING.into(),

@@ -288,6 +288,7 @@ impl Queue {
     /// and expiry.
     fn object_upload(art: &Artifact, now: Ts) -> ObjectRecord {
         ObjectRecord {
+            unknown: Default::default(),
             name: art.object_name(),
             project_id: art.details["projectId"].as_str().unwrap_or_default().into(),
             upload_id: art.details["uploadId"].as_str().unwrap_or_default().into(),

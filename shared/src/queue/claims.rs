@@ -59,8 +59,17 @@ impl Claim {
 }
 
 impl Queue {
-    async fn finish_claim(&self, rec: TaskRecord, run_id: u32, now: Ts) -> ApiResult<Claim> {
-        let task = self.definition_for(&rec).await?;
+    /// A claim's answer. The definition is read beside the claim's write rather than after
+    /// it: definitions never change, and a store round trip less is most of a pickup's time
+    /// once the wake-up arrived. A claim that fails wastes that one read.
+    fn finish_claim(
+        &self,
+        rec: TaskRecord,
+        run_id: u32,
+        def: Option<Value>,
+        now: Ts,
+    ) -> ApiResult<Claim> {
+        let task = Self::shown_definition(&rec, def)?;
         let run = rec.runs.get(run_id as usize).cloned().ok_or_else(|| {
             ApiError::internal(format!(
                 "claimed run {run_id} of task {} is missing",
@@ -98,12 +107,14 @@ impl Queue {
             )));
         }
         let taken_until = now.plus(self.cfg.claim_timeout_ms);
-        let (rec, _) = self
-            .mutate(task_id.as_str(), |r| {
+        let (claimed, def) = tokio::join!(
+            self.mutate(task_id.as_str(), |r| {
                 r.claim(run_id, worker_group, worker_id, now, taken_until)
-            })
-            .await?;
-        let claim = self.finish_claim(rec, run_id, now).await?;
+            }),
+            self.load_def(task_id.as_str())
+        );
+        let (rec, _) = claimed?;
+        let claim = self.finish_claim(rec, run_id, def?, now)?;
         let worker = Some((worker_group, worker_id));
         self.record_seen(tq, worker, &[claim.task_run()], Some(read), now, true)
             .await;
@@ -113,12 +124,14 @@ impl Queue {
     /// reclaimTask: extends the claim; returns the record and fresh credentials.
     pub async fn reclaim_task(&self, task_id: &TaskId, run_id: u32, now: Ts) -> ApiResult<Claim> {
         let taken_until = now.plus(self.cfg.claim_timeout_ms);
-        let (rec, ()) = self
-            .mutate_settled(task_id.as_str(), now, |r| {
+        let (reclaimed, def) = tokio::join!(
+            self.mutate_settled(task_id.as_str(), now, |r| {
                 r.reclaim(run_id, now, taken_until)
-            })
-            .await?;
-        let claim = self.finish_claim(rec, run_id, now).await?;
+            }),
+            self.load_def(task_id.as_str())
+        );
+        let (rec, ()) = reclaimed?;
+        let claim = self.finish_claim(rec, run_id, def?, now)?;
         let (tq, run) = (&claim.record.task_queue_id, &claim.run);
         let worker = run.worker_group.as_deref().zip(run.worker_id.as_deref());
         self.record_seen(tq, worker, &[], None, now, false).await;
@@ -171,8 +184,9 @@ impl Queue {
                 continue; // the deadline reaper resolves it
             }
             let run_id = run.run_id;
-            match self
-                .claim_candidate(
+            let task_id = rec.task_id.clone();
+            let (claimed, def) = tokio::join!(
+                self.claim_candidate(
                     rec,
                     item.version,
                     run_id,
@@ -180,10 +194,11 @@ impl Queue {
                     worker_id,
                     now,
                     taken_until,
-                )
-                .await?
-            {
-                Some(rec) => claims.push(self.finish_claim(rec, run_id, now).await?),
+                ),
+                self.load_def(&task_id)
+            );
+            match claimed? {
+                Some(rec) => claims.push(self.finish_claim(rec, run_id, def?, now)?),
                 None if !spread => {
                     lost += 1;
                     spread = true;

@@ -370,11 +370,10 @@ impl Queue {
         }
     }
 
-    /// The definition as a claim or a listing shows it: with the current priority.
-    pub(crate) async fn definition_for(&self, rec: &TaskRecord) -> ApiResult<Value> {
-        let mut def = self
-            .load_def(&rec.task_id)
-            .await?
+    /// The definition as a claim shows it (`def` as [`Queue::load_def`] found it): with the
+    /// current priority.
+    pub(crate) fn shown_definition(rec: &TaskRecord, def: Option<Value>) -> ApiResult<Value> {
+        let mut def = def
             .ok_or_else(|| ApiError::internal(format!("task {} has no definition", rec.task_id)))?;
         def["priority"] = json!(rec.priority.as_str());
         Ok(def)

@@ -130,6 +130,7 @@ impl Queue {
             .and_then(Ts::parse)
             .ok_or_else(|| ApiError::input("expires must be a date-time"))?;
         let upload = ObjectRecord {
+            unknown: Default::default(),
             name: name.to_string(),
             project_id: body["projectId"].as_str().unwrap_or_default().to_string(),
             upload_id: body["uploadId"].as_str().unwrap_or_default().to_string(),

@@ -196,6 +196,7 @@ impl Queue {
         let retries = def["retries"].as_u64().unwrap_or(5) as u32;
         let strings = |k: &str| -> Vec<String> { crate::json::string_list(&def[k]) };
         let mut rec = TaskRecord {
+            unknown: Default::default(),
             task_id: task_id.to_string(),
             task_queue_id: s("taskQueueId"),
             scheduler_id: s("schedulerId"),

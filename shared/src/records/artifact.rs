@@ -68,6 +68,9 @@ pub struct Artifact {
     /// False for an object artifact until finishArtifact: not listed, not downloadable.
     #[serde(default = "yes")]
     pub present: bool,
+    /// Attributes this build does not know, kept through rewrites ([`super::Unknown`]).
+    #[serde(flatten)]
+    pub unknown: super::Unknown,
 }
 
 fn yes() -> bool {
@@ -194,6 +197,7 @@ pub fn from_request(task_id: &str, run_id: u32, name: &str, body: &Value) -> Api
         other => return Err(ApiError::input(format!("unknown storageType {other:?}"))),
     };
     Ok(Artifact {
+        unknown: Default::default(),
         task_id: task_id.to_string(),
         run_id,
         name: name.to_string(),
@@ -249,6 +253,7 @@ mod tests {
 
     fn art(kind: &str, ct: &str, expires: i64, details: Value) -> Artifact {
         Artifact {
+            unknown: Default::default(),
             task_id: "t".into(),
             run_id: 0,
             name: "n".into(),

@@ -85,6 +85,9 @@ pub struct GraphRecord {
     /// stream's publisher to the same event.
     #[serde(default = "super::outbox::sweep_by_default")]
     pub sweep: bool,
+    /// Attributes this build does not know, kept through rewrites ([`super::Unknown`]).
+    #[serde(flatten)]
+    pub unknown: super::Unknown,
 }
 
 impl GraphRecord {
@@ -101,6 +104,7 @@ impl GraphRecord {
     /// Queues the scheduler event `exchange` (its short name) about this graph as it now is.
     pub fn emit(&mut self, exchange: Exchange) {
         self.outbox.push(OutboxEvent {
+            unknown: Default::default(),
             id: crate::ids::new_slugid(),
             exchange: exchange.name().to_string(),
             routing_key: crate::routing::task_graph_routing_key(
@@ -193,6 +197,9 @@ pub struct TaskNode {
     /// Digest of the submitted entry (label, requires, reruns, task), to tell a repeated
     /// extension from a conflicting label.
     pub digest: String,
+    /// Attributes this build does not know, kept through rewrites ([`super::Unknown`]).
+    #[serde(flatten)]
+    pub unknown: super::Unknown,
 }
 
 impl TaskNode {
@@ -242,6 +249,7 @@ mod tests {
 
     fn graph(salt: &str) -> GraphRecord {
         GraphRecord {
+            unknown: Default::default(),
             task_graph_id: "g".into(),
             scheduler_id: "s".into(),
             state: state::RUNNING.into(),

@@ -64,12 +64,16 @@ pub struct GroupRecord {
     /// When it was sealed: no task may join it since.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sealed: Option<Ts>,
+    /// Attributes this build does not know, kept through rewrites ([`super::Unknown`]).
+    #[serde(flatten)]
+    pub unknown: super::Unknown,
 }
 
 impl GroupRecord {
     /// A new, unsealed group.
     pub fn new(task_group_id: &str, scheduler_id: &str, expires: Ts) -> Self {
         GroupRecord {
+            unknown: Default::default(),
             task_group_id: task_group_id.to_string(),
             scheduler_id: scheduler_id.to_string(),
             expires,

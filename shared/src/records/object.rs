@@ -55,6 +55,9 @@ pub struct ObjectRecord {
     pub finished: bool,
     /// `algorithm → hash` (lowercase hex); sha256 and sha512 are the bytes' own once finished.
     pub hashes: BTreeMap<String, String>,
+    /// Attributes this build does not know, kept through rewrites ([`super::Unknown`]).
+    #[serde(flatten)]
+    pub unknown: super::Unknown,
 }
 
 impl ObjectRecord {
@@ -165,6 +168,7 @@ mod tests {
     #[test]
     fn an_unfinished_upload_is_due_at_the_earlier_of_its_two_expiries() {
         let mut o = ObjectRecord {
+            unknown: Default::default(),
             name: "n".into(),
             project_id: "p".into(),
             upload_id: "u".into(),

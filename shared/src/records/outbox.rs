@@ -24,6 +24,9 @@ pub struct OutboxEvent {
     /// [`crate::records::task::TaskRecord::sweep`]).
     #[serde(skip)]
     pub fresh: bool,
+    /// Attributes this build does not know, kept through rewrites ([`super::Unknown`]).
+    #[serde(flatten)]
+    pub unknown: super::Unknown,
 }
 
 /// A record that keeps the events of its own changes in an outbox inside its item, so that

@@ -332,11 +332,15 @@ pub struct Run {
     /// When it was resolved.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub resolved: Option<Ts>,
+    /// Attributes this build does not know, kept through rewrites ([`super::Unknown`]).
+    #[serde(flatten)]
+    pub unknown: super::Unknown,
 }
 
 impl Run {
     pub(crate) fn new(run_id: u32, state: RunState, reason: ReasonCreated, now: Ts) -> Run {
         Run {
+            unknown: Default::default(),
             run_id,
             state,
             reason_created: reason,
@@ -408,6 +412,9 @@ pub struct TaskRecord {
     /// finish sets this (the publisher with the events it holds), and it stays set.
     #[serde(default = "super::outbox::sweep_by_default")]
     pub sweep: bool,
+    /// Attributes this build does not know, kept through rewrites ([`super::Unknown`]).
+    #[serde(flatten)]
+    pub unknown: super::Unknown,
 }
 
 /// What a claim hands to the worker.
@@ -458,8 +465,24 @@ impl TaskRecord {
             "expires": self.expires,
             "retriesLeft": self.retries_left,
             "state": self.state(),
-            "runs": self.runs,
+            "runs": self.public_runs(),
         })
+    }
+
+    /// The runs as the status structure shows them: without attributes this build does not
+    /// know (a newer build's, kept only to be written back).
+    fn public_runs(&self) -> Value {
+        let mut runs = json!(self.runs);
+        if let Some(list) = runs.as_array_mut() {
+            for (v, run) in list.iter_mut().zip(&self.runs) {
+                if let Some(o) = v.as_object_mut() {
+                    for k in run.unknown.keys() {
+                        o.remove(k);
+                    }
+                }
+            }
+        }
+        runs
     }
 
     /// The item's data: the record, whose outbox, where the stream delivers the events, holds

@@ -58,6 +58,7 @@ impl TaskRecord {
         body.insert("version".into(), json!(1));
         body.extend(payload);
         self.outbox.push(OutboxEvent {
+            unknown: Default::default(),
             id: new_slugid(),
             exchange: exchange.name().to_string(),
             routing_key,
@@ -104,6 +105,7 @@ impl TaskRecord {
         }
         payload.extend(extra);
         let event = OutboxEvent {
+            unknown: Default::default(),
             id: new_slugid(),
             exchange: exchange.name().to_string(),
             routing_key,
@@ -451,6 +453,7 @@ mod tests {
 
     fn record(retries: u32) -> TaskRecord {
         TaskRecord {
+            unknown: Default::default(),
             task_id: "T".into(),
             task_queue_id: "prov/wt".into(),
             scheduler_id: "-".into(),

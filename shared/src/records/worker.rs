@@ -72,6 +72,9 @@ pub struct TaskQueueRecord {
     pub expires: Ts,
     /// When it was last recorded as seen.
     pub last_date_active: Ts,
+    /// Attributes this build does not know, kept through rewrites ([`super::Unknown`]).
+    #[serde(flatten)]
+    pub unknown: super::Unknown,
 }
 
 impl TaskQueueRecord {
@@ -108,6 +111,7 @@ impl TaskQueueRecord {
                 r
             }
             None => TaskQueueRecord {
+                unknown: Default::default(),
                 task_queue_id: task_queue_id.to_string(),
                 expires,
                 last_date_active: now,
@@ -172,6 +176,9 @@ pub struct WorkerRecord {
     /// The last [`RECENT_TASKS`] runs it claimed, oldest first.
     #[serde(default)]
     pub recent_tasks: Vec<TaskRun>,
+    /// Attributes this build does not know, kept through rewrites ([`super::Unknown`]).
+    #[serde(flatten)]
+    pub unknown: super::Unknown,
 }
 
 impl WorkerRecord {
@@ -202,6 +209,7 @@ impl WorkerRecord {
     ) -> Self {
         let (task_queue_id, worker_group, worker_id) = key;
         let mut r = old.unwrap_or_else(|| WorkerRecord {
+            unknown: Default::default(),
             task_queue_id: task_queue_id.to_string(),
             worker_group: worker_group.to_string(),
             worker_id: worker_id.to_string(),

@@ -249,6 +249,7 @@ impl Scheduler {
                     .collect();
                 let salt = crate::ids::new_slugid() + &crate::ids::new_slugid();
                 let mut g = GraphRecord {
+                    unknown: Default::default(),
                     task_graph_id: gid.to_string(),
                     scheduler_id: self.scheduler_id.clone(),
                     state: state::RUNNING.into(),

@@ -186,6 +186,7 @@ pub(crate) fn new_nodes(graph: &GraphRecord, entries: &[Entry]) -> Vec<TaskNode>
         .map(|e| {
             let requires: Vec<String> = e.requires.iter().map(|r| graph.task_id(r)).collect();
             TaskNode {
+                unknown: Default::default(),
                 task_id: graph.task_id(&e.label),
                 label: e.label.clone(),
                 requires_left: requires.clone(),

@@ -156,6 +156,80 @@ async fn with_no_claim_service_task_the_claim_routes_answer_503_at_once() {
     assert_eq!(claim["status"]["taskId"], id.as_str());
 }
 
+/// A function deploy that adds attributes to stored items, while the claim service (or a
+/// function instance not yet replaced) still runs this build: every claim route serves the
+/// newer items, writes back the attributes it does not know (on the task and on its run),
+/// and shows none of them in its answers. Stands in for the newer build by writing such
+/// attributes into the stored item itself (docs/deploying.md, "Stored formats across a
+/// deploy").
+#[tokio::test]
+async fn items_a_newer_build_wrote_are_served_and_their_attributes_kept() {
+    use shared::records::task::{TaskRecord, SK_STATUS, TASKS};
+    use shared::store::{Cond, Item, WriteOp};
+    let app = spawn_app().await;
+    let store = app.domain_queue().await.store.clone();
+    let tq = task_queue_id();
+    let id = create(&app, &task_def(&tq)).await;
+    let stored = || {
+        let store = store.clone();
+        let id = id.clone();
+        async move {
+            store
+                .get(TASKS, id.as_str(), SK_STATUS)
+                .await
+                .expect("read")
+                .expect("a status item")
+        }
+    };
+    // What the newer build wrote: an attribute of the task and one of its run.
+    let item = stored().await;
+    let mut data = item.data.clone();
+    data["newerTaskAttribute"] = json!({"kept": [1, 2]});
+    data["runs"][0]["newerRunAttribute"] = json!("kept");
+    // Its index entries, as any build derives them from the task's state (a read does not
+    // return them).
+    let rec: TaskRecord = serde_json::from_value(data.clone()).expect("a task record");
+    let newer = Item::new(item.pk, item.sk, data, rec.index_entries());
+    store
+        .write(WriteOp::Put {
+            table: TASKS,
+            item: newer,
+            cond: Cond::Version(item.version),
+        })
+        .await
+        .expect("the newer build's write");
+    let kept = |data: &serde_json::Value| {
+        assert_eq!(
+            data["newerTaskAttribute"],
+            json!({"kept": [1, 2]}),
+            "{data}"
+        );
+        assert_eq!(data["runs"][0]["newerRunAttribute"], "kept", "{data}");
+    };
+    let claim = claim_one(&app, &tq, "g", "w").await;
+    assert_eq!(claim["status"]["taskId"], id.as_str());
+    let shown = claim["status"].to_string();
+    assert!(
+        !shown.contains("newer"),
+        "answers show only known attributes: {shown}"
+    );
+    let after_claim = stored().await.data;
+    assert_eq!(after_claim["runs"][0]["state"], "running");
+    kept(&after_claim);
+    let q = app.queue();
+    let r = q.reclaimTask(&id, "0").await.expect("reclaimTask");
+    assert!(!r.to_string().contains("newer"), "{r}");
+    kept(&stored().await.data);
+    let r = q.reportCompleted(&id, "0").await.expect("reportCompleted");
+    assert_eq!(r["status"]["state"], "completed");
+    assert!(!r.to_string().contains("newer"), "{r}");
+    let s = status(&app, &id).await;
+    assert!(!s.to_string().contains("newer"), "{s}");
+    let done = stored().await.data;
+    assert_eq!(done["runs"][0]["state"], "completed");
+    kept(&done);
+}
+
 /// A task queue id as the official clients put it in a path (`/` as `%2F`).
 fn urlencode(s: &str) -> String {
     shared::api::router::encode_param(s)
