@@ -30,7 +30,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The in-process signal, each notify waking every waiter of the queue.
+/// The in-process signal as it was first: each notify wakes every waiter of the queue, and
+/// carries no hint (every waiter reads the index).
 #[derive(Default)]
 struct WakeAll(LocalSignal);
 
@@ -39,9 +40,9 @@ impl WorkSignal for WakeAll {
     fn waiter(&self, q: &str) -> Waiter {
         self.0.waiter(q)
     }
-    fn notify(&self, q: &str) {
+    fn notify(&self, q: &str, _hint: Option<shared::signal::Hint>) {
         for _ in 0..self.0.waiting(q).max(1) {
-            self.0.notify(q);
+            self.0.notify(q, None);
         }
     }
 }

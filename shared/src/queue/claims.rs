@@ -9,6 +9,7 @@ use crate::ids::{TaskId, TaskQueueId};
 use crate::records::task::{index, ClaimOutcome, Run, RunState, TaskRecord, TASKS};
 use crate::records::wait_slot;
 use crate::records::worker::TaskRun;
+use crate::signal::Hint;
 use crate::store::{Item, SkRange, StoreError};
 use crate::time::Ts;
 use serde_json::{json, Value};
@@ -170,35 +171,20 @@ impl Queue {
         let mut candidates: std::collections::VecDeque<Item> = page.items.into();
         let mut spread = false;
         let mut lost = 0;
-        let taken_until = now.plus(self.cfg.claim_timeout_ms);
         let mut claims = Vec::new();
         while let Some(item) = candidates.pop_front() {
             if claims.len() >= count {
                 break;
             }
             let rec: TaskRecord = serde_json::from_value(item.data)?;
-            let Some(run) = rec.runs.last().filter(|r| r.state == RunState::Pending) else {
+            let Some(run_id) = claimable(&rec, now) else {
                 continue;
             };
-            if rec.deadline <= now {
-                continue; // the deadline reaper resolves it
-            }
-            let run_id = run.run_id;
-            let task_id = rec.task_id.clone();
-            let (claimed, def) = tokio::join!(
-                self.claim_candidate(
-                    rec,
-                    item.version,
-                    run_id,
-                    worker_group,
-                    worker_id,
-                    now,
-                    taken_until,
-                ),
-                self.load_def(&task_id)
-            );
-            match claimed? {
-                Some(rec) => claims.push(self.finish_claim(rec, run_id, def?, now)?),
+            match self
+                .claim_seen(rec, item.version, run_id, worker_group, worker_id, now)
+                .await?
+            {
+                Some(claim) => claims.push(claim),
                 None if !spread => {
                     lost += 1;
                     spread = true;
@@ -208,6 +194,57 @@ impl Queue {
             }
         }
         Ok(ClaimPass { claims, lost })
+    }
+
+    /// Claims run `run_id` of a record as seen in the index or a wake-up's hint (at
+    /// `version`), reading its definition beside the claim's write. `None` if someone else
+    /// got it first or it is no longer pending.
+    async fn claim_seen(
+        &self,
+        rec: TaskRecord,
+        version: u64,
+        run_id: u32,
+        worker_group: &str,
+        worker_id: &str,
+        now: Ts,
+    ) -> ApiResult<Option<Claim>> {
+        let taken_until = now.plus(self.cfg.claim_timeout_ms);
+        let task_id = rec.task_id.clone();
+        let (claimed, def) = tokio::join!(
+            self.claim_candidate(
+                rec,
+                version,
+                run_id,
+                worker_group,
+                worker_id,
+                now,
+                taken_until
+            ),
+            self.load_def(&task_id)
+        );
+        match claimed? {
+            Some(rec) => Ok(Some(self.finish_claim(rec, run_id, def?, now)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Claims the run a wake-up carried, without reading the index; `None` when it carried
+    /// none or its run is no longer claimable.
+    async fn claim_hinted(
+        &self,
+        hint: Option<Hint>,
+        worker_group: &str,
+        worker_id: &str,
+        now: Ts,
+    ) -> ApiResult<Option<Claim>> {
+        let Some((rec, version)) = hint.as_deref().and_then(decode_hint) else {
+            return Ok(None);
+        };
+        let Some(run_id) = claimable(&rec, now) else {
+            return Ok(None);
+        };
+        self.claim_seen(rec, version, run_id, worker_group, worker_id, now)
+            .await
     }
 
     /// Claims a candidate seen in the (eventually consistent) index. `None` if someone else
@@ -326,12 +363,29 @@ impl Queue {
         // Registered before the first read: a run made pending meanwhile wakes this call.
         let mut waiter = self.signal.waiter(q.as_str());
         loop {
-            let ClaimPass { claims, lost } = self
-                .try_claim_work(q, worker_group, worker_id, count, clock())
+            // The run a wake-up carried first: when it is still pending, one conditional
+            // write claims it, without a read of the index.
+            let mut claims = Vec::new();
+            if let Some(claim) = self
+                .claim_hinted(waiter.take_hint(), worker_group, worker_id, clock())
+                .await?
+            {
+                claims.push(claim);
+                if count == 1 {
+                    return Ok(claims);
+                }
+            }
+            let ClaimPass { claims: read, lost } = self
+                .try_claim_work(q, worker_group, worker_id, count - claims.len(), clock())
                 .await?;
+            claims.extend(read);
             waiter.note_read();
             let left = until.saturating_duration_since(Instant::now());
             if !claims.is_empty() || left.is_zero() {
+                // A wake-up that came for a run this read claimed is used up, not handed on.
+                waiter.used_up(|hint| {
+                    hint_task_id(hint).is_some_and(|t| claims.iter().any(|c| c.record.task_id == t))
+                });
                 return Ok(claims);
             }
             if lost > 0 {
@@ -418,6 +472,55 @@ impl Queue {
         }
         Ok(None)
     }
+}
+
+/// The run of `rec` a claim would take at `now`: its last, if pending and before the
+/// deadline (past it, the deadline reaper resolves it).
+fn claimable(rec: &TaskRecord, now: Ts) -> Option<u32> {
+    let run = rec.runs.last().filter(|r| r.state == RunState::Pending)?;
+    (rec.deadline > now).then_some(run.run_id)
+}
+
+/// The largest hint a wake-up carries; a larger status item wakes without one (its waiter
+/// reads the index).
+const MAX_HINT_BYTES: usize = 32 * 1024;
+
+/// A wake-up's hint for a run made pending: the status item's data as just written, and
+/// the version it was written at.
+pub(crate) fn pending_hint(rec: &TaskRecord, version: u64) -> Option<Hint> {
+    #[derive(serde::Serialize)]
+    struct Out<'a> {
+        v: u64,
+        d: &'a TaskRecord,
+    }
+    let mut bytes = serde_json::to_vec(&Out { v: version, d: rec }).ok()?;
+    bytes.shrink_to_fit();
+    (bytes.len() <= MAX_HINT_BYTES).then(|| Hint::from(bytes))
+}
+
+/// The taskId of the run a hint carries.
+fn hint_task_id(hint: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Task {
+        #[serde(rename = "taskId")]
+        task_id: String,
+    }
+    #[derive(serde::Deserialize)]
+    struct In {
+        d: Task,
+    }
+    serde_json::from_slice::<In>(hint).ok().map(|i| i.d.task_id)
+}
+
+/// The record and version a hint carries; `None` for one this build cannot read.
+fn decode_hint(hint: &[u8]) -> Option<(TaskRecord, u64)> {
+    #[derive(serde::Deserialize)]
+    struct In {
+        v: u64,
+        d: TaskRecord,
+    }
+    let In { v, d } = serde_json::from_slice(hint).ok()?;
+    Some((d, v))
 }
 
 /// Random wait slots a claimWork probes (when there are more than twice as many).

@@ -398,7 +398,8 @@ impl Queue {
             .last()
             .is_some_and(|r| r.state == RunState::Pending)
         {
-            self.signal.notify(&rec.task_queue_id);
+            let hint = super::claims::pending_hint(rec, version);
+            self.signal.notify(&rec.task_queue_id, hint);
         }
         self.observer.task_written(rec, version);
     }

@@ -16,7 +16,7 @@
 //! owns the connection; every broker step has a timeout, and a broker that is away leaves the
 //! process with local signals and its re-reads until it comes back.
 
-use super::{Registry, Remote, Settle, Slot, Waiter, WorkSignal};
+use super::{Hint, Registry, Remote, Settle, Slot, Waiter, WorkSignal};
 use crate::events::amqp::timed;
 use async_trait::async_trait;
 use futures_util::StreamExt;
@@ -54,7 +54,7 @@ pub fn queue_name(prefix: &str, q: &str) -> String {
 }
 
 enum Cmd {
-    Publish(String),
+    Publish(String, Option<Hint>),
     Subscribe(usize),
     Unsubscribe(usize),
     Settle(Acker, bool),
@@ -85,7 +85,7 @@ impl Broker {
     fn send(&self, cmd: Cmd) {
         // Wake-ups are shed first: a lost one costs a re-read, a lost cancel or settle a
         // consumer left behind for the connection's life.
-        if matches!(cmd, Cmd::Publish(_)) && self.tx.capacity() <= CONTROL_RESERVE {
+        if matches!(cmd, Cmd::Publish(..)) && self.tx.capacity() <= CONTROL_RESERVE {
             return;
         }
         self.pending.fetch_add(1, Ordering::SeqCst);
@@ -134,8 +134,8 @@ impl Remote for Broker {
         }
     }
 
-    fn publish(&self, q: &str) {
-        self.send(Cmd::Publish(q.to_string()));
+    fn publish(&self, q: &str, hint: Option<Hint>) {
+        self.send(Cmd::Publish(q.to_string(), hint));
     }
 }
 
@@ -177,9 +177,9 @@ impl WorkSignal for AmqpSignal {
         Waiter::new(q, self.registry.clone(), Some(remote))
     }
 
-    fn notify(&self, q: &str) {
-        if !self.registry.wake_one(q) {
-            self.broker.publish(q);
+    fn notify(&self, q: &str, hint: Option<Hint>) {
+        if !self.registry.wake_one(q, &hint) {
+            self.broker.publish(q, hint);
         }
     }
 
@@ -326,14 +326,15 @@ impl Drop for Link<'_> {
 impl Link<'_> {
     async fn handle(&self, cmd: Cmd) -> Result<(), String> {
         match cmd {
-            Cmd::Publish(q) => timed(
+            // The body is the wake-up's hint (empty: none).
+            Cmd::Publish(q, hint) => timed(
                 STEP_TIMEOUT,
                 "publishing",
                 self.channel.basic_publish(
                     ShortString::from(""),
                     ShortString::from(queue_name(&self.b.prefix, &q)),
                     BasicPublishOptions::default(),
-                    b"",
+                    hint.as_deref().unwrap_or_default(),
                     BasicProperties::default(),
                 ),
             )
@@ -438,14 +439,15 @@ impl Link<'_> {
                     return;
                 };
                 let settle = b.settle(d.acker);
+                let hint = (!d.data.is_empty()).then(|| Hint::from(d.data));
                 let refused = match slot {
-                    Some(slot) => slot.deliver(settle).err(),
-                    None => Some(settle),
+                    Some(slot) => slot.deliver(settle, hint).err(),
+                    None => Some((settle, hint)),
                 };
                 // Its waiter has left (or holds a delivery already): another waiter of
                 // this process takes it, or it goes back to the queue for another process.
-                if let Some(settle) = refused {
-                    settle(b.registry.wake_one(&q));
+                if let Some((settle, hint)) = refused {
+                    settle(b.registry.wake_one(&q, &hint));
                 }
             }
         }));
@@ -476,7 +478,7 @@ mod tests {
             let s = Arc::new(AmqpSignal::start(url.clone(), "exchange/x/v1/"));
             let start = Instant::now();
             for _ in 0..10_000 {
-                s.notify("p/w");
+                s.notify("p/w", None);
             }
             s.flush(Duration::from_millis(50)).await;
             assert!(start.elapsed() < Duration::from_millis(500), "{url}");
@@ -491,7 +493,7 @@ mod tests {
                 })
             };
             tokio::time::sleep(Duration::from_millis(100)).await;
-            s.notify("p/w");
+            s.notify("p/w", None);
             let crosses = tokio::time::timeout(Duration::from_secs(1), waiter)
                 .await
                 .expect("woken by this process's notify")

@@ -1,5 +1,7 @@
 //! The work-signal port: wakes claimWork long polls when a task queue gets pending work.
-//! Signals are hints only; a waiter always re-reads the pending index.
+//! Signals are hints only. A wake-up may carry the run that caused it ([`Hint`]), which the
+//! woken waiter tries to claim at once, without reading the pending index first; when it
+//! carries none, or its run is gone, the waiter reads the index.
 //!
 //! Each new pending run wakes **one** waiter, not all of them: with a thousand workers waiting
 //! on one queue, waking all would have every one re-read the same pending head and race for
@@ -20,6 +22,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
+/// What a wake-up may carry: the run made pending, as its write stored it, opaque here (the
+/// queue encodes and decodes it). Like an index entry it may be stale by the time it is
+/// used: the claim is conditioned on the version it names.
+pub type Hint = Arc<[u8]>;
+
 /// Wakes and waits for "this task queue may have pending work".
 #[async_trait]
 pub trait WorkSignal: Send + Sync + 'static {
@@ -27,8 +34,8 @@ pub trait WorkSignal: Send + Sync + 'static {
     /// made pending meanwhile wakes it (its next [`Waiter::wait`] returns at once).
     fn waiter(&self, task_queue_id: &str) -> Waiter;
     /// Signals one new pending run on a queue: one waiter is woken, in this process when
-    /// one here can take it, else (across processes) in another.
-    fn notify(&self, task_queue_id: &str);
+    /// one here can take it, else (across processes) in another; it gets `hint`.
+    fn notify(&self, task_queue_id: &str, hint: Option<Hint>);
     /// Waits (at most `within`) until the wake-ups notified so far, and the waiters that
     /// left, are through with the broker; a Lambda function calls it before answering, as it
     /// is frozen afterwards.
@@ -45,8 +52,10 @@ struct SlotState {
     parked: bool,
     /// Woken from this process and not yet used.
     woken: bool,
-    /// Woken from another process and not yet used.
-    held: Option<Settle>,
+    /// The hint of that wake-up.
+    woken_hint: Option<Hint>,
+    /// Woken from another process and not yet used, with its hint.
+    held: Option<(Settle, Option<Hint>)>,
     /// Wake-ups from every process reach this waiter (its broker subscription is in place).
     crosses: bool,
     /// The waiter has left: a delivery that comes now goes to someone else.
@@ -75,13 +84,17 @@ impl Slot {
     /// holds one already or has left. A waiter woken from this process takes it too (its
     /// next read serves both): refused, the delivery would come straight back to it while
     /// it reads.
-    pub(crate) fn deliver(&self, settle: Settle) -> Result<(), Settle> {
+    pub(crate) fn deliver(
+        &self,
+        settle: Settle,
+        hint: Option<Hint>,
+    ) -> Result<(), (Settle, Option<Hint>)> {
         {
             let mut s = self.lock();
             if s.held.is_some() || s.left {
-                return Err(settle);
+                return Err((settle, hint));
             }
-            s.held = Some(settle);
+            s.held = Some((settle, hint));
         }
         self.notify.notify_waiters();
         Ok(())
@@ -95,7 +108,7 @@ impl Slot {
     /// Takes back a delivery the waiter has not used (it is leaving, or the broker link that
     /// delivered it is gone).
     pub(crate) fn take_held(&self) -> Option<Settle> {
-        self.lock().held.take()
+        self.lock().held.take().map(|(settle, _)| settle)
     }
 }
 
@@ -128,8 +141,9 @@ impl Registry {
         slot
     }
 
-    /// Removes a waiter; true when it held a wake-up from this process it had not used.
-    fn remove(&self, q: &str, slot: &Arc<Slot>) -> bool {
+    /// Removes a waiter; `Some` (with its hint) when it held a wake-up from this process it
+    /// had not used.
+    fn remove(&self, q: &str, slot: &Arc<Slot>) -> Option<Option<Hint>> {
         let mut queues = self.lock();
         if let Some(w) = queues.get_mut(q) {
             w.slots.retain(|s| !Arc::ptr_eq(s, slot));
@@ -139,7 +153,8 @@ impl Registry {
         }
         let mut s = slot.lock();
         s.left = true;
-        std::mem::take(&mut s.woken)
+        let hint = s.woken_hint.take();
+        std::mem::take(&mut s.woken).then_some(hint)
     }
 
     /// Records a read of `q`'s pending index by one of its waiters, at `at`.
@@ -156,8 +171,8 @@ impl Registry {
 
     /// Wakes one waiter of `q` that has no wake-up yet, the longest parked first, else one
     /// that is reading the index (its next wait returns at once). False when there is none:
-    /// every waiter here is already due to read again.
-    pub(crate) fn wake_one(&self, q: &str) -> bool {
+    /// every waiter here is already due to read again. The waiter woken gets `hint`.
+    pub(crate) fn wake_one(&self, q: &str, hint: &Option<Hint>) -> bool {
         let queues = self.lock();
         let Some(w) = queues.get(q) else {
             return false;
@@ -170,6 +185,7 @@ impl Registry {
             }
             if s.parked {
                 s.woken = true;
+                s.woken_hint = hint.clone();
                 drop(s);
                 slot.notify.notify_waiters();
                 return true;
@@ -178,7 +194,10 @@ impl Registry {
         }
         match reading {
             Some(slot) => {
-                slot.lock().woken = true;
+                let mut s = slot.lock();
+                s.woken = true;
+                s.woken_hint = hint.clone();
+                drop(s);
                 // It may have parked since it was looked at.
                 slot.notify.notify_waiters();
                 true
@@ -199,8 +218,8 @@ pub(crate) trait Remote: Send + Sync + 'static {
     fn subscribe(&self, q: &str, slot: &Arc<Slot>);
     /// The waiter leaves: end its subscription and hand back a delivery it did not use.
     fn unsubscribe(&self, slot: &Arc<Slot>);
-    /// Sends one wake-up to a waiter of `q` in any process.
-    fn publish(&self, q: &str);
+    /// Sends one wake-up, with `hint`, to a waiter of `q` in any process.
+    fn publish(&self, q: &str, hint: Option<Hint>);
 }
 
 /// One claimWork's registration on a task queue (see [`WorkSignal::waiter`]); dropping it
@@ -213,6 +232,8 @@ pub struct Waiter {
     subscribed: bool,
     /// When this waiter last read the pending index.
     read_at: Option<Instant>,
+    /// The hint of the wake-up its last wait used.
+    hint: Option<Hint>,
 }
 
 impl Waiter {
@@ -224,6 +245,7 @@ impl Waiter {
             remote,
             subscribed: false,
             read_at: None,
+            hint: None,
         }
     }
 
@@ -275,9 +297,13 @@ impl Waiter {
             s.parked = false;
             if s.woken {
                 s.woken = false;
+                self.hint = s.woken_hint.take();
                 (true, None)
             } else {
-                let held = s.held.take();
+                let held = s.held.take().map(|(settle, hint)| {
+                    self.hint = hint;
+                    settle
+                });
                 (held.is_some(), held)
             }
         };
@@ -285,6 +311,34 @@ impl Waiter {
             settle(true);
         }
         woken
+    }
+
+    /// Counts an unused wake-up this waiter holds as used when its hint satisfies `used`
+    /// (its call claimed that run from the index meanwhile), so that leaving does not hand
+    /// on a wake-up for a run already taken.
+    pub fn used_up(&mut self, used: impl Fn(&[u8]) -> bool) {
+        let settle = {
+            let mut s = self.slot.lock();
+            if s.woken && s.woken_hint.as_deref().is_some_and(&used) {
+                s.woken = false;
+                s.woken_hint = None;
+            }
+            match s.held.take() {
+                Some((settle, Some(hint))) if used(&hint) => Some(settle),
+                other => {
+                    s.held = other;
+                    None
+                }
+            }
+        };
+        if let Some(settle) = settle {
+            settle(true);
+        }
+    }
+
+    /// The hint of the wake-up the last wait used, if it carried one (once).
+    pub fn take_hint(&mut self) -> Option<Hint> {
+        self.hint.take()
     }
 
     /// True when wake-ups from every process reach this waiter (so it may re-read the index
@@ -300,9 +354,11 @@ impl Drop for Waiter {
         if let Some(r) = &self.remote {
             r.unsubscribe(&self.slot);
         }
-        if unused && !self.registry.wake_one(&self.q) {
-            if let Some(r) = &self.remote {
-                r.publish(&self.q);
+        if let Some(hint) = unused {
+            if !self.registry.wake_one(&self.q, &hint) {
+                if let Some(r) = &self.remote {
+                    r.publish(&self.q, hint);
+                }
             }
         }
     }
@@ -327,8 +383,8 @@ impl WorkSignal for LocalSignal {
         Waiter::new(q, self.registry.clone(), None)
     }
 
-    fn notify(&self, q: &str) {
-        self.registry.wake_one(q);
+    fn notify(&self, q: &str, hint: Option<Hint>) {
+        self.registry.wake_one(q, &hint);
     }
 }
 
@@ -342,7 +398,7 @@ mod tests {
     async fn a_notify_after_registering_is_never_lost() {
         let s = LocalSignal::default();
         let mut w = s.waiter("q");
-        s.notify("q");
+        s.notify("q", None);
         let start = Instant::now();
         w.wait(Duration::from_secs(5)).await;
         assert!(start.elapsed() < Duration::from_secs(1));
@@ -382,7 +438,7 @@ mod tests {
         let (woken, handles) = parked(&s, "q", 100, Duration::from_secs(2)).await;
         let (other, other_handles) = parked(&s, "other", 10, Duration::from_secs(2)).await;
         for _ in 0..3 {
-            s.notify("q");
+            s.notify("q", None);
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert_eq!(woken.load(Ordering::SeqCst), 3, "three runs wake three");
@@ -401,8 +457,8 @@ mod tests {
         let reading = s.waiter("q");
         let (woken, handles) = parked(&s, "q", 1, Duration::from_secs(2)).await;
         // The parked one is preferred; a second notify goes to the reader.
-        s.notify("q");
-        s.notify("q");
+        s.notify("q", None);
+        s.notify("q", None);
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert_eq!(woken.load(Ordering::SeqCst), 1);
         let (woken2, handles2) = parked(&s, "q", 1, Duration::from_secs(2)).await;
@@ -424,11 +480,14 @@ mod tests {
             Box::new(move |used| settled.lock().unwrap().push(used))
         };
         let mut w = s.waiter("q");
-        assert!(w.slot.deliver(settle(&settled)).is_ok());
-        assert!(w.slot.deliver(settle(&settled)).is_err(), "one at a time");
+        assert!(w.slot.deliver(settle(&settled), None).is_ok());
+        assert!(
+            w.slot.deliver(settle(&settled), None).is_err(),
+            "one at a time"
+        );
         w.wait(Duration::from_secs(5)).await;
         assert_eq!(*settled.lock().unwrap(), vec![true]);
-        assert!(w.slot.deliver(settle(&settled)).is_ok());
+        assert!(w.slot.deliver(settle(&settled), None).is_ok());
         let held = w.slot.take_held().expect("held");
         held(false);
         assert_eq!(*settled.lock().unwrap(), vec![true, false]);
@@ -467,7 +526,7 @@ mod tests {
             !s.waiter("q").wait(Duration::from_millis(1)).await,
             "not woken"
         );
-        s.notify("r");
+        s.notify("r", None);
         assert!(other.wait(Duration::from_secs(5)).await, "woken");
     }
 }

@@ -279,7 +279,7 @@ async fn a_wake_up_crosses_processes_to_one_waiter_through_the_broker() {
     let other_waiter = wait(&processes[0], &other, &not_woken);
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     for _ in 0..2 {
-        writer.notify(&tq);
+        writer.notify(&tq, None);
     }
     writer.flush(Duration::from_secs(1)).await;
     let until = Instant::now() + Duration::from_secs(5);
@@ -312,7 +312,7 @@ async fn a_wake_up_crosses_processes_to_one_waiter_through_the_broker() {
     }
     other_waiter.abort();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    writer.notify(&tq);
+    writer.notify(&tq, None);
     let until = Instant::now() + Duration::from_secs(5);
     while woken.load(Ordering::SeqCst) < 3 && Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -330,7 +330,7 @@ async fn a_wake_up_crosses_processes_to_one_waiter_through_the_broker() {
     while !reader.crosses_processes() && Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    writer.notify(&third);
+    writer.notify(&third, None);
     writer.flush(Duration::from_secs(1)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let handed = Arc::new(AtomicUsize::new(0));
@@ -415,4 +415,89 @@ async fn claim_work_at_its_concurrency_answers_at_once_and_the_rest_goes_on() {
         }
     }
     assert_eq!(got, 1);
+}
+
+/// A wake-up carries the run that caused it: the woken claimWork claims it with one
+/// conditional write and the definition's read beside it, without reading the pending index,
+/// in one process and across processes through RabbitMQ. (A stale hint is a stale index
+/// entry: the claim is conditioned on the version it names.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_woken_claim_takes_the_run_its_wake_up_carried_without_reading_the_index() {
+    use blackbox::counting::Counting;
+    use shared::creds::IssuerCredentials;
+    use shared::ids::TaskQueueId;
+    use shared::queue::{PollSchedule, Queue, QueueConfig};
+    use shared::signal::{amqp::AmqpSignal, LocalSignal, WorkSignal};
+    use shared::store::sqlite::SqliteStore;
+    use shared::time::Ts;
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let sqlite: Arc<dyn shared::store::Store> =
+        Arc::new(SqliteStore::open(&dir.path().join("db")).expect("SQLite"));
+    // Scheduled re-reads an hour apart: only a wake-up ends a wait.
+    let hour = PollSchedule {
+        first_ms: 3_600_000,
+        max_ms: 3_600_000,
+    };
+    let cfg = QueueConfig {
+        claim_work_timeout_ms: 30_000,
+        claim_work_poll: hour,
+        claim_work_poll_woken: hour,
+        ..QueueConfig::default()
+    };
+    let issuer = IssuerCredentials {
+        client_id: "static/taskcluster/queue".into(),
+        access_token: "test".into(),
+    };
+    let queue = |store: &Arc<Counting>, signal: Arc<dyn WorkSignal>| {
+        Arc::new(Queue::new(
+            store.clone(),
+            signal,
+            issuer.clone(),
+            cfg.clone(),
+        ))
+    };
+    let url = amqp::amqp_url(&amqp::broker_addr());
+    let prefix = format!("exchange/tcq-test-{}/v1/", slugid());
+    let local: Arc<dyn WorkSignal> = Arc::new(LocalSignal::default());
+    // (setup, the creating process's signal, the claiming process's)
+    type Signals = (&'static str, Arc<dyn WorkSignal>, Arc<dyn WorkSignal>);
+    let setups: [Signals; 2] = [
+        ("one process", local.clone(), local),
+        (
+            "two processes, broker",
+            Arc::new(AmqpSignal::start(url.clone(), &prefix)),
+            Arc::new(AmqpSignal::start(url, &prefix)),
+        ),
+    ];
+    for (setup, creating, claiming) in setups {
+        let (creator_store, claimer_store) = (
+            Arc::new(Counting::new(sqlite.clone())),
+            Arc::new(Counting::new(sqlite.clone())),
+        );
+        let creator = queue(&creator_store, creating);
+        let claimer = queue(&claimer_store, claiming);
+        let tq = TaskQueueId::parse(&task_queue_id()).expect("queue id");
+        for round in 0..3 {
+            let waiting = {
+                let (claimer, tq) = (claimer.clone(), tq.clone());
+                tokio::spawn(async move { claimer.claim_work(&tq, "g", "w", 1, &Ts::now).await })
+            };
+            // Parked (its first read made, and subscribed across processes).
+            tokio::time::sleep(Duration::from_millis(1_500)).await;
+            let before = claimer_store.counts();
+            let id = new_task(&creator, &tq, false).await;
+            let claims = tokio::time::timeout(Duration::from_secs(10), waiting)
+                .await
+                .expect("woken, not left to its hourly re-read")
+                .expect("joined")
+                .expect("claimWork");
+            assert_eq!(claims.len(), 1, "{setup}");
+            assert_eq!(claims[0].record.task_id, id.as_str(), "{setup}");
+            let spent = claimer_store.counts() - before;
+            // The claim's write, and the definition's read beside it: none of the index.
+            assert_eq!(spent.writes, 1, "{setup}, round {round}: {spent:?}");
+            assert_eq!(spent.reads, 1, "{setup}, round {round}: {spent:?}");
+        }
+    }
 }
