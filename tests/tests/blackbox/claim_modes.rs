@@ -263,26 +263,43 @@ fn json_blob(dir: &std::path::Path, descriptor: &serde_json::Value) -> serde_jso
 /// OCI image (every blob its digest and size) whose entry point runs `tc-queue` from an
 /// otherwise empty file system, as the task definition runs it: it serves, and its
 /// `--health-check` (the task definition's health check command) says healthy while it
-/// serves and unhealthy once it is gone. Built here from this machine's debug binary (the
-/// deployed one is arm64, built statically).
+/// serves and unhealthy once it is gone. Built from this machine's debug binary, and from the
+/// deployed arm64 static build when one is given (`TCQ_IMAGE_ARM64_BINARY`), run under qemu.
 #[tokio::test]
 async fn the_claim_service_image_runs_tc_queue_from_nothing_else() {
     if not_in_shape("builds and runs an image, once") {
         return;
     }
-    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let binary = blackbox::runtime_api::built_binary("tc-queue");
     assert!(
         binary.exists(),
         "{} (cargo build --workspace)",
         binary.display()
     );
+    check_image("amd64", &binary, None).await;
+    // The deployed image: arm64, static, built by `scripts/build-image.sh` with cargo-lambda
+    // (about 45 minutes here), run under qemu's user-mode emulator.
+    let arm64 = std::env::var_os("TCQ_IMAGE_ARM64_BINARY").map(std::path::PathBuf::from);
+    let qemu = std::path::Path::new("/usr/bin/qemu-aarch64-static");
+    match arm64 {
+        Some(arm64) if qemu.exists() => check_image("arm64", &arm64, Some(qemu)).await,
+        _ => eprintln!(
+            "the arm64 image: TCQ_IMAGE_ARM64_BINARY=<target/lambda/tc-queue/bootstrap> \
+             and qemu-user-static"
+        ),
+    }
+}
+
+/// Builds the image of `binary` for `arch` and runs it as the container runs it (under
+/// `emulator` for another architecture).
+async fn check_image(arch: &str, binary: &std::path::Path, emulator: Option<&std::path::Path>) {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let dir = tempfile::tempdir().unwrap();
     let archive = dir.path().join("image.tar");
     let built = std::process::Command::new("bash")
         .arg(repo.join("scripts/build-image.sh"))
-        .args(["--arch", "amd64", "--binary"])
-        .arg(&binary)
+        .args(["--arch", arch, "--binary"])
+        .arg(binary)
         .arg("--out")
         .arg(&archive)
         .status()
@@ -304,7 +321,7 @@ async fn the_claim_service_image_runs_tc_queue_from_nothing_else() {
     assert_eq!(index["manifests"].as_array().map(Vec::len), Some(1));
     let manifest = json_blob(&layout, &index["manifests"][0]);
     let config = json_blob(&layout, &manifest["config"]);
-    assert_eq!(config["architecture"], "amd64");
+    assert_eq!(config["architecture"], arch);
     assert_eq!(config["os"], "linux");
     let entry = config["config"]["Entrypoint"][0]
         .as_str()
@@ -345,8 +362,22 @@ async fn the_claim_service_image_runs_tc_queue_from_nothing_else() {
         .find(|p| std::path::Path::new(p).exists())
         .expect("chroot (coreutils)");
     let in_image = |args: &[&str]| {
-        let mut c = std::process::Command::new(chroot);
-        c.arg(&rootfs).arg(entry).args(args).env_clear();
+        let mut c = match emulator {
+            // Paths resolve in the image first (`-L`), as in a chroot.
+            Some(qemu) => {
+                let mut c = std::process::Command::new(qemu);
+                c.arg("-L")
+                    .arg(&rootfs)
+                    .arg(rootfs.join(entry.trim_start_matches('/')));
+                c
+            }
+            None => {
+                let mut c = std::process::Command::new(chroot);
+                c.arg(&rootfs).arg(entry);
+                c
+            }
+        };
+        c.args(args).env_clear();
         for e in config["config"]["Env"].as_array().into_iter().flatten() {
             if let Some((k, v)) = e.as_str().and_then(|e| e.split_once('=')) {
                 c.env(k, v);
@@ -368,10 +399,10 @@ async fn the_claim_service_image_runs_tc_queue_from_nothing_else() {
         .expect("health check");
     let _ = server.kill();
     let _ = server.wait();
-    assert!(up, "tc-queue serves from the image");
-    assert!(healthy.success(), "healthy while it serves");
+    assert!(up, "{arch}: tc-queue serves from the image");
+    assert!(healthy.success(), "{arch}: healthy while it serves");
     let gone = in_image(&["--health-check"])
         .status()
         .expect("health check");
-    assert!(!gone.success(), "unhealthy once it is gone");
+    assert!(!gone.success(), "{arch}: unhealthy once it is gone");
 }
