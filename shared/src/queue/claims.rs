@@ -237,7 +237,8 @@ impl Queue {
         worker_id: &str,
         now: Ts,
     ) -> ApiResult<Option<Claim>> {
-        let Some((rec, version)) = hint.as_deref().and_then(decode_hint) else {
+        let body = hint.as_deref().and_then(|h| self.hint_body(h));
+        let Some((rec, version)) = body.and_then(decode_hint) else {
             return Ok(None);
         };
         let Some(run_id) = claimable(&rec, now) else {
@@ -245,6 +246,41 @@ impl Queue {
         };
         self.claim_seen(rec, version, run_id, worker_group, worker_id, now)
             .await
+    }
+
+    /// A wake-up's hint for a run made pending: the status item's data as just written and
+    /// the version it was written at, behind a MAC under the queue's own credentials. The
+    /// claimant writes the record it carries back to the table, so a message that anyone
+    /// with access to the broker could publish must not be taken on trust.
+    pub(crate) fn pending_hint(&self, rec: &TaskRecord, version: u64) -> Option<Hint> {
+        #[derive(serde::Serialize)]
+        struct Out<'a> {
+            v: u64,
+            d: &'a TaskRecord,
+        }
+        let body = serde_json::to_vec(&Out { v: version, d: rec }).ok()?;
+        if body.len() > MAX_HINT_BYTES {
+            return None;
+        }
+        use hmac::Mac;
+        let mut hint = self.hint_mac(&body).finalize().into_bytes().to_vec();
+        hint.extend_from_slice(&body);
+        Some(Hint::from(hint))
+    }
+
+    /// The body of a hint this deployment signed; `None` for any other.
+    fn hint_body<'a>(&self, hint: &'a [u8]) -> Option<&'a [u8]> {
+        use hmac::Mac;
+        let (mac, body) = hint.split_at_checked(HINT_MAC_BYTES)?;
+        self.hint_mac(body).verify_slice(mac).ok()?;
+        Some(body)
+    }
+
+    fn hint_mac(&self, body: &[u8]) -> hmac::Hmac<sha2::Sha256> {
+        use hmac::Mac;
+        let mut m = crate::mac::keyed(self.issuer.access_token.as_bytes(), b"claim-work hint\n");
+        m.update(body);
+        m
     }
 
     /// Claims a candidate seen in the (eventually consistent) index. `None` if someone else
@@ -384,7 +420,9 @@ impl Queue {
             if !claims.is_empty() || left.is_zero() {
                 // A wake-up that came for a run this read claimed is used up, not handed on.
                 waiter.used_up(|hint| {
-                    hint_task_id(hint).is_some_and(|t| claims.iter().any(|c| c.record.task_id == t))
+                    self.hint_body(hint)
+                        .and_then(hint_task_id)
+                        .is_some_and(|t| claims.iter().any(|c| c.record.task_id == t))
                 });
                 return Ok(claims);
             }
@@ -484,19 +522,8 @@ fn claimable(rec: &TaskRecord, now: Ts) -> Option<u32> {
 /// The largest hint a wake-up carries; a larger status item wakes without one (its waiter
 /// reads the index).
 const MAX_HINT_BYTES: usize = 32 * 1024;
-
-/// A wake-up's hint for a run made pending: the status item's data as just written, and
-/// the version it was written at.
-pub(crate) fn pending_hint(rec: &TaskRecord, version: u64) -> Option<Hint> {
-    #[derive(serde::Serialize)]
-    struct Out<'a> {
-        v: u64,
-        d: &'a TaskRecord,
-    }
-    let mut bytes = serde_json::to_vec(&Out { v: version, d: rec }).ok()?;
-    bytes.shrink_to_fit();
-    (bytes.len() <= MAX_HINT_BYTES).then(|| Hint::from(bytes))
-}
+/// A hint's MAC (HMAC-SHA256), ahead of its body.
+const HINT_MAC_BYTES: usize = 32;
 
 /// The taskId of the run a hint carries.
 fn hint_task_id(hint: &[u8]) -> Option<String> {
@@ -541,5 +568,56 @@ fn spread_head(candidates: &mut [Item], count: usize) {
     let n = same_rank.min(count.max(8));
     if n > 1 {
         candidates[..n].rotate_left(rand::random::<u32>() as usize % n);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::creds::IssuerCredentials;
+    use crate::signal::LocalSignal;
+    use crate::store::sqlite::SqliteStore;
+    use std::sync::Arc;
+
+    fn queue(dir: &tempfile::TempDir, token: &str) -> Queue {
+        Queue::new(
+            Arc::new(SqliteStore::open(&dir.path().join("q.db")).expect("SQLite")),
+            Arc::new(LocalSignal::default()),
+            IssuerCredentials {
+                client_id: "static/q".into(),
+                access_token: token.into(),
+            },
+            super::super::QueueConfig::default(),
+        )
+    }
+
+    /// A hint is taken only as this deployment signed it: a changed byte, or one signed
+    /// under other credentials (anyone else who can publish to the broker), is ignored and
+    /// the waiter reads the index.
+    #[test]
+    fn only_hints_this_deployment_signed_are_read() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (q, other) = (queue(&dir, "secret"), queue(&dir, "another"));
+        let t = "2026-01-02T03:04:05.000Z";
+        let rec: TaskRecord = serde_json::from_value(json!({"taskId": "t", "taskQueueId": "p/w",
+            "schedulerId": "s", "projectId": "none", "taskGroupId": "g", "priority": "lowest",
+            "deadline": t, "expires": t, "retries": 5, "retriesLeft": 5, "runs": [{"runId": 0,
+            "state": "pending", "reasonCreated": "scheduled", "scheduled": t}], "routes": [],
+            "tags": {}}))
+        .expect("a record");
+        let hint = q.pending_hint(&rec, 7).expect("a hint");
+        let (read, version) = q.hint_body(&hint).and_then(decode_hint).expect("read back");
+        assert_eq!((read.task_id.as_str(), version), ("t", 7));
+        assert_eq!(
+            q.hint_body(&hint).and_then(hint_task_id).as_deref(),
+            Some("t")
+        );
+        assert!(other.hint_body(&hint).is_none(), "another key");
+        let mut changed = hint.to_vec();
+        if let Some(b) = changed.last_mut() {
+            *b ^= 1;
+        }
+        assert!(q.hint_body(&changed).is_none(), "a changed byte");
+        assert!(q.hint_body(b"short").is_none());
     }
 }

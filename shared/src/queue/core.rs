@@ -398,7 +398,7 @@ impl Queue {
             .last()
             .is_some_and(|r| r.state == RunState::Pending)
         {
-            let hint = super::claims::pending_hint(rec, version);
+            let hint = self.pending_hint(rec, version);
             self.signal.notify(&rec.task_queue_id, hint);
         }
         self.observer.task_written(rec, version);
