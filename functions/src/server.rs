@@ -325,25 +325,6 @@ fn start_jobs(
     let mut tasks = vec![];
     let reapers = Duration::from_millis(cfg.reaper_interval_ms.max(10));
     let expiry = Duration::from_millis(cfg.artifact_reaper_interval_ms.max(10));
-    for job in JOBS {
-        let every = match job.local {
-            Local::Reapers => reapers,
-            Local::Expiry => expiry,
-            Local::Publisher | Local::Scrape => continue,
-        };
-        // This process's resolutions stand for a stream's records.
-        let woken = match job.streams {
-            Some(_) => hints.dependents_waiting.clone(),
-            None => Arc::new(Notify::new()),
-        };
-        let run = JobLoop {
-            job,
-            queue: queue.clone(),
-            blobs: blobs.clone(),
-            grace_ms: cfg.queue.artifact_expiry_grace_ms,
-        };
-        tasks.push(tokio::spawn(run.every(every, woken, stopped.clone())));
-    }
     // The scheduler consumes the queue's resolution messages in process, last: an event
     // leaves its outbox only once RabbitMQ, the given sink and the scheduler all took it.
     let mut sinks = vec![];
@@ -354,7 +335,31 @@ fn start_jobs(
     if cfg.scheduler_consumer {
         sinks.push(Arc::new(SchedulerSink(api.scheduler.clone())));
     }
-    let publisher = Publisher::new(Arc::new(FanoutSink(sinks)));
+    let publisher = Arc::new(Publisher::new(Arc::new(FanoutSink(sinks))));
+    for job in JOBS {
+        let run = JobLoop {
+            job,
+            queue: queue.clone(),
+            blobs: blobs.clone(),
+            grace_ms: cfg.queue.artifact_expiry_grace_ms,
+            publisher: job.publishes.then(|| publisher.clone()),
+        };
+        let every = match job.local {
+            Local::Reapers => reapers,
+            Local::Expiry => expiry,
+            Local::Start => {
+                tasks.push(tokio::spawn(run.until_done(stopped.clone())));
+                continue;
+            }
+            Local::Publisher | Local::Scrape => continue,
+        };
+        // This process's resolutions stand for a stream's records.
+        let woken = match job.streams {
+            Some(_) => hints.dependents_waiting.clone(),
+            None => Arc::new(Notify::new()),
+        };
+        tasks.push(tokio::spawn(run.every(every, woken, stopped.clone())));
+    }
     tasks.push(tokio::spawn(publisher_loop(
         queue.clone(),
         hints,
@@ -388,6 +393,8 @@ struct JobLoop {
     queue: Arc<Queue>,
     blobs: Arc<dyn BlobStore>,
     grace_ms: i64,
+    /// The server's publisher, for a job that publishes.
+    publisher: Option<Arc<Publisher>>,
 }
 
 impl JobLoop {
@@ -396,7 +403,7 @@ impl JobLoop {
             queue: &self.queue,
             blobs: self.blobs.as_ref(),
             artifact_grace_ms: self.grace_ms,
-            publisher: None,
+            publisher: self.publisher.as_deref(),
             scheduler: None,
         }
     }
@@ -404,6 +411,25 @@ impl JobLoop {
     /// Runs the job once.
     async fn once(&self) -> Result<usize, jobs::JobError> {
         self.job.run(&self.context(), pass_budget()).await
+    }
+
+    /// Runs the job until a run succeeds (the broker may come up after the server), backing
+    /// off up to 30 s between tries, or until `stop`.
+    async fn until_done(self, mut stop: watch::Receiver<bool>) {
+        let mut backoff = Duration::from_millis(200);
+        loop {
+            match self.once().await {
+                Ok(_) => return tracing::debug!(job = self.job.name, "done at start"),
+                Err(e) => {
+                    tracing::warn!(job = self.job.name, error = %e, "failed at start; retrying")
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(30));
+        }
     }
 
     /// Runs the job every `every`, and at once when `woken`, until `stop`.
@@ -481,7 +507,7 @@ async fn serve_blob(blobs: Arc<LocalBlobs>, req: Request<Body>) -> Response<Body
 async fn publisher_loop(
     queue: Arc<Queue>,
     hints: Arc<LocalHints>,
-    publisher: Publisher,
+    publisher: Arc<Publisher>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut backoff = Duration::from_millis(100);
@@ -684,6 +710,7 @@ fn scrape_jobs(cfg: &ServerConfig, queue: &Arc<Queue>, blobs: Arc<dyn BlobStore>
             queue: queue.clone(),
             blobs: blobs.clone(),
             grace_ms: cfg.queue.artifact_expiry_grace_ms,
+            publisher: None,
         })
         .collect()
 }

@@ -25,6 +25,46 @@ pub fn amqp_url(addr: &str) -> String {
     format!("amqp://guest:guest@{addr}/%2f")
 }
 
+/// True if the exchange `name` exists on the machine's broker (a passive declaration, which
+/// RabbitMQ refuses with 404 for a missing exchange and which closes its channel).
+pub async fn exchange_exists(name: &str) -> bool {
+    let conn = Connection::connect(&amqp_url(&broker_addr()), ConnectionProperties::default())
+        .await
+        .expect("RabbitMQ reachable");
+    let ch = conn.create_channel().await.expect("channel");
+    let found = ch
+        .exchange_declare(
+            ShortString::from(name),
+            lapin::ExchangeKind::Topic,
+            lapin::options::ExchangeDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .is_ok();
+    let _ = conn.close(200, ShortString::from("done")).await;
+    found
+}
+
+/// Deletes the exchanges `names` (a test's own, when it ends).
+pub async fn delete_exchanges(names: &[String]) {
+    let conn = Connection::connect(&amqp_url(&broker_addr()), ConnectionProperties::default())
+        .await
+        .expect("RabbitMQ reachable");
+    let ch = conn.create_channel().await.expect("channel");
+    for name in names {
+        let _ = ch
+            .exchange_delete(
+                ShortString::from(name.as_str()),
+                ExchangeDeleteOptions::default(),
+            )
+            .await;
+    }
+    let _ = conn.close(200, ShortString::from("done")).await;
+}
+
 /// A message as a consumer saw it.
 #[derive(Debug)]
 pub struct Msg {

@@ -248,6 +248,11 @@ impl AmqpSink {
 
 #[async_trait]
 impl EventSink for AmqpSink {
+    /// Connects (if not connected), which declares every exchange of every enabled layout.
+    async fn prepare(&self) -> Result<(), SinkError> {
+        self.ensure_connected().await.map_err(SinkError)
+    }
+
     async fn publish(&self, events: &[Event]) -> Result<(), SinkError> {
         if events.is_empty() {
             return Ok(());

@@ -40,6 +40,12 @@ pub struct Event {
 pub trait EventSink: Send + Sync + 'static {
     /// Publishes events in order; returns only once they are safely handed over.
     async fn publish(&self, events: &[Event]) -> Result<(), SinkError>;
+
+    /// Makes ready what consumers rely on before the first event (a broker's exchanges), so
+    /// that a consumer that binds at start-up finds them. Nothing to do by default.
+    async fn prepare(&self) -> Result<(), SinkError> {
+        Ok(())
+    }
 }
 
 /// Logs every event (the local server's default sink).
@@ -87,6 +93,13 @@ impl EventSink for FanoutSink {
     async fn publish(&self, events: &[Event]) -> Result<(), SinkError> {
         for s in &self.0 {
             s.publish(events).await?;
+        }
+        Ok(())
+    }
+
+    async fn prepare(&self) -> Result<(), SinkError> {
+        for s in &self.0 {
+            s.prepare().await?;
         }
         Ok(())
     }

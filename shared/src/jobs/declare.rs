@@ -80,6 +80,9 @@ pub enum Local {
     Publisher,
     /// On each read of the metrics port, never on a timer: the figures are read when asked.
     Scrape,
+    /// Once as the server starts, in the background, and again until it succeeds (the
+    /// broker may come up after the server).
+    Start,
 }
 
 /// A table's stream that triggers a job.
@@ -321,6 +324,30 @@ pub static OUTBOX_SWEEPER: Job = Job {
     )
 };
 
+/// Declares every exchange of the enabled layouts (the queue's, the scheduler's, the legacy
+/// one) and the task-graph consumer's durable queue on the broker, so that a consumer that
+/// binds at start-up, as every Pulse consumer does, finds them before the first task: as
+/// deployed, within a minute of the stack's creation (and of a broker's replacement); locally,
+/// as the server starts. A warm firing finds the connection open and does nothing else.
+pub static EXCHANGE_DECLARER: Job = Job {
+    publishes: true,
+    timeout_secs: 30,
+    memory_mb: 128,
+    ..scheduled(
+        "exchangeDeclarer",
+        "Declares the exchanges on the broker before any task",
+        "rate(1 minute)",
+        Local::Start,
+        &[],
+        Run::Whole(|c, _| {
+            Box::pin(async move {
+                c.publisher.ok_or(JobError::NoPublisher)?.prepare().await?;
+                Ok(0)
+            })
+        }),
+    )
+};
+
 /// Deletes expired artifacts: their objects, then their rows.
 pub static ARTIFACT_REAPER: Job = scheduled(
     "artifactReaper",
@@ -399,12 +426,13 @@ pub static TASK_GRAPH_CONSUMER: Job = Job {
 };
 
 /// Every job, in the order of the stack's functions.
-pub static JOBS: [&Job; 9] = [
+pub static JOBS: [&Job; 10] = [
     &PUBLISHER,
     &CLAIM_REAPER,
     &DEADLINE_REAPER,
     &DEPENDENCY_RESOLVER,
     &OUTBOX_SWEEPER,
+    &EXCHANGE_DECLARER,
     &ARTIFACT_REAPER,
     &EXPIRY_REAPER,
     &TASK_GRAPH_CONSUMER,

@@ -165,6 +165,15 @@ impl Publisher {
         self.sink.as_ref()
     }
 
+    /// Makes the sink ready for consumers before the first event: on a broker, declares
+    /// every exchange of every enabled layout (see [`EventSink::prepare`]).
+    pub async fn prepare(&self) -> Result<(), JobError> {
+        self.sink
+            .prepare()
+            .await
+            .map_err(|e| JobError::Drain(DrainError::Sink(e)))
+    }
+
     /// Delivers the events of the records this process just wrote (the fast path; the sweep
     /// remains the safety net for anything else), and of the task graphs if this process
     /// wrote any.

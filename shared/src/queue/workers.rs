@@ -5,13 +5,15 @@
 //! when this process has not written it for [`QueueConfig::worker_info_throttle_ms`]
 //! (30 minutes), or never. The runs a worker claims in between wait in the process and go
 //! out together, once [`QueueConfig::recent_tasks_batch`] of them are waiting or the oldest
-//! has waited [`QueueConfig::recent_tasks_delay_ms`]. A claim that hands out work does not
-//! write itself: what it makes due is written by [`Queue::flush_seen`] — on the local server
-//! at its next background tick or the start of its next claimWork (so no answer waits for
-//! it), in a Lambda function after the handler and before the answer (a frozen or recycled
-//! container would never write it). So `recentTasks` may lag, and a process that dies loses
-//! the runs it held below a batch (metadata only; no task or claim depends on it). A failed
-//! recording is logged and never fails the claim that caused it.
+//! has waited [`QueueConfig::recent_tasks_delay_ms`]. A sighting that makes a record due (a
+//! first one, or one past the throttle) writes it before the claim answers, as upstream's
+//! claims await theirs, so a script can read or quarantine a worker as soon as it claimed. A
+//! batch of held runs a claim that hands out work makes due is written by
+//! [`Queue::flush_seen`] instead — on the local server at its next background tick or the start
+//! of its next claimWork, in a Lambda function after the handler and before the answer (a
+//! frozen or recycled container would never write it). So `recentTasks` may lag, and a process
+//! that dies loses the runs it held below a batch (metadata only; no task or claim depends on
+//! it). A failed recording is logged and never fails the claim that caused it.
 //!
 //! [`QueueConfig::worker_info_throttle_ms`]: super::QueueConfig::worker_info_throttle_ms
 //! [`QueueConfig::recent_tasks_batch`]: super::QueueConfig::recent_tasks_batch
@@ -42,8 +44,6 @@ const MEMO_WORKERS: usize = 10_000;
 #[derive(Default)]
 pub(crate) struct SeenMemo {
     queues: HashMap<String, Ts>,
-    /// Task queues seen by a claim that answered before writing them.
-    queues_due: std::collections::HashSet<String>,
     workers: HashMap<MemoKey, WorkerMemo>,
 }
 
@@ -98,8 +98,11 @@ impl Queue {
 
     /// Records that `worker` (if any) was seen on `task_queue_id` at `now`, having claimed
     /// `runs` (see the module's notes). `read`: the worker's record as the caller just read
-    /// it, which spares a read. `defer`: write nothing now, leave what is due to
-    /// [`Queue::flush_seen`] (a claim that hands out work).
+    /// it, which spares a read. A record this sighting makes due (never written by this
+    /// process, or not for the throttle's time) is written before this returns, as upstream's
+    /// claims await theirs. `defer`: the runs held for `recentTasks` are not written now even
+    /// when their batch is due; [`Queue::flush_seen`] writes them (a claim that hands out
+    /// work answers first).
     pub async fn record_seen(
         &self,
         task_queue_id: &str,
@@ -111,21 +114,36 @@ impl Queue {
     ) {
         let throttle = self.cfg.worker_info_throttle_ms;
         let queue_due = {
-            let mut memo = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-            let due = memo
-                .queues
+            let memo = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+            memo.queues
                 .get(task_queue_id)
-                .is_none_or(|t| now.millis() - t.millis() >= throttle);
-            if due && defer {
-                memo.queues_due.insert(task_queue_id.to_string());
-            }
-            due && !defer
+                .is_none_or(|t| now.millis() - t.millis() >= throttle)
         };
-        if queue_due {
-            self.write_task_queue_seen(task_queue_id, now).await;
-        }
-        let Some((wg, wid)) = worker else { return };
-        let key = (task_queue_id, wg, wid);
+        // The task queue and the worker at once: a first sighting's two records cost one
+        // round trip of writes, not two.
+        let queue = async {
+            if queue_due {
+                self.write_task_queue_seen(task_queue_id, now).await;
+            }
+        };
+        let worker = async {
+            let Some((wg, wid)) = worker else { return };
+            self.record_worker_seen((task_queue_id, wg, wid), runs, read, now, defer)
+                .await;
+        };
+        tokio::join!(queue, worker);
+    }
+
+    /// [`Queue::record_seen`] for the worker `key`.
+    async fn record_worker_seen(
+        &self,
+        key: WorkerKey<'_>,
+        runs: &[TaskRun],
+        read: Option<Option<(WorkerRecord, u64)>>,
+        now: Ts,
+        defer: bool,
+    ) {
+        let throttle = self.cfg.worker_info_throttle_ms;
         let mkey = memo_key(key);
         // A process that has not written this worker learns from the record whether a write
         // is due, so that many processes sharing the workers do not each write them.
@@ -134,7 +152,7 @@ impl Queue {
             None if self.memo_written(&mkey).is_none() => self.read_worker(key, false).await.ok(),
             None => None,
         };
-        let due = {
+        let (stale, due) = {
             let mut memo = self.seen.lock().unwrap_or_else(|p| p.into_inner());
             if memo.workers.len() >= MEMO_WORKERS {
                 memo.workers.retain(|_, m| !m.waiting.is_empty());
@@ -150,9 +168,9 @@ impl Queue {
                 m.waiting_since = now;
             }
             m.waiting.extend(runs.iter().cloned());
-            self.worker_write_due(m, now)
+            (self.worker_stale(m, now), self.worker_write_due(m, now))
         };
-        if due && !defer {
+        if stale || due && !defer {
             self.write_worker_seen(key, &mkey, now).await;
         }
     }
@@ -163,7 +181,6 @@ impl Queue {
         match self.task_queue_seen(task_queue_id, expires, now).await {
             Ok(()) => {
                 let mut memo = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-                memo.queues_due.remove(task_queue_id);
                 memo.queues.insert(task_queue_id.to_string(), now);
             }
             Err(e) => tracing::warn!(error = %e, task_queue_id, "could not record a task queue"),
@@ -175,47 +192,41 @@ impl Queue {
         memo.workers.get(mkey).and_then(|m| m.written)
     }
 
-    fn worker_write_due(&self, m: &WorkerMemo, now: Ts) -> bool {
-        let waited = now.millis() - m.waiting_since.millis();
+    /// True if this process has not written the worker, or not for the throttle's time.
+    fn worker_stale(&self, m: &WorkerMemo, now: Ts) -> bool {
         m.written
             .is_none_or(|t| now.millis() - t.millis() >= self.cfg.worker_info_throttle_ms)
+    }
+
+    /// True if the worker is [stale](Self::worker_stale) or the runs held for it make a
+    /// `recentTasks` batch.
+    fn worker_write_due(&self, m: &WorkerMemo, now: Ts) -> bool {
+        let waited = now.millis() - m.waiting_since.millis();
+        self.worker_stale(m, now)
             || m.waiting.len() >= self.cfg.recent_tasks_batch.max(1)
             || (!m.waiting.is_empty() && waited >= self.cfg.recent_tasks_delay_ms)
     }
 
     /// Writes what this process holds and `what` selects (see [`Flush`]).
     pub async fn flush_seen(&self, now: Ts, what: Flush) {
-        let (queues, workers): (Vec<String>, Vec<MemoKey>) = {
+        let workers: Vec<MemoKey> = {
             let memo = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-            let queues = memo.queues_due.iter().cloned().collect();
-            let workers = memo
-                .workers
+            memo.workers
                 .iter()
                 .filter(|(_, m)| match what {
                     Flush::Due => self.worker_write_due(m, now),
                     Flush::All => !m.waiting.is_empty() || m.written.is_none(),
                 })
                 .map(|(k, _)| k.clone())
-                .collect();
-            (queues, workers)
+                .collect()
         };
-        // Task queues and workers at once: a first claim's two records cost one round trip
-        // of writes, not two.
-        let queues = async {
-            for chunk in queues.chunks(PARALLEL) {
-                join_all(chunk.iter().map(|tq| self.write_task_queue_seen(tq, now))).await;
-            }
-        };
-        let workers = async {
-            for chunk in workers.chunks(PARALLEL) {
-                join_all(chunk.iter().map(|mkey| {
-                    let (tq, wg, wid) = mkey;
-                    self.write_worker_seen((tq, wg, wid), mkey, now)
-                }))
-                .await;
-            }
-        };
-        tokio::join!(queues, workers);
+        for chunk in workers.chunks(PARALLEL) {
+            join_all(chunk.iter().map(|mkey| {
+                let (tq, wg, wid) = mkey;
+                self.write_worker_seen((tq, wg, wid), mkey, now)
+            }))
+            .await;
+        }
     }
 
     /// Writes a worker as seen at `now` with the runs the memo holds; on failure they stay

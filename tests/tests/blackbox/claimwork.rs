@@ -356,32 +356,55 @@ async fn claim_work_at_its_concurrency_answers_at_once_and_the_rest_goes_on() {
         eprintln!("the claim service holds any number of waiting calls: no concurrency to reserve");
         return;
     }
-    // The deployed wait (20 s): the calls in between go through cold starts in the deployed
-    // shape, and must all happen while the four wait.
+    // The deployed wait (20 s): everything below must happen while the four wait.
     let app = spawn_app_with(|c| {
         c.queue.claim_work_timeout_ms = 20_000;
         c.queue.claim_work_concurrency = Some(5);
     })
     .await;
     let (idle, busy) = (task_queue_id(), task_queue_id());
+    // The functions the calls in between use, warmed first: in a loaded shape run a cold
+    // start took seconds, and they would eat into the four's 20 s.
+    let q = app.queue();
+    let id = create(&app, &task_def(&busy)).await;
+    let r = q.claimWork(&busy, &worker("g", "warm", 1)).await.unwrap();
+    assert_eq!(r["tasks"][0]["status"]["taskId"], id.as_str());
+    q.reportCompleted(&id, "0").await.expect("reportCompleted");
+    let store = app.domain_queue().await.store.clone();
+    let held = || async {
+        use shared::records::wait_slot;
+        let now = shared::time::Ts::now();
+        let mut n = 0;
+        for slot in 0..5 {
+            let item = store
+                .get(wait_slot::TABLE, &wait_slot::pk(slot), wait_slot::SK)
+                .await
+                .expect("read a wait slot");
+            n += item.is_some_and(|i| wait_slot::held_until(&i) > now) as usize;
+        }
+        n
+    };
     let mut waiting = vec![];
     for i in 0..4 {
         let q = app.queue();
         let idle = idle.clone();
         waiting.push(tokio::spawn(async move {
-            q.claimWork(&idle, &worker("g", &format!("idle{i}"), 1))
-                .await
+            let r = q
+                .claimWork(&idle, &worker("g", &format!("idle{i}"), 1))
+                .await;
+            (r, Instant::now())
         }));
         // One at a time, so each finds the others' slots taken and a free one.
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    // Until the last has taken its slot: in the shape, through a cold start (a loaded run
-    // took longer than 500 ms, and an extra call got that slot and waited the 20 s).
-    tokio::time::sleep(local_or_shape(
-        Duration::from_millis(500),
-        Duration::from_secs(4),
-    ))
-    .await;
+    // Until the last has taken its slot (in the shape, after a cold start): an extra call
+    // before that would take the free slot and wait.
+    let until = Instant::now() + Duration::from_secs(15);
+    while held().await < 4 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(held().await, 4, "each waiting call holds a slot");
+    let held_from = Instant::now();
     let q = app.queue();
     for i in 0..3 {
         let start = Instant::now();
@@ -390,8 +413,9 @@ async fn claim_work_at_its_concurrency_answers_at_once_and_the_rest_goes_on() {
             .await
             .expect("answered, not throttled");
         assert_eq!(r["tasks"], json!([]));
+        // Well short of the wait: the fifth instance's cold start comes first.
         assert!(
-            start.elapsed() < Duration::from_secs(5),
+            start.elapsed() < Duration::from_secs(10),
             "answered at once, not after the 20 s wait: {:?}",
             start.elapsed()
         );
@@ -402,18 +426,22 @@ async fn claim_work_at_its_concurrency_answers_at_once_and_the_rest_goes_on() {
     assert_eq!(r["tasks"][0]["status"]["taskId"], id.as_str());
     let r = q.reportCompleted(&id, "0").await.expect("reportCompleted");
     assert_eq!(r["status"]["state"], "completed");
-    for w in &waiting {
-        assert!(!w.is_finished(), "the four waiting calls still wait");
-    }
+    let done = waiting.iter().filter(|w| w.is_finished()).count();
+    let elapsed = held_from.elapsed();
     // A task for the waiters goes to one of them.
     let id = create(&app, &task_def(&idle)).await;
     let mut got = 0;
     for w in waiting {
-        let r = w.await.unwrap().unwrap();
+        let (r, _) = w.await.unwrap();
+        let r = r.expect("a waiting call answers");
         if r["tasks"][0]["status"]["taskId"] == id.as_str() {
             got += 1;
         }
     }
+    assert_eq!(
+        done, 0,
+        "the four waiting calls still wait ({elapsed:?} after all four held a slot)"
+    );
     assert_eq!(got, 1);
 }
 
@@ -478,6 +506,10 @@ async fn a_woken_claim_takes_the_run_its_wake_up_carried_without_reading_the_ind
         let creator = queue(&creator_store, creating);
         let claimer = queue(&claimer_store, claiming);
         let tq = TaskQueueId::parse(&task_queue_id()).expect("queue id");
+        // A known worker: its first sighting (written before a first claim answers) is over.
+        claimer
+            .record_seen(tq.as_str(), Some(("g", "w")), &[], None, Ts::now(), false)
+            .await;
         for round in 0..3 {
             let waiting = {
                 let (claimer, tq) = (claimer.clone(), tq.clone());

@@ -398,3 +398,96 @@ async fn every_message_of_a_busy_queue_matches_its_schema() {
     }
     assert_all_events_valid(&app);
 }
+
+/// Every exchange of every enabled layout (the queue's, the scheduler's, the legacy one)
+/// exists before the first task, so that a consumer that binds at start-up, as every Pulse
+/// consumer does, finds it: the local server declares them as it starts; as deployed, the
+/// `exchangeDeclarer` job does within its first firing (a minute, sped up here). The two
+/// layouts with prefixes get prefixes of their own, absent before; the legacy exchanges'
+/// names are fixed, so another test's server may have declared them first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_exchange_exists_before_the_first_task() {
+    use blackbox::amqp::{delete_exchanges, exchange_exists};
+    use shared::routing::{LEGACY_EXCHANGES, SCHEDULER_EXCHANGES};
+    use std::time::Instant;
+    let slug = slugid().to_lowercase();
+    let prefix = format!("exchange/tcq-test-{slug}/queue/v1/");
+    let sched_prefix = format!("exchange/tcq-test-{slug}/scheduler/v1/");
+    let own: Vec<String> = EXCHANGES
+        .iter()
+        .map(|x| format!("{prefix}{x}"))
+        .chain(
+            SCHEDULER_EXCHANGES
+                .iter()
+                .map(|x| format!("{sched_prefix}{x}")),
+        )
+        .collect();
+    let legacy: Vec<String> = LEGACY_EXCHANGES.iter().map(|x| x.to_string()).collect();
+    for name in &own {
+        assert!(
+            !exchange_exists(name).await,
+            "{name} exists before the start"
+        );
+    }
+    let started = Instant::now();
+    // The shape's own stack: the shared stacks' event recorder declares their exchanges.
+    let (shape, _app, within) = if in_shape() {
+        let tag: String = slug
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .take(10)
+            .collect();
+        let stack = format!("tcq-x{tag}");
+        let mut sc = blackbox::shape::ShapeConfig::defaults(&stack);
+        sc.delete_on_stop = true;
+        sc.speedup = 20.0;
+        sc.parameters = vec![
+            ("ExchangePrefix".into(), prefix.clone()),
+            ("SchedulerExchangePrefix".into(), sched_prefix.clone()),
+        ];
+        sc.env.insert("TCQ_LEGACY_EXCHANGES".into(), "true".into());
+        sc.env
+            .insert("TCQ_ROOT_ACCESS_TOKEN".into(), ROOT_ACCESS_TOKEN.into());
+        let shape = blackbox::shape::Shape::start(sc)
+            .await
+            .expect("the deployed shape starts");
+        // The job's minute, sped up, and its cold start.
+        let within = Duration::from_secs_f64(60.0 / 20.0) + Duration::from_secs(10);
+        (Some(shape), None, within)
+    } else {
+        let (p, s) = (prefix.clone(), sched_prefix.clone());
+        let app = spawn_app_with(move |c| {
+            c.amqp_url = Some(blackbox::amqp::amqp_url(&blackbox::amqp::broker_addr()));
+            c.queue.exchange_prefix = p;
+            c.queue.scheduler_exchange_prefix = s;
+            c.queue.legacy_exchanges = true;
+        })
+        .await;
+        (None, Some(app), Duration::from_secs(10))
+    };
+    let mut missing: Vec<&String> = own.iter().chain(&legacy).collect();
+    while !missing.is_empty() && started.elapsed() < within {
+        let mut still = vec![];
+        for name in missing {
+            if !exchange_exists(name).await {
+                still.push(name);
+            }
+        }
+        missing = still;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let took = started.elapsed();
+    assert!(
+        missing.is_empty(),
+        "not declared after {took:?}: {missing:?}"
+    );
+    eprintln!("every exchange declared {took:?} after the start");
+    // A consumer binds to each, with no task created.
+    let broker = blackbox::amqp::Broker::with_prefix("").await;
+    let names: Vec<&str> = own.iter().chain(&legacy).map(String::as_str).collect();
+    broker.bind(&names, "#").await;
+    if let Some(shape) = shape {
+        shape.stop().await;
+    }
+    delete_exchanges(&own).await;
+}

@@ -167,6 +167,44 @@ async fn claims_record_the_task_queue_and_the_worker() {
     assert_eq!(err_status(nobody.getProvisioner("no-such-prov").await), 403);
 }
 
+/// A worker's first sighting, and its task queue's, are written before claimWork and
+/// claimTask answer (as upstream's claims await theirs): a script can read the worker and the
+/// task queue, and quarantine the worker, right after its first claim. Its later claims go
+/// out in `recentTasks` batches (here, the default: after they wait).
+#[tokio::test]
+async fn a_first_claim_is_recorded_before_it_answers() {
+    // Background ticks a minute apart: none writes the sighting in time for the reads.
+    let app = spawn_app_with(|c| c.reaper_interval_ms = 60_000).await;
+    let q = app.queue();
+    let tq = task_queue_id();
+    let (prov, wt) = split(&tq);
+    let a = create(&app, &task_def(&tq)).await;
+    let b = create(&app, &task_def(&tq)).await;
+    let got = claim_one(&app, &tq, "grp", "first").await;
+    assert_eq!(got["status"]["taskId"], a.as_str());
+    let t = q.getTaskQueue(&tq).await.expect("the task queue, at once");
+    assert_eq!(t["taskQueueId"], tq.as_str());
+    let w = q
+        .getWorker(prov, wt, "grp", "first")
+        .await
+        .expect("the worker, at once");
+    assert_eq!(w["recentTasks"], json!([{"taskId": a, "runId": 0}]));
+    q.claimTask(&b, "0", &claimer("grp", "second"))
+        .await
+        .expect("claimTask");
+    let w = q
+        .getWorker(prov, wt, "grp", "second")
+        .await
+        .expect("claimTask's worker, at once");
+    assert_eq!(w["recentTasks"], json!([{"taskId": b, "runId": 0}]));
+    let until = json!({ "quarantineUntil": ts(3_600_000) });
+    let w = q
+        .quarantineWorker(prov, wt, "grp", "first", &until)
+        .await
+        .expect("quarantined right after its first claim");
+    assert!(from_now(&w["quarantineUntil"]) > 0, "{w}");
+}
+
 #[tokio::test]
 async fn recent_tasks_hold_the_last_twenty_claims() {
     let app = recording_app().await;
