@@ -88,6 +88,24 @@ pub static ENDPOINTS: &[Endpoint] = &[
     .output("get-client-response")
     .needs(WRITE),
     Endpoint::new(
+        "updateClient",
+        Verb::Post,
+        "/clients/<*clientId>",
+        handler!(update_client),
+    )
+    .title("Update a client; the scopes it adds must be the caller's")
+    .scopes(Template::AllOf(&[
+        Template::Scope("auth:update-client:<clientId>"),
+        Template::For {
+            var: "scope",
+            in_: "scopesAdded",
+            each: "<scope>",
+        },
+    ]))
+    .input("create-client-request")
+    .output("get-client-response")
+    .needs(WRITE),
+    Endpoint::new(
         "deleteClient",
         Verb::Delete,
         "/clients/<*clientId>",
@@ -132,6 +150,24 @@ pub static ENDPOINTS: &[Endpoint] = &[
         Template::For {
             var: "scope",
             in_: "scopes",
+            each: "<scope>",
+        },
+    ]))
+    .input("create-role-request")
+    .output("get-role-response")
+    .needs(WRITE),
+    Endpoint::new(
+        "updateRole",
+        Verb::Post,
+        "/roles/<*roleId>",
+        handler!(update_role),
+    )
+    .title("Update a role; the scopes it adds must be the caller's")
+    .scopes(Template::AllOf(&[
+        Template::Scope("auth:update-role:<roleId>"),
+        Template::For {
+            var: "scope",
+            in_: "scopesAdded",
             each: "<scope>",
         },
     ]))
@@ -239,6 +275,17 @@ async fn create_client(api: &Api, call: &mut Call) -> ApiResult<Reply> {
     Reply::ok(api.auth.create_client(&cid, &call.body, call.now).await?)
 }
 
+/// `updateClient`: 404 for a missing client comes before the scope check, as upstream.
+async fn update_client(api: &Api, call: &mut Call) -> ApiResult<Reply> {
+    let cid = call.param("clientId").to_string();
+    let body = call.body.clone();
+    let now = call.now;
+    let client = api.auth.update_client_from(&cid, &body, now, |added| {
+        call.authorize(&id(call, "clientId").many("scopesAdded", added))
+    });
+    Reply::ok(client.await?)
+}
+
 async fn reset_access_token(api: &Api, call: &mut Call) -> ApiResult<Reply> {
     call.authorize(&id(call, "clientId"))?;
     Reply::ok(
@@ -295,6 +342,17 @@ async fn create_role(api: &Api, call: &mut Call) -> ApiResult<Reply> {
     call.authorize(&granting(call, "roleId"))?;
     let rid = call.param("roleId").to_string();
     Reply::ok(api.auth.create_role(&rid, &call.body, call.now).await?)
+}
+
+/// `updateRole`: 404 for a missing role comes before the scope check, as upstream.
+async fn update_role(api: &Api, call: &mut Call) -> ApiResult<Reply> {
+    let rid = call.param("roleId").to_string();
+    let body = call.body.clone();
+    let now = call.now;
+    let role = api.auth.update_role_from(&rid, &body, now, |added| {
+        call.authorize(&id(call, "roleId").many("scopesAdded", added))
+    });
+    Reply::ok(role.await?)
 }
 
 async fn delete_role(api: &Api, call: &mut Call) -> ApiResult<Reply> {

@@ -623,6 +623,7 @@ impl AuthService {
     /// `createClient`: stores a new client and returns it with its accessToken.
     pub async fn create_client(&self, client_id: &str, body: &Value, now: Ts) -> ApiResult<Value> {
         self.static_refusal(client_id)?;
+        no_double_star(body)?;
         let expires = body["expires"]
             .as_str()
             .and_then(Ts::parse)
@@ -664,15 +665,20 @@ impl AuthService {
         Ok(v)
     }
 
-    /// Read-modify-write of a stored client, retried on a concurrent change.
-    async fn update_client(&self, client_id: &str, f: impl Fn(&mut Value)) -> ApiResult<Value> {
+    /// Read-modify-write of a stored client, retried on a concurrent change: `f` changes
+    /// the stored client, or refuses.
+    async fn update_client(
+        &self,
+        client_id: &str,
+        mut f: impl FnMut(&mut Value) -> ApiResult<()>,
+    ) -> ApiResult<Value> {
         self.static_refusal(client_id)?;
         for _ in 0..5 {
             let (mut d, version) = self
                 .load_client(client_id)
                 .await?
                 .ok_or_else(|| ApiError::not_found(format!("Client {client_id} not found")))?;
-            f(&mut d);
+            f(&mut d)?;
             let (pk, sk) = keys::client_key(client_id);
             match self
                 .store
@@ -693,6 +699,51 @@ impl AuthService {
         )))
     }
 
+    /// `updateClient`: replaces a stored client's description, expiry, deleteOnExpiration and
+    /// (when given) scopes. `authorize` gets the scopes the update adds, those not among the
+    /// client's stored scopes word for word (as upstream compares them), and refuses when the
+    /// caller may not grant them; it is asked again if the client changed meanwhile.
+    pub async fn update_client_from(
+        &self,
+        client_id: &str,
+        body: &Value,
+        now: Ts,
+        mut authorize: impl FnMut(Vec<String>) -> ApiResult<()>,
+    ) -> ApiResult<Value> {
+        no_double_star(body)?;
+        let expires = body["expires"]
+            .as_str()
+            .and_then(Ts::parse)
+            .ok_or_else(|| ApiError::input("expires must be a date-time"))?;
+        let scopes = body
+            .get("scopes")
+            .map(|s| roles::normalize(crate::json::string_list(s)));
+        let asked = crate::json::string_list(&body["scopes"]);
+        let d = self
+            .update_client(client_id, |d| {
+                let stored = crate::json::string_list(&d["scopes"]);
+                authorize(
+                    asked
+                        .iter()
+                        .filter(|s| !stored.contains(s))
+                        .cloned()
+                        .collect(),
+                )?;
+                d["description"] = json!(body["description"].as_str().unwrap_or_default());
+                d["expires"] = json!(expires);
+                d["deleteOnExpiration"] =
+                    json!(body["deleteOnExpiration"].as_bool().unwrap_or(false));
+                if let Some(s) = &scopes {
+                    d["scopes"] = json!(s);
+                }
+                d["lastModified"] = json!(now);
+                Ok(())
+            })
+            .await?;
+        let expanded = self.expand(&crate::json::string_list(&d["scopes"])).await?;
+        Ok(self.client_json(&d, expanded))
+    }
+
     /// `resetAccessToken`: a new accessToken; the old one stops working at once.
     pub async fn reset_access_token(&self, client_id: &str, now: Ts) -> ApiResult<Value> {
         let token = new_access_token();
@@ -701,6 +752,7 @@ impl AuthService {
                 d["accessToken"] = json!(token);
                 d["lastRotated"] = json!(now);
                 d["lastModified"] = json!(now);
+                Ok(())
             })
             .await?;
         let expanded = self.expand(&crate::json::string_list(&d["scopes"])).await?;
@@ -717,6 +769,7 @@ impl AuthService {
                     d["disabled"] = json!(disabled);
                     d["lastModified"] = json!(now);
                 }
+                Ok(())
             })
             .await?;
         let expanded = self.expand(&crate::json::string_list(&d["scopes"])).await?;
@@ -794,9 +847,9 @@ impl AuthService {
         Ok(page_by_key(rest, page.limit, false, keys::PK_ROLES))
     }
 
-    /// `createRole`: refuses roles whose expansion would not converge.
-    pub async fn create_role(&self, role_id: &str, body: &Value, now: Ts) -> ApiResult<Value> {
-        let scopes = roles::normalize(crate::json::string_list(&body["scopes"]));
+    /// What `assume:<role_id>` expands to once the role holds `scopes`; `400 InputError` if
+    /// that expansion would not converge.
+    async fn expanded_with(&self, role_id: &str, scopes: &[String]) -> ApiResult<Vec<String>> {
         let mut roles: Vec<Role> = self
             .roles()
             .await?
@@ -806,15 +859,22 @@ impl AuthService {
             .collect();
         roles.push(Role {
             role_id: role_id.into(),
-            scopes: scopes.clone(),
+            scopes: scopes.to_vec(),
         });
         // A starred role is also tried with an empty parameter: `<..>` feeding the role back
         // into itself only shows there.
         let bare = format!("assume:{}", role_id.trim_end_matches('*'));
         roles::expand(&[bare], &roles)
             .map_err(|_| ApiError::input(format!("Role {role_id} would expand without end")))?;
-        let expanded = roles::expand(&[format!("assume:{role_id}")], &roles)
-            .map_err(|_| ApiError::input(format!("Role {role_id} would expand without end")))?;
+        roles::expand(&[format!("assume:{role_id}")], &roles)
+            .map_err(|_| ApiError::input(format!("Role {role_id} would expand without end")))
+    }
+
+    /// `createRole`: refuses roles whose expansion would not converge.
+    pub async fn create_role(&self, role_id: &str, body: &Value, now: Ts) -> ApiResult<Value> {
+        no_double_star(body)?;
+        let scopes = roles::normalize(crate::json::string_list(&body["scopes"]));
+        let expanded = self.expanded_with(role_id, &scopes).await?;
         let d = json!({
             "roleId": role_id,
             "description": body["description"].as_str().unwrap_or_default(),
@@ -842,6 +902,59 @@ impl AuthService {
         Ok(self.role_json(&d, expanded))
     }
 
+    /// `updateRole`: replaces a stored role's scopes and description, refusing an expansion
+    /// that would not converge. `authorize` gets the scopes the update adds, those the role's
+    /// present expansion does not already satisfy (as upstream), and refuses when the caller
+    /// may not grant them; it is asked again if the role changed meanwhile.
+    pub async fn update_role_from(
+        &self,
+        role_id: &str,
+        body: &Value,
+        now: Ts,
+        mut authorize: impl FnMut(Vec<String>) -> ApiResult<()>,
+    ) -> ApiResult<Value> {
+        no_double_star(body)?;
+        let asked = crate::json::string_list(&body["scopes"]);
+        let scopes = roles::normalize(asked.clone());
+        let (pk, sk) = keys::role_key(role_id);
+        for _ in 0..5 {
+            let item = self
+                .store
+                .get(keys::AUTH, pk, &sk)
+                .await?
+                .ok_or_else(|| ApiError::not_found(format!("Role {role_id} not found")))?;
+            let former = self.expand(&[format!("assume:{role_id}")]).await?;
+            authorize(
+                asked
+                    .iter()
+                    .filter(|s| !ScopeExpr::scope(s.as_str()).satisfied_by(&former))
+                    .cloned()
+                    .collect(),
+            )?;
+            let expanded = self.expanded_with(role_id, &scopes).await?;
+            let mut d = item.data;
+            d["scopes"] = json!(scopes);
+            d["description"] = json!(body["description"].as_str().unwrap_or_default());
+            d["lastModified"] = json!(now);
+            let put = WriteOp::Put {
+                table: keys::AUTH,
+                item: Item::new(pk, sk.clone(), d.clone(), vec![]),
+                cond: Cond::Version(item.version),
+            };
+            match self.store.write(put).await {
+                Ok(_) => {
+                    self.forget_roles();
+                    return Ok(self.role_json(&d, expanded));
+                }
+                Err(e) if e.is_condition_failed() => self.forget_roles(),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(ApiError::conflict(format!(
+            "Role {role_id} is being modified concurrently; retry"
+        )))
+    }
+
     /// `deleteRole`: succeeds whether or not the role exists.
     pub async fn delete_role(&self, role_id: &str) -> ApiResult<()> {
         let (pk, sk) = keys::role_key(role_id);
@@ -855,6 +968,20 @@ impl AuthService {
             .await?;
         self.forget_roles();
         Ok(())
+    }
+}
+
+/// `400 InputError` for a granted scope that ends in `**`, as upstream refuses them (holding
+/// `a**` would not grant what `a*` grants, which confuses whoever reads the client or role).
+fn no_double_star(body: &Value) -> ApiResult<()> {
+    match crate::json::string_list(&body["scopes"])
+        .iter()
+        .find(|s| s.ends_with("**"))
+    {
+        Some(s) => Err(ApiError::input(format!(
+            "scope {s} ends in `**`: a scope may end in one `*` only"
+        ))),
+        None => Ok(()),
     }
 }
 

@@ -1269,3 +1269,153 @@ async fn a_role_change_reaches_another_process_within_2_s() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// updateClient and updateRole, as upstream: a client's update needs the scopes it adds that
+/// the client does not hold word for word; a role's, those its present expansion does not
+/// satisfy; a missing client or role is 404 before the scope check; `**` and an expansion
+/// without end are 400.
+#[tokio::test]
+async fn update_client_and_update_role_grant_only_what_the_caller_holds() {
+    let app = spawn_app().await;
+    let auth = app.auth();
+    let tag = slugid();
+    let (role, cid) = (format!("test-role-{tag}"), format!("test/{tag}/c"));
+    auth.createRole(
+        &role,
+        &json!({"description": "r", "scopes": ["a:*", "assume:sub-{tag}".replace("{tag}", &tag)]}),
+    )
+    .await
+    .expect("createRole");
+    let sub = format!("sub-{tag}");
+    auth.createRole(&sub, &json!({"description": "", "scopes": ["s:1"]}))
+        .await
+        .expect("createRole");
+    let created = auth
+        .createClient(
+            &cid,
+            &json!({"description": "c", "expires": ts(3_600_000), "scopes": ["x:1", "z:1"]}),
+        )
+        .await
+        .expect("createClient");
+    // The caller may update both, and holds x:2 and b:1 but not y:1 nor x:1.
+    let lid = format!("test/{tag}/updater");
+    let limited = auth
+        .createClient(
+            &lid,
+            &json!({"description": "", "expires": ts(3_600_000), "scopes": [
+                format!("auth:update-client:test/{tag}/*"),
+                format!("auth:update-role:test-role-{tag}"),
+                "x:2", "b:1",
+            ]}),
+        )
+        .await
+        .expect("createClient");
+    let me = app.auth_as(Some(Credentials::new(
+        lid.clone(),
+        limited["accessToken"].as_str().unwrap_or_default(),
+    )));
+    let body = |desc: &str, scopes: &[&str]| json!({"description": desc, "expires": ts(7_200_000), "scopes": scopes});
+    // Added x:2 (held); x:1 kept; z:1 dropped, which needs nothing.
+    let c = me
+        .updateClient(&cid, &body("c2", &["x:1", "x:2"]))
+        .await
+        .expect("updateClient");
+    assert_eq!(c["description"], "c2");
+    assert_eq!(c["scopes"], json!(["x:1", "x:2"]));
+    assert!(c.get("accessToken").is_none());
+    let expires = shared::time::Ts::parse(c["expires"].as_str().unwrap_or_default());
+    assert!(
+        expires.is_some_and(|e| e.millis() > shared::time::Ts::now().millis() + 3_600_000),
+        "{c}"
+    );
+    assert_ne!(c["lastModified"], created["lastModified"]);
+    assert_eq!(
+        auth.client(&cid).await.expect("client")["scopes"],
+        c["scopes"]
+    );
+    // Adding y:1, which the caller lacks: 403, and nothing changes.
+    assert_eq!(
+        err_status(me.updateClient(&cid, &body("c3", &["x:1", "y:1"])).await),
+        403
+    );
+    assert_eq!(
+        auth.client(&cid).await.expect("client")["description"],
+        "c2"
+    );
+    // The client's own access token still works after an update.
+    let own = app.auth_as(Some(Credentials::new(
+        cid.clone(),
+        created["accessToken"].as_str().unwrap_or_default(),
+    )));
+    assert!(own.currentScopes().await.is_ok());
+    let nobody = app.auth_as(Some(client_with(&app, &[]).await));
+    assert_eq!(
+        err_status(
+            nobody
+                .updateClient(&format!("test/{tag}/none"), &body("", &[]))
+                .await
+        ),
+        404
+    );
+    assert_eq!(
+        err_status(nobody.updateClient(&cid, &body("", &[])).await),
+        403
+    );
+    assert_eq!(
+        err_status(auth.updateClient(ROOT_CLIENT_ID, &body("", &[])).await),
+        400
+    );
+    assert_eq!(
+        err_status(auth.updateClient(&cid, &body("", &["x:**"])).await),
+        400
+    );
+
+    // The role: a:5 is within a:* and s:1 comes through the sub-role, so neither needs the
+    // caller; b:1 the caller holds; c:1 it does not.
+    let assume_sub = format!("assume:{sub}");
+    let r = me
+        .updateRole(
+            &role,
+            &json!({"description": "r2", "scopes": ["a:*", "a:5", "s:1", "b:1", assume_sub]}),
+        )
+        .await
+        .expect("updateRole");
+    assert_eq!(r["description"], "r2");
+    assert!(r["expandedScopes"]
+        .as_array()
+        .expect("expandedScopes")
+        .contains(&json!(format!("assume:{role}"))));
+    assert!(r["expandedScopes"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("b:1")));
+    let expanded = auth
+        .expandScopes(&json!({"scopes": [format!("assume:{role}")]}))
+        .await
+        .expect("expandScopes");
+    assert!(expanded["scopes"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("b:1")));
+    assert_eq!(
+        err_status(
+            me.updateRole(&role, &json!({"description": "", "scopes": ["c:1"]}))
+                .await
+        ),
+        403
+    );
+    // An update whose expansion would not end (each step a longer roleId) is refused.
+    let looping = format!("test-loop-{tag}*");
+    auth.createRole(&looping, &json!({"description": "", "scopes": []}))
+        .await
+        .expect("createRole");
+    let cycle = json!({"description": "", "scopes": [format!("assume:test-loop-{tag}x<..>")]});
+    assert_eq!(err_status(auth.updateRole(&looping, &cycle).await), 400);
+    let stars = json!({"description": "", "scopes": ["b:**"]});
+    assert_eq!(err_status(auth.updateRole(&role, &stars).await), 400);
+    assert_eq!(
+        err_status(nobody.updateRole(&format!("no-role-{tag}"), &cycle).await),
+        404
+    );
+    assert_eq!(auth.role(&role).await.expect("role")["description"], "r2");
+}

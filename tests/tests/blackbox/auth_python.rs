@@ -86,3 +86,45 @@ async fn the_python_client_lists_clients_and_roles_and_tests_authentication() {
         .contains(&json!(role)));
     assert_eq!(out["tested"]["clientId"], "tester");
 }
+
+/// A tc-admin-style apply with the PyPI client (`tests/python/tc_admin_apply.py`): the
+/// current roles and clients under a prefix read, then created, changed (updateRole,
+/// updateClient) and removed one call at a time to match what is desired, each apply leaving
+/// nothing for a second one to do.
+#[tokio::test]
+async fn a_tc_admin_style_apply_creates_updates_and_deletes_roles_and_clients() {
+    let app = spawn_app().await;
+    let prefix = format!("tc-admin-{}/", slugid());
+    let Some(out) = run_python(&app, "tc_admin_apply.py", &[("PREFIX", prefix.clone())]).await
+    else {
+        return;
+    };
+    let (role, client) = (format!("{prefix}ci"), format!("{prefix}worker"));
+    assert_eq!(
+        out["create"]["calls"],
+        json!(["createRole", "createClient"])
+    );
+    assert_eq!(
+        out["change"]["calls"],
+        json!(["updateRole", "updateClient"])
+    );
+    assert_eq!(
+        out["remove"]["calls"],
+        json!(["deleteRole", "deleteClient"])
+    );
+    for step in ["create", "change", "remove"] {
+        assert_eq!(out[step]["again"], false, "{step}: {out}");
+    }
+    assert_eq!(
+        out["change"]["roles"][&role]["description"],
+        "CI, and its secrets"
+    );
+    assert_eq!(
+        out["change"]["clients"][&client]["scopes"],
+        json!([format!("assume:{role}"), "queue:claim-work:proj/*"])
+    );
+    assert_eq!(out["remove"]["roles"], json!({}));
+    assert_eq!(out["remove"]["clients"], json!({}));
+    // The server agrees.
+    assert_eq!(err_status(app.auth().role(&role).await), 404);
+}
