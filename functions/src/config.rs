@@ -67,6 +67,14 @@ pub struct QueueSettings {
     /// The task-graph scheduler's schedulerId.
     #[arg(long, env = env::SCHEDULER_ID, default_value = shared::scheduler::DEFAULT_SCHEDULER_ID)]
     pub scheduler_id: String,
+    /// Prefix of the durable queues on the broker that feed jobs (`<prefix>worker-removed`,
+    /// `<prefix>task-graph-scheduler`); as deployed, `<stack>-`.
+    #[arg(long, env = env::FEED_QUEUE_PREFIX, default_value = "tc-queue-")]
+    pub feed_queue_prefix: String,
+    /// Prefix of worker-manager's exchanges, whose `worker-stopped` and `worker-removed`
+    /// messages resolve the runs of the workers they name.
+    #[arg(long, env = env::WORKER_MANAGER_EXCHANGE_PREFIX, default_value = "exchange/taskcluster-worker-manager/v1/")]
+    pub worker_manager_exchange_prefix: String,
     /// clientId the queue issues temporary credentials as.
     #[arg(
         long,
@@ -104,6 +112,23 @@ pub struct QueueSettings {
 }
 
 impl QueueSettings {
+    /// The durable queue on the broker that feeds `feed`'s job, named and bound as these
+    /// settings say.
+    pub fn feed_queue(
+        &self,
+        feed: &shared::jobs::declare::Feed,
+    ) -> shared::events::amqp::DurableQueue {
+        shared::events::amqp::FeedBindings {
+            exchange_prefix: &self.exchange_prefix,
+            scheduler_id: &self.scheduler_id,
+            worker_manager_prefix: &self.worker_manager_exchange_prefix,
+        }
+        .queue(
+            format!("{}{}", self.feed_queue_prefix, feed.queue),
+            feed.binds,
+        )
+    }
+
     /// The RabbitMQ sink of the broker at `url`: today's exchanges and the scheduler's under
     /// their prefixes, and seed 003's too in the legacy mode.
     pub fn amqp_sink(&self, url: &str) -> shared::events::amqp::AmqpSink {
@@ -302,10 +327,6 @@ pub struct LambdaConfig {
     /// The RabbitMQ (Amazon MQ) broker the publisher and the outbox sweeper publish to.
     #[arg(long, env = env::AMQP_URL, hide_env_values = true)]
     pub amqp_url: Option<String>,
-    /// The durable queue the task-graph consumer reads: the publishers declare it and bind
-    /// it to the resolution exchanges for `TCQ_SCHEDULER_ID` before they publish.
-    #[arg(long, env = env::SCHEDULER_QUEUE)]
-    pub scheduler_queue: Option<String>,
     /// The CloudWatch namespace of the metrics each invocation prints (EMF lines on stdout).
     #[arg(long, env = env::METRICS_NAMESPACE, default_value = "tcq")]
     pub metrics_namespace: String,
@@ -324,15 +345,6 @@ impl LambdaConfig {
     /// Reads the environment; a malformed value is named.
     pub fn from_env() -> Result<Self, clap::Error> {
         LambdaConfig::try_parse_from(["lambda"])
-    }
-
-    /// The durable consumer queue (unset or empty: none) and its binding pattern.
-    pub fn scheduler_queue(&self) -> Option<(String, String)> {
-        let name = self.scheduler_queue.clone().filter(|n| !n.is_empty())?;
-        Some((
-            name,
-            shared::events::amqp::scheduler_pattern(&self.queue.scheduler_id),
-        ))
     }
 }
 

@@ -14,6 +14,7 @@ use shared::auth::ROOT_CLIENT_ID;
 use shared::blobs::{BlobStore, LocalBlobs};
 use shared::creds::IssuerCredentials;
 use shared::error::{ApiError, ErrorCode};
+use shared::events::amqp::{self, DurableQueue};
 use shared::events::{EventSink, FanoutSink};
 use shared::hints::LocalHints;
 use shared::jobs::declare::{Context, Local};
@@ -351,6 +352,14 @@ fn start_jobs(
                 tasks.push(tokio::spawn(run.until_done(stopped.clone())));
                 continue;
             }
+            Local::Broker => {
+                let (Some(url), Some(feed)) = (&cfg.amqp_url, &job.broker) else {
+                    continue;
+                };
+                let q = cfg.queue.feed_queue(feed);
+                tasks.push(tokio::spawn(run.feed(url.clone(), q, stopped.clone())));
+                continue;
+            }
             Local::Publisher | Local::Scrape => continue,
         };
         // This process's resolutions stand for a stream's records.
@@ -424,6 +433,47 @@ impl JobLoop {
                     tracing::warn!(job = self.job.name, error = %e, "failed at start; retrying")
                 }
             }
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(30));
+        }
+    }
+
+    /// Consumes the job's feed, the durable queue `q` on the broker at `url`, until `stop`:
+    /// each message goes to the job as an Amazon MQ event of one message (as deployed), and
+    /// is acknowledged once handled; a failure puts it back after a pause. Reconnects with
+    /// backoff.
+    async fn feed(self, url: String, q: DurableQueue, mut stop: watch::Receiver<bool>) {
+        use base64::Engine as _;
+        let mut backoff = Duration::from_millis(200);
+        let this = &self;
+        loop {
+            let handle = |body: Vec<u8>, redelivered: bool| {
+                let event = serde_json::json!({
+                    "eventSource": "aws:rmq",
+                    "rmqMessagesByQueue": { format!("{}::/", q.name): [{
+                        "redelivered": redelivered,
+                        "data": base64::engine::general_purpose::STANDARD.encode(body),
+                    }] }
+                });
+                async move {
+                    match this.job.on_broker(&this.context(), &event, Ts::now()).await {
+                        Ok(_) => Ok(()),
+                        Err(e) => {
+                            // Not at once: the broker hands it back straight away.
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                            Err(e.to_string())
+                        }
+                    }
+                }
+            };
+            let why = tokio::select! {
+                why = amqp::consume(&url, &q, 10, handle) => why,
+                _ = stop.wait_for(|s| *s) => return,
+            };
+            tracing::warn!(job = self.job.name, queue = %q.name, reason = %why, "feed consumer stopped; reconnecting");
             tokio::select! {
                 _ = tokio::time::sleep(backoff) => {}
                 _ = stop.wait_for(|s| *s) => return,

@@ -41,6 +41,8 @@ pub struct TestServer {
     pub events: RecordingSink,
     /// The data directory (deleted on drop).
     pub dir: tempfile::TempDir,
+    /// What the names of the durable queues that feed jobs start with.
+    feed_queue_prefix: String,
 }
 
 /// True when the suite runs against the deployed shape (`TCQ_TEST_BACKEND=shape`): every
@@ -147,12 +149,14 @@ async fn spawn_app_sharing(
         Arc::new(events.clone()),
         Arc::new(LogSink),
     ]));
+    let feed_queue_prefix = cfg.queue.feed_queue_prefix.clone();
     let running = start(cfg, sink).await.expect("server starts");
     TestServer {
         running: Some(running),
         shape: None,
         events,
         dir,
+        feed_queue_prefix,
     }
 }
 
@@ -210,6 +214,10 @@ async fn spawn_shape(
         ("ExchangePrefix".into(), prefix.clone()),
         ("SchedulerExchangePrefix".into(), sched_prefix.clone()),
         ("SchedulerId".into(), cfg.queue.scheduler_id.clone()),
+        (
+            "WorkerManagerExchangePrefix".into(),
+            cfg.queue.worker_manager_exchange_prefix.clone(),
+        ),
     ];
     if let Some(r) = cfg.queue.claim_work_concurrency {
         sc.parameters.push((
@@ -300,6 +308,7 @@ async fn spawn_shape(
     TestServer {
         running: None,
         events: lease.stack.events.clone(),
+        feed_queue_prefix: format!("{}-", lease.stack.shape.stack),
         shape: Some(lease),
         dir,
     }
@@ -431,6 +440,12 @@ impl TestServer {
             return r.api.queue.clone();
         }
         shape_queue(&self.shape().expect("a server").stack).await
+    }
+
+    /// The name of the durable queue on the broker that feeds `feed`'s job: the local
+    /// server's (`TCQ_FEED_QUEUE_PREFIX`), or the deployed shape's (`<stack>-<queue>`).
+    pub fn feed_queue(&self, feed: &shared::jobs::declare::Feed) -> String {
+        format!("{}{}", self.feed_queue_prefix, feed.queue)
     }
 
     /// The server's artifact buckets (the local server's blob store, or the deployed shape's

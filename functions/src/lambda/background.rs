@@ -17,17 +17,17 @@ use shared::time::Ts;
 use std::sync::Arc;
 
 /// The RabbitMQ sink of `TCQ_AMQP_URL`; it connects on first use and the connection is kept
-/// across warm invocations. With `TCQ_SCHEDULER_QUEUE` set, every (re)connect also declares
-/// that durable queue, bound to the resolution exchanges for the tasks of the scheduler
-/// `TCQ_SCHEDULER_ID`, before anything is published: the queue the task-graph consumer's
-/// event source mapping reads.
+/// across warm invocations. Every (re)connect also declares the durable queue of every job
+/// fed by the broker (`TCQ_FEED_QUEUE_PREFIX`, the stack's name), bound as the job declares,
+/// before anything is published: the queues the event source mappings read.
 fn amqp_sink(cfg: &LambdaConfig) -> Result<Arc<AmqpSink>, Error> {
     let url = cfg.amqp_url.clone().ok_or("TCQ_AMQP_URL is not set")?;
-    let sink = cfg.queue.amqp_sink(&url);
-    Ok(Arc::new(match cfg.scheduler_queue() {
-        Some((name, pattern)) => sink.with_durable_queue(name, pattern),
-        None => sink,
-    }))
+    let feeds = jobs::JOBS.iter().filter_map(|j| j.broker.as_ref());
+    Ok(Arc::new(
+        feeds.fold(cfg.queue.amqp_sink(&url), |sink, f| {
+            sink.with_durable_queue(cfg.queue.feed_queue(f))
+        }),
+    ))
 }
 
 /// The store item of a stream record's new image, or `None` if it is not one of ours.

@@ -37,8 +37,12 @@ pub const ANONYMOUS_SCOPES: &str = "AnonymousScopes";
 /// The template parameter that turns seed 003's exchange layout on (`TCQ_LEGACY_EXCHANGES`).
 pub const LEGACY_EXCHANGES: &str = "LegacyExchanges";
 
-/// Variables of the functions that publish to RabbitMQ.
-const BROKER_ENV: &[&str] = &[env::SCHEDULER_QUEUE, env::LEGACY_EXCHANGES];
+/// Variables of the functions that publish to RabbitMQ (and declare the jobs' feed queues).
+const BROKER_ENV: &[&str] = &[
+    env::FEED_QUEUE_PREFIX,
+    env::WORKER_MANAGER_EXCHANGE_PREFIX,
+    env::LEGACY_EXCHANGES,
+];
 
 /// Variables of a function whose calls wait for work (a [`Reservation`]): its concurrency
 /// and its long poll's pace.
@@ -74,8 +78,12 @@ pub enum Trigger {
         /// Retries of a failing batch before its record goes to the failure queue.
         retries: u32,
     },
-    /// The task-graph scheduler's durable queue on the broker (Amazon MQ).
-    Broker,
+    /// A job's durable queue on the broker (Amazon MQ), named after the stack's:
+    /// `<stack>-<queue>`.
+    Broker {
+        /// The queue's name after the stack's.
+        queue: &'static str,
+    },
     /// The HTTP API's `$default` route: every request that no other route matches.
     Default,
 }
@@ -247,8 +255,8 @@ impl Function {
                         retries: s.retries,
                     }));
                 }
-                if job.broker.is_some() {
-                    triggers.push(Trigger::Broker);
+                if let Some(feed) = &job.broker {
+                    triggers.push(Trigger::Broker { queue: feed.queue });
                 }
                 Spec {
                     failures_to: job.failures_to,

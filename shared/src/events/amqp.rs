@@ -81,7 +81,7 @@ pub struct AmqpSink {
     url: String,
     prefix: String,
     scheduler_prefix: String,
-    durable_queue: Option<(String, String)>,
+    durable_queues: Vec<DurableQueue>,
     /// The legacy mode's scheduler id, when on ([`crate::events::legacy`]).
     legacy: Option<String>,
     open: Mutex<Option<(Connection, Channel)>>,
@@ -96,6 +96,90 @@ pub fn scheduler_pattern(scheduler_id: &str) -> String {
     format!("primary.*.*.*.*.*.*.{scheduler_id}.#")
 }
 
+/// worker-manager's exchanges whose messages say a worker is gone, after its prefix
+/// (upstream's `exchange/taskcluster-worker-manager/v1/`).
+pub const WORKER_GONE_EXCHANGES: [&str; 2] = ["worker-stopped", "worker-removed"];
+
+/// A durable queue declared and bound on every (re)connect, so that it exists, and holds
+/// every matching message, before anything needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DurableQueue {
+    /// Its name.
+    pub name: String,
+    /// The exchanges it is bound to (full names). Each is declared too, as every exchange
+    /// here (durable, topic): another service's may not exist yet.
+    pub exchanges: Vec<String>,
+    /// The binding pattern.
+    pub pattern: String,
+}
+
+/// Where a feed's queue is bound, by what the job declares (see [`crate::jobs::declare::Feed`]).
+pub struct FeedBindings<'a> {
+    /// The queue's exchange prefix.
+    pub exchange_prefix: &'a str,
+    /// The task-graph scheduler's id.
+    pub scheduler_id: &'a str,
+    /// worker-manager's exchange prefix.
+    pub worker_manager_prefix: &'a str,
+}
+
+impl FeedBindings<'_> {
+    /// The durable queue `name` bound as `binds` says.
+    pub fn queue(&self, name: String, binds: crate::jobs::declare::Binds) -> DurableQueue {
+        use crate::jobs::declare::Binds;
+        let (exchanges, pattern): (Vec<String>, String) = match binds {
+            Binds::Resolutions => (
+                RESOLUTION_EXCHANGES
+                    .iter()
+                    .map(|x| exchange_name(self.exchange_prefix, x))
+                    .collect(),
+                scheduler_pattern(self.scheduler_id),
+            ),
+            Binds::WorkerManager => (
+                WORKER_GONE_EXCHANGES
+                    .iter()
+                    .map(|x| format!("{}{x}", self.worker_manager_prefix))
+                    .collect(),
+                "#".into(),
+            ),
+        };
+        DurableQueue {
+            name,
+            exchanges,
+            pattern,
+        }
+    }
+}
+
+/// Declares `q` and its exchanges, and binds it.
+pub async fn declare_durable_queue(channel: &Channel, q: &DurableQueue) -> Result<(), String> {
+    channel
+        .queue_declare(
+            ShortString::from(q.name.as_str()),
+            QueueDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .map_err(|e| format!("declaring queue {}: {e}", q.name))?;
+    for x in &q.exchanges {
+        declare(channel, "", &[x.as_str()]).await?;
+        channel
+            .queue_bind(
+                ShortString::from(q.name.as_str()),
+                ShortString::from(x.as_str()),
+                ShortString::from(q.pattern.as_str()),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| format!("binding queue {} to {x}: {e}", q.name))?;
+    }
+    Ok(())
+}
+
 impl AmqpSink {
     /// A sink for the broker at `url` (`amqp://` or `amqps://`); connects on first publish.
     pub fn new(url: impl Into<String>, prefix: impl Into<String>) -> Self {
@@ -103,7 +187,7 @@ impl AmqpSink {
             url: url.into(),
             prefix: prefix.into(),
             scheduler_prefix: SCHEDULER_EXCHANGE_PREFIX.into(),
-            durable_queue: None,
+            durable_queues: vec![],
             legacy: None,
             open: Mutex::new(None),
         }
@@ -116,16 +200,11 @@ impl AmqpSink {
         self
     }
 
-    /// The same sink, also declaring the durable queue `name`, bound to the resolution
-    /// exchanges ([`RESOLUTION_EXCHANGES`]) with `pattern`, on every (re)connect and so before
-    /// anything is published: the queue an event source mapping (the AWS task-graph consumer)
+    /// The same sink, also declaring the durable queue `q` (and its exchanges) on every
+    /// (re)connect and so before anything is published: the queue an event source mapping
     /// reads exists, and holds every matching message, from the first publish on.
-    pub fn with_durable_queue(
-        mut self,
-        name: impl Into<String>,
-        pattern: impl Into<String>,
-    ) -> Self {
-        self.durable_queue = Some((name.into(), pattern.into()));
+    pub fn with_durable_queue(mut self, q: DurableQueue) -> Self {
+        self.durable_queues.push(q);
         self
     }
 
@@ -151,39 +230,8 @@ impl AmqpSink {
         Ok(())
     }
 
-    /// Declares the durable consumer queue, if any, and binds it.
-    async fn declare_durable_queue(&self, channel: &Channel) -> Result<(), String> {
-        let Some((name, pattern)) = &self.durable_queue else {
-            return Ok(());
-        };
-        channel
-            .queue_declare(
-                ShortString::from(name.as_str()),
-                QueueDeclareOptions {
-                    durable: true,
-                    ..Default::default()
-                },
-                FieldTable::default(),
-            )
-            .await
-            .map_err(|e| format!("declaring queue {name}: {e}"))?;
-        for short in RESOLUTION_EXCHANGES {
-            channel
-                .queue_bind(
-                    ShortString::from(name.as_str()),
-                    ShortString::from(exchange_name(&self.prefix, short)),
-                    ShortString::from(pattern.as_str()),
-                    QueueBindOptions::default(),
-                    FieldTable::default(),
-                )
-                .await
-                .map_err(|e| format!("binding queue {name} to {short}: {e}"))?;
-        }
-        Ok(())
-    }
-
     /// Connects, enables confirms and declares every exchange (durable topic exchanges) and
-    /// the durable consumer queue, if any.
+    /// the durable queues, if any.
     async fn connect(&self) -> Result<(Connection, Channel), String> {
         let conn = Connection::connect(&self.url, ConnectionProperties::default())
             .await
@@ -198,7 +246,9 @@ impl AmqpSink {
         if self.legacy.is_some() {
             declare_legacy_exchanges(&channel).await?;
         }
-        self.declare_durable_queue(&channel).await?;
+        for q in &self.durable_queues {
+            declare_durable_queue(&channel, q).await?;
+        }
         Ok((conn, channel))
     }
 
@@ -281,4 +331,63 @@ impl EventSink for AmqpSink {
         }
         result.map_err(SinkError)
     }
+}
+
+/// Consumes the durable queue `q` on the broker at `url` (declaring it, its exchanges and its
+/// bindings first): each message's body and redelivered flag go to `handle`, in order; the
+/// message is acknowledged once `handle` succeeds and put back otherwise (redelivered after
+/// the others). At most `prefetch` messages are unacknowledged at once. Returns why it stopped
+/// (the connection or the channel failed); the caller connects again.
+pub async fn consume<F, Fut>(url: &str, q: &DurableQueue, prefetch: u16, handle: F) -> String
+where
+    F: Fn(Vec<u8>, bool) -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    use futures_util::StreamExt;
+    use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions};
+    let setup = async {
+        let conn = Connection::connect(url, ConnectionProperties::default())
+            .await
+            .map_err(|e| format!("connecting to RabbitMQ: {e}"))?;
+        let ch = conn.create_channel().await.map_err(|e| e.to_string())?;
+        declare_durable_queue(&ch, q).await?;
+        ch.basic_qos(prefetch, BasicQosOptions::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let consumer = ch
+            .basic_consume(
+                ShortString::from(q.name.as_str()),
+                ShortString::from(""),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| format!("consuming {}: {e}", q.name))?;
+        Ok::<_, String>((conn, ch, consumer))
+    };
+    let (_conn, _ch, mut consumer) = match timed(CONNECT_TIMEOUT, "RabbitMQ", setup).await {
+        Ok(c) => c,
+        Err(e) => return e,
+    };
+    while let Some(delivery) = consumer.next().await {
+        let d = match delivery {
+            Ok(d) => d,
+            Err(e) => return e.to_string(),
+        };
+        let done = match handle(d.data.clone(), d.redelivered).await {
+            Ok(()) => d.ack(BasicAckOptions::default()).await,
+            Err(e) => {
+                tracing::warn!(queue = %q.name, error = %e, "handling a message failed; it is put back");
+                let requeue = BasicNackOptions {
+                    requeue: true,
+                    ..Default::default()
+                };
+                d.nack(requeue).await
+            }
+        };
+        if let Err(e) = done {
+            return e.to_string();
+        }
+    }
+    format!("the consumer of {} ended", q.name)
 }

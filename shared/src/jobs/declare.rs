@@ -83,6 +83,8 @@ pub enum Local {
     /// Once as the server starts, in the background, and again until it succeeds (the
     /// broker may come up after the server).
     Start,
+    /// Consuming its [feed](Job::broker) on the broker, when one is configured.
+    Broker,
 }
 
 /// A table's stream that triggers a job.
@@ -109,6 +111,29 @@ pub struct Streams {
     pub run: OnStream,
 }
 
+/// What a feed's queue is bound to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Binds {
+    /// This queue's resolution exchanges, for the tasks of the task-graph scheduler. The
+    /// publishers declare the queue, so that it holds every such message from the first on.
+    Resolutions,
+    /// worker-manager's `worker-stopped` and `worker-removed` exchanges (under
+    /// `TCQ_WORKER_MANAGER_EXCHANGE_PREFIX`), every message.
+    WorkerManager,
+}
+
+/// A durable queue on the broker that feeds a job: deployed, an Amazon MQ event source
+/// mapping on it invokes the job's function with batches of its messages; locally, the server
+/// consumes it (a job whose [`Local`] is [`Local::Broker`]).
+pub struct Feed {
+    /// The queue's name after the deployment's prefix (`<stack>-<queue>` as deployed).
+    pub queue: &'static str,
+    /// What it is bound to.
+    pub binds: Binds,
+    /// The job's handling of a batch of its messages (an Amazon MQ event).
+    pub run: OnBroker,
+}
+
 /// One background job.
 pub struct Job {
     /// Its name, the Lambda function's handler (`claimReaper`).
@@ -119,9 +144,8 @@ pub struct Job {
     pub schedule: Option<Schedule>,
     /// The tables' streams that trigger it, if any.
     pub streams: Option<Streams>,
-    /// Its handling of the task-graph scheduler's durable queue on the broker, if the broker
-    /// triggers it.
-    pub broker: Option<OnBroker>,
+    /// The durable queue on the broker that feeds it, if any.
+    pub broker: Option<Feed>,
     /// When the local server runs it.
     pub local: Local,
     /// The tables and buckets it uses.
@@ -165,8 +189,8 @@ impl Job {
         event: &serde_json::Value,
         now: Ts,
     ) -> Result<serde_json::Value, JobError> {
-        match self.broker {
-            Some(run) => run(c, event, now).await,
+        match &self.broker {
+            Some(feed) => (feed.run)(c, event, now).await,
             None => Err(JobError::Event(format!(
                 "{} reads no broker queue",
                 self.name
@@ -407,11 +431,15 @@ pub static TASK_GRAPH_CONSUMER: Job = Job {
     about: "The task-graph scheduler's consumer of task-completed, task-failed and task-exception",
     schedule: None,
     streams: None,
-    broker: Some(|c, event, now| {
-        Box::pin(async move {
-            let scheduler = c.scheduler.ok_or(JobError::NoScheduler)?;
-            super::resolution_batch(scheduler, event, now).await
-        })
+    broker: Some(Feed {
+        queue: "task-graph-scheduler",
+        binds: Binds::Resolutions,
+        run: |c, event, now| {
+            Box::pin(async move {
+                let scheduler = c.scheduler.ok_or(JobError::NoScheduler)?;
+                super::resolution_batch(scheduler, event, now).await
+            })
+        },
     }),
     local: Local::Publisher,
     needs: &[
@@ -425,8 +453,32 @@ pub static TASK_GRAPH_CONSUMER: Job = Job {
     failures_to: None,
 };
 
+/// worker-manager's consumer: when worker-manager says a worker stopped or was removed
+/// (`worker-stopped`, `worker-removed`), the runs that worker still holds are resolved
+/// `exception`/`worker-shutdown` at once, retried where allowed, instead of waiting for their
+/// claims to expire (upstream's worker-removed resolver). Deployed, an Amazon MQ event source
+/// mapping on its queue invokes it; locally the server consumes the queue when it has a
+/// broker. Its events go out through the tasks' outboxes, as any resolution's.
+pub static WORKER_GONE_RESOLVER: Job = Job {
+    name: "workerGoneResolver",
+    about: "Resolves the runs of workers worker-manager stopped or removed",
+    schedule: None,
+    streams: None,
+    broker: Some(Feed {
+        queue: "worker-removed",
+        binds: Binds::WorkerManager,
+        run: |c, event, now| Box::pin(super::worker_gone_batch(c.queue, event, now)),
+    }),
+    local: Local::Broker,
+    needs: TASKS_AND_GROUPS,
+    publishes: false,
+    timeout_secs: 120,
+    memory_mb: 256,
+    failures_to: None,
+};
+
 /// Every job, in the order of the stack's functions.
-pub static JOBS: [&Job; 10] = [
+pub static JOBS: [&Job; 11] = [
     &PUBLISHER,
     &CLAIM_REAPER,
     &DEADLINE_REAPER,
@@ -436,6 +488,7 @@ pub static JOBS: [&Job; 10] = [
     &ARTIFACT_REAPER,
     &EXPIRY_REAPER,
     &TASK_GRAPH_CONSUMER,
+    &WORKER_GONE_RESOLVER,
     &QUEUE_METRICS,
 ];
 

@@ -265,21 +265,21 @@ impl Publisher {
     }
 }
 
-/// Handles one Amazon MQ for RabbitMQ event (`eventSource` `aws:rmq`):
+/// One message of an Amazon MQ event: its queue, whether the broker redelivered it, and its
+/// body as JSON (or why it is not base64 JSON).
+struct MqMessage<'a> {
+    queue: &'a str,
+    redelivered: &'a serde_json::Value,
+    body: Result<serde_json::Value, String>,
+}
+
+/// The messages of one Amazon MQ for RabbitMQ event (`eventSource` `aws:rmq`):
 /// `{"rmqMessagesByQueue": {"<queue>::<vhost>": [{"basicProperties", "redelivered", "data"}]}}`
-/// with each body base64 in `data`. Each body is handed to the scheduler in order; the reply
-/// counts what happened (`messages`, `handled`, `ignored`, `skipped`). A body that is not
-/// base64 JSON can never succeed, so it is logged and skipped (a poison message must not
-/// block the queue); any other failure fails the whole batch (nothing is acknowledged; what
-/// was stored is found again on redelivery).
+/// with each body base64 in `data`, in order.
 ///
 /// The event is read as JSON rather than as `aws_lambda_events`' type: Amazon MQ sends
 /// `"priority": null`, which that type's `u8` refuses (aws/aws-lambda-dotnet#1562).
-pub async fn resolution_batch(
-    scheduler: &Scheduler,
-    event: &serde_json::Value,
-    now: Ts,
-) -> Result<serde_json::Value, JobError> {
+fn mq_messages(event: &serde_json::Value) -> Result<Vec<MqMessage<'_>>, JobError> {
     use base64::Engine as _;
     if let Some(source) = event["eventSource"].as_str() {
         if source != "aws:rmq" {
@@ -288,13 +288,12 @@ pub async fn resolution_batch(
             )));
         }
     }
-    let (mut handled, mut ignored, mut skipped, mut total) = (0usize, 0usize, 0usize, 0usize);
     let queues = event["rmqMessagesByQueue"]
         .as_object()
         .ok_or_else(|| JobError::Event("no rmqMessagesByQueue in the event".into()))?;
+    let mut out = vec![];
     for (queue, messages) in queues {
         for m in messages.as_array().map(Vec::as_slice).unwrap_or_default() {
-            total += 1;
             let body = m["data"]
                 .as_str()
                 .ok_or_else(|| "no data".to_string())
@@ -307,24 +306,48 @@ pub async fn resolution_batch(
                     serde_json::from_slice::<serde_json::Value>(&b)
                         .map_err(|e| format!("not JSON: {e}"))
                 });
-            let body = match body {
-                Ok(body) => body,
-                Err(e) => {
-                    tracing::error!(%queue, error = %e, redelivered = %m["redelivered"], "skipping an undecodable message");
-                    skipped += 1;
-                    continue;
-                }
-            };
-            match scheduler.consume(&body, now).await {
-                Ok(Reaction::Handled) => handled += 1,
-                Ok(Reaction::Ignored) => ignored += 1,
-                Err(e) => {
-                    tracing::warn!(%queue, error = %e, "batch failed; the broker redelivers it");
-                    return Err(e.into());
-                }
+            out.push(MqMessage {
+                queue,
+                redelivered: &m["redelivered"],
+                body,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Handles one Amazon MQ event of resolution messages (see [`mq_messages`]): each body is
+/// handed to the scheduler in order; the reply counts what happened (`messages`, `handled`,
+/// `ignored`, `skipped`). A body that is not base64 JSON can never succeed, so it is logged
+/// and skipped (a poison message must not block the queue); any other failure fails the whole
+/// batch (nothing is acknowledged; what was stored is found again on redelivery).
+pub async fn resolution_batch(
+    scheduler: &Scheduler,
+    event: &serde_json::Value,
+    now: Ts,
+) -> Result<serde_json::Value, JobError> {
+    let messages = mq_messages(event)?;
+    let (mut handled, mut ignored, mut skipped) = (0usize, 0usize, 0usize);
+    for m in &messages {
+        let (queue, redelivered) = (m.queue, m.redelivered);
+        let body = match &m.body {
+            Ok(body) => body,
+            Err(e) => {
+                tracing::error!(%queue, error = %e, %redelivered, "skipping an undecodable message");
+                skipped += 1;
+                continue;
+            }
+        };
+        match scheduler.consume(body, now).await {
+            Ok(Reaction::Handled) => handled += 1,
+            Ok(Reaction::Ignored) => ignored += 1,
+            Err(e) => {
+                tracing::warn!(%queue, error = %e, "batch failed; the broker redelivers it");
+                return Err(e.into());
             }
         }
     }
+    let total = messages.len();
     tracing::info!(
         total,
         handled,
@@ -334,5 +357,57 @@ pub async fn resolution_batch(
     );
     Ok(serde_json::json!({
         "messages": total, "handled": handled, "ignored": ignored, "skipped": skipped
+    }))
+}
+
+/// Handles one Amazon MQ event of worker-manager's `worker-stopped` and `worker-removed`
+/// messages (see [`mq_messages`]; upstream's `pulse-worker-message`: `workerPoolId`,
+/// `workerGroup`, `workerId` and more): each named worker's claimed runs are resolved
+/// `exception`/`worker-shutdown` at `now`, with a retry where allowed
+/// ([`Queue::resolve_gone_worker`]). A message that cannot name a worker is logged and
+/// skipped, never retried; a failure of the store fails the whole batch, which is redelivered
+/// (resolving is idempotent). The reply counts `messages`, `resolved` runs and `skipped`.
+pub async fn worker_gone_batch(
+    queue: &Queue,
+    event: &serde_json::Value,
+    now: Ts,
+) -> Result<serde_json::Value, JobError> {
+    let messages = mq_messages(event)?;
+    let (mut resolved, mut skipped) = (0usize, 0usize);
+    for m in &messages {
+        let named = m.body.as_ref().map_err(String::clone).and_then(|b| {
+            let field = |f: &str| {
+                b[f].as_str()
+                    .filter(|v| !v.is_empty())
+                    .ok_or_else(|| format!("no {f}"))
+            };
+            let pool = field("workerPoolId")?;
+            crate::ids::TaskQueueId::parse(pool)
+                .map_err(|e| format!("workerPoolId {pool:?}: {e}"))?;
+            Ok((pool, field("workerGroup")?, field("workerId")?))
+        });
+        let (pool, group, worker) = match named {
+            Ok(n) => n,
+            Err(e) => {
+                let (queue, redelivered) = (m.queue, m.redelivered);
+                tracing::error!(%queue, error = %e, %redelivered, "skipping a message that names no worker");
+                skipped += 1;
+                continue;
+            }
+        };
+        let n = queue.resolve_gone_worker(pool, group, worker, now).await?;
+        if n > 0 {
+            tracing::info!(
+                worker_pool_id = pool,
+                worker_group = group,
+                worker_id = worker,
+                runs = n,
+                "resolved the runs of a worker worker-manager let go"
+            );
+        }
+        resolved += n;
+    }
+    Ok(serde_json::json!({
+        "messages": messages.len(), "resolved": resolved, "skipped": skipped
     }))
 }

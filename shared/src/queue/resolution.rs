@@ -4,7 +4,8 @@
 use super::core::Queue;
 use crate::error::ApiResult;
 use crate::ids::TaskId;
-use crate::records::task::{Priority, ReasonResolved, TaskRecord};
+use crate::records::task::{index, Priority, ReasonResolved, TaskRecord, TASKS};
+use crate::store::SkRange;
 use crate::time::Ts;
 
 impl Queue {
@@ -48,5 +49,60 @@ impl Queue {
             .mutate_settled(task_id.as_str(), now, |r| r.resolve(run_id, outcome, now))
             .await?
             .0)
+    }
+
+    /// worker-manager's worker-stopped or worker-removed for worker `(worker_group,
+    /// worker_id)` of task queue `task_queue_id` (its worker pool): each run it still holds is
+    /// resolved `exception`/`worker-shutdown` at `now` and retried as reportException retries
+    /// (see [`TaskRecord::resolve_gone_worker`]). The runs are found in the task queue's
+    /// claimed index, a page at a time: it reads every claimed run of the queue, which upstream
+    /// finds by worker. Idempotent; what it resolved.
+    pub async fn resolve_gone_worker(
+        &self,
+        task_queue_id: &str,
+        worker_group: &str,
+        worker_id: &str,
+        now: Ts,
+    ) -> ApiResult<usize> {
+        let mut after = None;
+        let mut resolved = 0;
+        loop {
+            let page = self
+                .store
+                .query_index(
+                    TASKS,
+                    index::CLAIMED,
+                    task_queue_id,
+                    &SkRange::default(),
+                    after.as_ref(),
+                    crate::page::MAX_PAGE,
+                )
+                .await?;
+            for item in &page.items {
+                let rec: TaskRecord = serde_json::from_value(item.data.clone())?;
+                let Some(run) = rec.runs.last() else { continue };
+                if run.worker_group.as_deref() != Some(worker_group)
+                    || run.worker_id.as_deref() != Some(worker_id)
+                {
+                    continue;
+                }
+                let run_id = run.run_id;
+                let outcome = self
+                    .mutate_settled(&rec.task_id, now, |r| {
+                        r.resolve_gone_worker(run_id, worker_group, worker_id, now)
+                    })
+                    .await;
+                match outcome {
+                    Ok((_, done)) => resolved += done as usize,
+                    // Expired and deleted since the index was read: nothing to resolve.
+                    Err(e) if e.code == crate::error::ErrorCode::ResourceNotFound => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            match page.next {
+                Some(next) => after = Some(next),
+                None => return Ok(resolved),
+            }
+        }
     }
 }

@@ -355,6 +355,30 @@ impl TaskRecord {
         Ok(true)
     }
 
+    /// worker-manager said worker `(worker_group, worker_id)` stopped or was removed: run
+    /// `run_id` is resolved `exception`/`worker-shutdown` (retried as reportException
+    /// retries) if it is still the task's latest run and running under that worker. Otherwise
+    /// nothing changes and nothing is sent again (a run the worker resolved, or another
+    /// worker's, is left alone). True if it resolved the run.
+    pub fn resolve_gone_worker(
+        &mut self,
+        run_id: u32,
+        worker_group: &str,
+        worker_id: &str,
+        now: Ts,
+    ) -> ApiResult<bool> {
+        let held = self.runs.last().is_some_and(|r| {
+            r.run_id == run_id
+                && r.state == RunState::Running
+                && r.worker_group.as_deref() == Some(worker_group)
+                && r.worker_id.as_deref() == Some(worker_id)
+        });
+        if !held {
+            return Ok(false);
+        }
+        self.resolve(run_id, ReasonResolved::WorkerShutdown, now)
+    }
+
     fn retry_if_allowed(&mut self, reason: ReasonResolved, now: Ts) -> Option<Run> {
         let reason_created = reason.retry_reason()?;
         if self.retries_left == 0 || self.runs.len() >= MAX_RUNS {

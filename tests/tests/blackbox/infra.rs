@@ -191,7 +191,8 @@ fn env_value(var: &str) -> Value {
         "TCQ_METRICS_NAMESPACE" => metrics_namespace(),
         "TCQ_METRICS_PER_QUEUE" => r(METRICS_PER_QUEUE),
         "TCQ_AMQP_URL" => amqp_url(),
-        "TCQ_SCHEDULER_QUEUE" => scheduler_queue(),
+        "TCQ_FEED_QUEUE_PREFIX" => sub("${AWS::StackName}-"),
+        "TCQ_WORKER_MANAGER_EXCHANGE_PREFIX" => r("WorkerManagerExchangePrefix"),
         "TCQ_CLAIM_WORK_CONCURRENCY" => r(CLAIM_WORK_CONCURRENCY),
         "TCQ_ANONYMOUS_SCOPES" => r(ANONYMOUS_SCOPES),
         "TCQ_LEGACY_EXCHANGES" => r(LEGACY_EXCHANGES),
@@ -398,10 +399,10 @@ fn operating(res: &mut Map<String, Value>, params: &mut Map<String, Value>) {
     );
 }
 
-/// The RabbitMQ queue the task-graph consumer reads: durable, declared and bound by the
-/// publishers (`TCQ_SCHEDULER_QUEUE`) before they publish anything.
-fn scheduler_queue() -> Value {
-    sub("${AWS::StackName}-task-graph-scheduler")
+/// A job's durable RabbitMQ queue `<stack>-<queue>`: declared and bound by the publishers
+/// (`TCQ_FEED_QUEUE_PREFIX`) before they publish anything.
+fn feed_queue(queue: &str) -> Value {
+    sub(&format!("${{AWS::StackName}}-{queue}"))
 }
 
 fn secret_policies() -> Vec<Value> {
@@ -636,6 +637,18 @@ fn template() -> Value {
             "AllowedValues": ["false", "true"],
             "Description": "Also publish seed 003's exchanges (v1/queue:task-*, seven-word routing keys) next to today's (docs/events.md)"
         }),
+    );
+    params.insert(
+        "WorkerManagerExchangePrefix".into(),
+        parameter(
+            "String",
+            json!("exchange/taskcluster-worker-manager/v1/"),
+            concat!(
+                "Prefix of worker-manager's exchanges: its worker-stopped and worker-removed ",
+                "messages resolve the runs of the workers they name (docs/deploying.md: ",
+                "Beside an existing deployment)"
+            ),
+        ),
     );
     params.insert(
         CLAIM_WORK_CONCURRENCY.into(),
@@ -1157,15 +1170,15 @@ fn template() -> Value {
                         json!({ "Type": "DynamoDB", "Properties": props }),
                     );
                 }
-                Trigger::Broker => {
+                Trigger::Broker { queue } => {
                     // An Amazon MQ event source mapping on the durable queue the publishers
                     // declare: it acknowledges a batch only once the function succeeded, and
                     // redelivers it otherwise (the consumer is idempotent).
                     events.insert(
-                        "Resolutions".into(),
+                        "Feed".into(),
                         json!({ "Type": "MQ", "Properties": {
                             "Broker": if_("CreateBroker", att("Broker", "Arn"), r("ExistingBrokerArn")),
-                            "Queues": [scheduler_queue()],
+                            "Queues": [feed_queue(queue)],
                             "SourceAccessConfigurations": [{
                                 "Type": "BASIC_AUTH",
                                 "URI": if_("CreateBroker", r("BrokerSecret"), r("ExistingBrokerCredentialsSecretArn"))
@@ -2164,38 +2177,56 @@ fn every_function_has_a_handler_in_the_binary() {
     }
 }
 
-/// The task-graph consumer reads, through an Amazon MQ event source mapping with the broker
-/// user's credentials, exactly the durable queue that every publishing function declares and
-/// binds; the publisher takes both tables' streams.
+/// Each job fed by the broker (the task-graph consumer, worker-manager's) reads, through an
+/// Amazon MQ event source mapping with the broker user's credentials, exactly the durable
+/// queue that every publishing function declares and binds; the publisher takes both tables'
+/// streams.
 #[test]
 fn the_consumer_reads_the_queue_the_publishers_declare() {
     let t = template();
     let res = t["Resources"].as_object().expect("resources");
-    let consumer = &res[&function_id("taskGraphConsumer")]["Properties"];
-    let events = consumer["Events"].as_object().expect("events");
-    assert_eq!(events.len(), 1);
-    let mq = events.values().next().expect("one event");
-    assert_eq!(mq["Type"], "MQ");
-    let p = &mq["Properties"];
-    assert_eq!(
-        p["Broker"],
-        if_("CreateBroker", att("Broker", "Arn"), r("ExistingBrokerArn"))
-    );
-    assert_eq!(p["Queues"], json!([scheduler_queue()]));
-    assert_eq!(p["SourceAccessConfigurations"][0]["Type"], "BASIC_AUTH");
-    assert_eq!(
-        p["SourceAccessConfigurations"][0]["URI"],
-        if_(
-            "CreateBroker",
-            r("BrokerSecret"),
-            r("ExistingBrokerCredentialsSecretArn")
-        )
-    );
-    // Every function that publishes declares that queue first.
+    let fed: Vec<_> = shared::jobs::JOBS
+        .iter()
+        .filter_map(|j| j.broker.as_ref().map(|f| (j.name, f.queue)))
+        .collect();
+    assert_eq!(fed.len(), 2, "{fed:?}");
+    for (name, queue) in fed {
+        let consumer = &res[&function_id(name)]["Properties"];
+        let events = consumer["Events"].as_object().expect("events");
+        assert_eq!(events.len(), 1);
+        let mq = events.values().next().expect("one event");
+        assert_eq!(mq["Type"], "MQ");
+        let p = &mq["Properties"];
+        assert_eq!(
+            p["Broker"],
+            if_("CreateBroker", att("Broker", "Arn"), r("ExistingBrokerArn"))
+        );
+        assert_eq!(p["Queues"], json!([feed_queue(queue)]));
+        assert_eq!(p["SourceAccessConfigurations"][0]["Type"], "BASIC_AUTH");
+        assert_eq!(
+            p["SourceAccessConfigurations"][0]["URI"],
+            if_(
+                "CreateBroker",
+                r("BrokerSecret"),
+                r("ExistingBrokerCredentialsSecretArn")
+            )
+        );
+    }
+    // Every function that publishes declares those queues first (`<stack>-<queue>`), bound
+    // with worker-manager's prefix as the stack says.
     for (id, f) in of_type(res, "AWS::Serverless::Function") {
         let env = &f["Properties"]["Environment"]["Variables"];
         if env.get("TCQ_AMQP_URL").is_some() {
-            assert_eq!(env["TCQ_SCHEDULER_QUEUE"], scheduler_queue(), "{id}");
+            assert_eq!(
+                env["TCQ_FEED_QUEUE_PREFIX"],
+                sub("${AWS::StackName}-"),
+                "{id}"
+            );
+            assert_eq!(
+                env["TCQ_WORKER_MANAGER_EXCHANGE_PREFIX"],
+                r("WorkerManagerExchangePrefix"),
+                "{id}"
+            );
         }
     }
     // The scheduler's id reaches every function (the consumer acts on that id's tasks, the

@@ -20,7 +20,8 @@ use blackbox::*;
 use lapin::options::{BasicAckOptions, BasicGetOptions};
 use lapin::types::ShortString;
 use serde_json::{json, Value};
-use shared::events::amqp::{scheduler_pattern, AmqpSink, RESOLUTION_EXCHANGES};
+use shared::events::amqp::{AmqpSink, DurableQueue, FeedBindings, RESOLUTION_EXCHANGES};
+use shared::jobs::declare::Binds;
 use std::time::{Duration, Instant};
 
 /// One message taken (not yet acknowledged) from the consumer queue.
@@ -176,11 +177,11 @@ async fn the_consumer_function_advances_graphs_from_rabbitmq_events() {
     let consumer_queue = format!("tcq-test-task-graph-consumer-{}", slugid());
 
     // The durable queue, declared and bound as the publisher Lambda does it
-    // (TCQ_SCHEDULER_QUEUE), before anything is published.
+    // (TCQ_FEED_QUEUE_PREFIX), before anything is published.
     let url = amqp_url(&broker_addr());
     let declarer = AmqpSink::new(url.clone(), broker.prefix.clone())
         .with_scheduler_prefix(sched_prefix.clone())
-        .with_durable_queue(consumer_queue.clone(), scheduler_pattern(SCHEDULER_ID));
+        .with_durable_queue(resolutions_queue(&broker.prefix, &consumer_queue));
     declarer
         .ensure_connected()
         .await
@@ -532,7 +533,7 @@ async fn scheduler_endpoint_functions_answer_api_gateway_events() {
     f.wait().ok();
 }
 
-/// The publisher function declares the consumer queue (`TCQ_SCHEDULER_QUEUE`), bound for the
+/// The publisher function declares the consumer queue (`<TCQ_FEED_QUEUE_PREFIX>task-graph-scheduler`), bound for the
 /// scheduler's tasks, when it connects and so before it publishes: a message about a task of
 /// the scheduler's, published from a stream record, is waiting in it.
 #[tokio::test]
@@ -544,12 +545,15 @@ async fn the_publisher_function_declares_the_consumer_queue_first() {
     use blackbox::runtime_api::{apigw_v2_event, localstack_tables, raw_status};
     let prefix = localstack_tables("pq", false).await;
     let broker = Broker::connect().await;
-    let consumer_queue = format!("tcq-test-task-graph-consumer-{}", slugid());
+    let feeds = format!("tcq-test-{}-", slugid());
+    let consumer_queue = format!("{feeds}task-graph-scheduler");
+    let wm_prefix = format!("exchange/tcq-test-{}-wm/v1/", slugid());
     let url = amqp_url(&broker_addr());
     let env = [
         ("TCQ_EXCHANGE_PREFIX", broker.prefix.as_str()),
         ("TCQ_AMQP_URL", url.as_str()),
-        ("TCQ_SCHEDULER_QUEUE", consumer_queue.as_str()),
+        ("TCQ_FEED_QUEUE_PREFIX", feeds.as_str()),
+        ("TCQ_WORKER_MANAGER_EXCHANGE_PREFIX", wm_prefix.as_str()),
         ("TCQ_SCHEDULER_ID", SCHEDULER_ID),
     ];
 
@@ -611,7 +615,7 @@ async fn the_publisher_function_declares_the_consumer_queue_first() {
     // It is bound for the scheduler's tasks: a resolution of one (published here by a sink
     // configured the same way; the declaration is idempotent) lands in it.
     let sink = AmqpSink::new(url.clone(), broker.prefix.clone())
-        .with_durable_queue(consumer_queue.clone(), scheduler_pattern(SCHEDULER_ID));
+        .with_durable_queue(resolutions_queue(&broker.prefix, &consumer_queue));
     let event = shared::events::Event {
         exchange: format!("{}task-completed", broker.prefix),
         routing_key: format!(
@@ -629,5 +633,21 @@ async fn the_publisher_function_declares_the_consumer_queue_first() {
         .await;
     assert_eq!(got[0].payload["status"]["taskId"], id.as_str());
     broker.delete_queue(&consumer_queue).await;
+    // The other queue it declares, worker-manager's.
+    for job in shared::jobs::JOBS {
+        if let Some(feed) = &job.broker {
+            broker.delete_queue(&format!("{feeds}{}", feed.queue)).await;
+        }
+    }
     broker.cleanup().await;
+}
+
+/// The task-graph consumer's queue `name`, bound as the publishers bind it.
+fn resolutions_queue(exchange_prefix: &str, name: &str) -> DurableQueue {
+    FeedBindings {
+        exchange_prefix,
+        scheduler_id: SCHEDULER_ID,
+        worker_manager_prefix: "",
+    }
+    .queue(name.to_string(), Binds::Resolutions)
 }

@@ -537,3 +537,172 @@ async fn expired_task_queues_and_workers_are_deleted_but_quarantined_workers_sta
     assert_eq!(listed["workers"].as_array().unwrap().len(), 1);
     assert_eq!(listed["workers"][0]["workerId"], "kept");
 }
+
+/// When worker-manager says a worker stopped or was removed (`worker-stopped`,
+/// `worker-removed`: messages of upstream's `pulse-worker-message` shape on a real RabbitMQ),
+/// the runs that worker still holds are resolved `exception`/`worker-shutdown` at once and
+/// retried, with their `task-exception` and `task-pending`; another worker's run and a run the
+/// worker already resolved are left alone; a second message for the worker changes nothing;
+/// messages that name no worker are skipped, not retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_of_a_worker_that_worker_manager_removed_are_resolved_and_retried() {
+    use blackbox::amqp::{amqp_url, broker_addr};
+    use lapin::options::{BasicPublishOptions, QueueDeclareOptions, QueueDeleteOptions};
+    use lapin::types::{FieldTable, ShortString};
+    use lapin::{BasicProperties, Connection, ConnectionProperties};
+    let slug = slugid();
+    let wm = format!("exchange/tcq-test-{slug}/worker-manager/v1/");
+    let feeds = format!("tcq-test-{slug}-");
+    let app = spawn_app_with(|c| {
+        c.amqp_url = Some(amqp_url(&broker_addr()));
+        c.queue.worker_manager_exchange_prefix = wm.clone();
+        c.queue.feed_queue_prefix = feeds.clone();
+    })
+    .await;
+    let q = app.queue();
+    let tq = task_queue_id();
+    let (prov, wt) = split(&tq);
+    let gone = create(&app, &task_def(&tq)).await;
+    claim_one(&app, &tq, "grp", "gone").await;
+    let other = create(&app, &task_def(&tq)).await;
+    claim_one(&app, &tq, "grp", "other").await;
+    let done = create(&app, &task_def(&tq)).await;
+    claim_one(&app, &tq, "grp", "gone").await;
+    q.reportCompleted(&done, "0")
+        .await
+        .expect("reportCompleted");
+
+    // The server's queue, bound to worker-manager's exchanges and consumed: the server
+    // declares it as it starts (deployed, the publishers and exchangeDeclarer do).
+    let feed = shared::jobs::declare::WORKER_GONE_RESOLVER
+        .broker
+        .as_ref()
+        .expect("a feed");
+    let queue = app.feed_queue(feed);
+    let conn = Connection::connect(&amqp_url(&broker_addr()), ConnectionProperties::default())
+        .await
+        .expect("RabbitMQ");
+    poll(
+        local_or_shape(Duration::from_secs(10), Duration::from_secs(60)),
+        "a consumer of the feed queue",
+        || async {
+            let ch = conn.create_channel().await.ok()?;
+            let passive = QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            };
+            let q = ch
+                .queue_declare(
+                    ShortString::from(queue.as_str()),
+                    passive,
+                    FieldTable::default(),
+                )
+                .await
+                .ok()?;
+            (q.consumer_count() > 0).then_some(())
+        },
+    )
+    .await;
+    let ch = conn.create_channel().await.expect("channel");
+    let publish = |exchange: &'static str, body: Vec<u8>| {
+        let ch = ch.clone();
+        let (wm, prov, wt) = (wm.clone(), prov.to_string(), wt.to_string());
+        async move {
+            let key = format!("primary.static.{prov}.{wt}.grp.gone._._");
+            ch.basic_publish(
+                ShortString::from(format!("{wm}{exchange}")),
+                ShortString::from(key),
+                BasicPublishOptions::default(),
+                &body,
+                BasicProperties::default(),
+            )
+            .await
+            .expect("publish")
+            .await
+            .expect("confirmed");
+        }
+    };
+    let message = |extra: serde_json::Value| {
+        let mut m = json!({
+            "workerPoolId": tq, "providerId": "static", "workerGroup": "grp",
+            "workerId": "gone", "capacity": 1, "timestamp": ts(0),
+        });
+        for (k, v) in extra.as_object().cloned().unwrap_or_default() {
+            m[k] = v;
+        }
+        serde_json::to_vec(&m).expect("JSON")
+    };
+    // Two that name no worker first: skipped, and the queue goes on.
+    publish("worker-removed", b"not JSON".to_vec()).await;
+    publish("worker-removed", message(json!({ "workerId": null }))).await;
+    let sent = Instant::now();
+    publish("worker-removed", message(json!({ "reason": "terminated" }))).await;
+    let st = poll(
+        local_or_shape(Duration::from_secs(2), Duration::from_secs(30)),
+        "the removed worker's run resolved",
+        || async {
+            let st = q.status(&gone).await.ok()?;
+            (st["status"]["runs"].as_array()?.len() == 2).then_some(st)
+        },
+    )
+    .await;
+    eprintln!("resolved {:?} after the message", sent.elapsed());
+    let runs = &st["status"]["runs"];
+    assert_eq!(runs[0]["state"], "exception");
+    assert_eq!(runs[0]["reasonResolved"], "worker-shutdown");
+    assert_eq!(runs[1]["state"], "pending");
+    assert_eq!(runs[1]["reasonCreated"], "retry");
+    let exception = |e: &shared::events::Event| {
+        e.exchange.ends_with("task-exception") && e.payload["status"]["taskId"] == gone.as_str()
+    };
+    app.wait_for_event(Duration::from_secs(20), exception)
+        .await
+        .expect("task-exception published");
+    app.wait_for_event(Duration::from_secs(20), |e| {
+        e.exchange.ends_with("task-pending")
+            && e.payload["status"]["taskId"] == gone.as_str()
+            && e.payload["runId"] == 1
+    })
+    .await
+    .expect("the retry's task-pending published");
+    // worker-stopped for the same worker, later: nothing more.
+    publish("worker-stopped", message(json!({}))).await;
+    tokio::time::sleep(local_or_shape(
+        Duration::from_millis(1_500),
+        Duration::from_secs(5),
+    ))
+    .await;
+    let st = q.status(&gone).await.expect("status");
+    assert_eq!(st["status"]["runs"].as_array().map(Vec::len), Some(2));
+    let sent: Vec<_> = app.events().into_iter().filter(|e| exception(e)).collect();
+    assert_eq!(sent.len(), 1, "one task-exception: {sent:?}");
+    // Another worker's run, and the run the worker resolved, are as they were.
+    let st = q.status(&other).await.expect("status");
+    assert_eq!(st["status"]["runs"][0]["state"], "running");
+    let st = q.status(&done).await.expect("status");
+    assert_eq!(st["status"]["state"], "completed");
+    assert_eq!(st["status"]["runs"].as_array().map(Vec::len), Some(1));
+    // Nothing left in the queue: the skipped messages were acknowledged.
+    let ch = conn.create_channel().await.expect("channel");
+    let passive = QueueDeclareOptions {
+        passive: true,
+        ..Default::default()
+    };
+    let left = ch
+        .queue_declare(
+            ShortString::from(queue.as_str()),
+            passive,
+            FieldTable::default(),
+        )
+        .await
+        .expect("the queue");
+    assert_eq!(left.message_count(), 0);
+    if !in_shape() {
+        let _ = ch
+            .queue_delete(
+                ShortString::from(queue.as_str()),
+                QueueDeleteOptions::default(),
+            )
+            .await;
+    }
+}
