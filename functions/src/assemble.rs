@@ -83,7 +83,11 @@ pub fn api(
     blobs: Arc<dyn BlobStore>,
     settings: &QueueSettings,
 ) -> Api {
-    Api::new(queue, Arc::new(auth))
+    let api = Api::new(queue, Arc::new(auth))
         .with_blobs(blobs)
-        .with_scheduler_id(&settings.scheduler_id)
+        .with_scheduler_id(&settings.scheduler_id);
+    match settings.auth_root_url.as_deref().filter(|u| !u.is_empty()) {
+        Some(url) => api.with_delegated_auth(shared::auth::remote::RemoteAuth::new(url)),
+        None => api,
+    }
 }

@@ -82,6 +82,11 @@ pub struct QueueSettings {
         default_value = "static/taskcluster/queue"
     )]
     pub queue_client_id: String,
+    /// Root URL of an existing Taskcluster deployment whose auth service authenticates every
+    /// request (`authenticateHawk`, as upstream's services do); this queue's own auth API is
+    /// then not served. Unset: this queue's clients and roles are the authority.
+    #[arg(long, env = env::AUTH_ROOT_URL)]
+    pub auth_root_url: Option<String>,
     /// Scopes of the `anonymous` role (what unsigned requests may do) until a role named
     /// `anonymous` is stored through the auth API; comma- or space-separated.
     #[arg(long, env = env::ANONYMOUS_SCOPES)]

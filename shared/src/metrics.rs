@@ -138,6 +138,14 @@ pub static AUTH_FAILURE: Metric = counter(
     &["reason", "scheme"],
     &[&["reason"]],
 );
+/// Authentications answered by the deployment's auth service when it is delegated to, by
+/// whether the cache answered (`hit`) or the deployment was asked (`miss`).
+pub static AUTH_DELEGATED: Metric = counter(
+    "auth_delegated_total",
+    "Authentications delegated to the deployment's auth service, by cache hit or miss",
+    &["cache"],
+    &[&["cache"]],
+);
 /// Runs resolved completed.
 pub static COMPLETED: Metric = counter(
     "queue_completed_tasks",
@@ -242,6 +250,7 @@ pub static METRICS: &[&Metric] = &[
     &HTTP_DURATION,
     &AUTH_SUCCESS,
     &AUTH_FAILURE,
+    &AUTH_DELEGATED,
     &COMPLETED,
     &FAILED,
     &EXCEPTION,

@@ -29,6 +29,7 @@ pub const COMMON_ENV: &[&str] = &[
     // Every function that makes a run pending sends claimWork wake-ups through the broker.
     env::AMQP_URL,
     env::ANONYMOUS_SCOPES,
+    env::AUTH_ROOT_URL,
 ];
 
 /// The template parameter of the `anonymous` role's default scopes.

@@ -249,6 +249,7 @@ pub static AUTH: Service = Service {
     functions: Functions::One { handler: "auth" },
     exchanges: None,
     serves_documents: true,
+    authority: true,
 };
 
 fn id(call: &Call, name: &'static str) -> Params {

@@ -3,8 +3,10 @@
 //! with [`Caller::authorize`].
 
 use super::ApiRequest;
+use crate::auth::remote::{Lookup, RemoteAuth};
 use crate::auth::{auth_failed, AuthService, Authenticated, Outcome, Realm, RequestFacts};
 use crate::error::{ApiError, ErrorCode};
+use crate::metrics::Metrics;
 use crate::scopes::ScopeExpr;
 use crate::time::Ts;
 use serde_json::json;
@@ -139,9 +141,39 @@ pub fn scheme(req: &ApiRequest) -> Option<&'static str> {
     }
 }
 
+/// Who checks a request's signature.
+pub enum Authority<'a> {
+    /// This deployment's own clients and roles.
+    Own(&'a AuthService),
+    /// An existing deployment's auth service, counting its cache's hits in the metrics.
+    Remote(&'a RemoteAuth, &'a Metrics),
+}
+
+impl Authority<'_> {
+    async fn authenticate(
+        &self,
+        facts: &RequestFacts<'_>,
+        now: Ts,
+        realm: &Realm,
+    ) -> Result<Outcome, ApiError> {
+        match self {
+            Authority::Own(svc) => svc.authenticate(facts, now, realm).await,
+            Authority::Remote(remote, metrics) => {
+                let (outcome, lookup) = remote.authenticate(facts, now).await?;
+                let label = match lookup {
+                    Lookup::Hit => "hit",
+                    Lookup::Miss => "miss",
+                };
+                metrics.add(&crate::metrics::AUTH_DELEGATED, &[label], 1.0);
+                Ok(outcome)
+            }
+        }
+    }
+}
+
 /// Authenticates a request: `401 AuthenticationFailed` for a bad signature.
 pub async fn authenticate(
-    svc: &AuthService,
+    svc: Authority<'_>,
     req: &ApiRequest,
     now: Ts,
     realm: &Realm,

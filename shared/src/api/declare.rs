@@ -380,6 +380,9 @@ pub struct Service {
     /// True for the one service whose function also serves the deployment's documents: the
     /// schemas, references and the other services' OpenAPI documents.
     pub serves_documents: bool,
+    /// True for the service that is the authority on clients and roles (auth): not served
+    /// when authentication is delegated to an existing deployment.
+    pub authority: bool,
 }
 
 /// A service's exchanges.

@@ -125,6 +125,9 @@ pub struct Api {
     pub blobs: Arc<dyn BlobStore>,
     /// The task-graph scheduler, over the same queue.
     pub scheduler: Arc<crate::scheduler::Scheduler>,
+    /// The existing deployment that authenticates every request, when delegated to
+    /// ([`Api::with_delegated_auth`]).
+    pub delegated: Option<Arc<crate::auth::remote::RemoteAuth>>,
 }
 
 impl Api {
@@ -141,7 +144,16 @@ impl Api {
             validate_output: true,
             blobs: Arc::new(NoBlobs),
             scheduler,
+            delegated: None,
         }
+    }
+
+    /// The same API with every request authenticated by an existing deployment's auth
+    /// service ([`crate::auth::remote`]); the services that are the authority on clients and
+    /// roles ([`declare::Service::authority`]) are then not served.
+    pub fn with_delegated_auth(mut self, remote: crate::auth::remote::RemoteAuth) -> Self {
+        self.delegated = Some(Arc::new(remote));
+        self
     }
 
     /// The same API with the scheduler's id set (the default is upstream's).
@@ -237,8 +249,10 @@ impl Api {
         now: Ts,
         seen: &mut Seen,
     ) -> Result<Reply, ApiError> {
+        let delegated = self.delegated.is_some();
         let m = router::find(&req.method, &req.path)
             .filter(|m| serves.covers(m.service, m.endpoint))
+            .filter(|m| !(delegated && m.service.authority))
             .ok_or_else(|| {
                 ApiError::not_found(format!("No such endpoint: {} {}", req.method, req.path))
             })?;
@@ -271,7 +285,11 @@ impl Api {
             Authn::Deployment => Realm::Deployment,
         };
         let scheme = caller::scheme(req);
-        let caller = match caller::authenticate(&self.auth, req, now, &realm).await {
+        let authority = match &self.delegated {
+            Some(remote) => caller::Authority::Remote(remote, &self.queue.metrics),
+            None => caller::Authority::Own(&self.auth),
+        };
+        let caller = match caller::authenticate(authority, req, now, &realm).await {
             Ok(c) => c,
             Err(e) => {
                 if let Some(scheme) = scheme {

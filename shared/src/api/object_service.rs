@@ -90,6 +90,7 @@ pub static OBJECT: Service = Service {
     functions: Functions::PerEndpoint { prefix: "object" },
     exchanges: None,
     serves_documents: false,
+    authority: false,
 };
 
 /// Checks `object:upload:<projectId>:<name>`, the project taken from the body.

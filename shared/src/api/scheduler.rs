@@ -107,6 +107,7 @@ pub static SCHEDULER: Service = Service {
         list: &Exchange::SCHEDULER,
     }),
     serves_documents: false,
+    authority: false,
 };
 
 /// `own` and createTask's scopes for every task of `submission`.

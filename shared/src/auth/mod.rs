@@ -16,6 +16,7 @@
 
 pub mod cert;
 pub mod hawk;
+pub mod remote;
 pub mod roles;
 
 use crate::error::{ApiError, ApiResult, ErrorCode};

@@ -191,6 +191,7 @@ fn env_value(var: &str) -> Value {
         "TCQ_METRICS_NAMESPACE" => metrics_namespace(),
         "TCQ_METRICS_PER_QUEUE" => r(METRICS_PER_QUEUE),
         "TCQ_AMQP_URL" => amqp_url(),
+        "TCQ_AUTH_ROOT_URL" => r("AuthRootUrl"),
         "TCQ_FEED_QUEUE_PREFIX" => sub("${AWS::StackName}-"),
         "TCQ_WORKER_MANAGER_EXCHANGE_PREFIX" => r("WorkerManagerExchangePrefix"),
         "TCQ_CLAIM_WORK_CONCURRENCY" => r(CLAIM_WORK_CONCURRENCY),
@@ -637,6 +638,18 @@ fn template() -> Value {
             "AllowedValues": ["false", "true"],
             "Description": "Also publish seed 003's exchanges (v1/queue:task-*, seven-word routing keys) next to today's (docs/events.md)"
         }),
+    );
+    params.insert(
+        "AuthRootUrl".into(),
+        parameter(
+            "String",
+            json!(""),
+            concat!(
+                "Root URL of an existing Taskcluster deployment whose auth service ",
+                "authenticates every request (empty: this stack's own clients and roles; ",
+                "README: Beside an existing deployment)"
+            ),
+        ),
     );
     params.insert(
         "WorkerManagerExchangePrefix".into(),

@@ -16,6 +16,7 @@ mod concurrency;
 mod conflicts;
 mod crash;
 mod deadlines;
+mod delegated_auth;
 mod dependencies;
 mod events;
 mod expiry;

@@ -80,4 +80,5 @@ pub static QUEUE: Service = Service {
         list: &Exchange::QUEUE,
     }),
     serves_documents: false,
+    authority: false,
 };
