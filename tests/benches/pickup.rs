@@ -38,6 +38,11 @@
 //! 100, and its CPU per call in the shape). `BENCH_SETUPS` (comma-separated names: local, old,
 //! poll, broker, lambda, service, service5, short) picks setups; `BENCH_IDLE=0` skips the idle
 //! measurement.
+//!
+//! `BENCH_SIGHTING` says who claims: `known` (the default), one worker of one task queue per
+//! setup, claiming again after a first sample that is not counted (a fleet's usual case); or
+//! `first`, a new task queue and so a new worker every sample, whose first sighting is written
+//! before claimWork answers (the worst case).
 
 use blackbox::env_num;
 use blackbox::release::ReleaseServer;
@@ -198,6 +203,11 @@ struct Setup {
     poll_every: Option<Duration>,
     pickups: Vec<f64>,
     creates: Vec<f64>,
+    /// The task queue every sample uses when the worker is known (`BENCH_SIGHTING=known`);
+    /// `None`: a new one each sample.
+    known: Option<String>,
+    /// Samples left before the first that counts.
+    warm_up: usize,
 }
 
 impl Setup {
@@ -209,6 +219,8 @@ impl Setup {
             poll_every: None,
             pickups: vec![],
             creates: vec![],
+            known: (!first_sightings()).then(blackbox::task_queue_id),
+            warm_up: usize::from(!first_sightings()),
         }
     }
 
@@ -221,7 +233,7 @@ impl Setup {
 
     /// One sample; false when it failed.
     async fn sample(&mut self) -> bool {
-        let tq = blackbox::task_queue_id();
+        let tq = self.known.clone().unwrap_or_else(blackbox::task_queue_id);
         let poll = self.poll_every;
         let waiting = {
             let q = blackbox::queue_client(&self.claimer);
@@ -256,6 +268,13 @@ impl Setup {
         }
         let created = start.elapsed();
         match waiting.await {
+            Ok((Ok(r), _))
+                if self.warm_up > 0 && r["tasks"][0]["status"]["taskId"] == id.as_str() =>
+            {
+                // The worker's first sighting, not counted when it is to be known.
+                self.warm_up -= 1;
+                true
+            }
             Ok((Ok(r), at)) if r["tasks"][0]["status"]["taskId"] == id.as_str() => {
                 self.pickups
                     .push(at.duration_since(start).as_secs_f64() * 1e3);
@@ -272,6 +291,11 @@ impl Setup {
             }
         }
     }
+}
+
+/// Every sample a worker's first sighting (`BENCH_SIGHTING=first`).
+fn first_sightings() -> bool {
+    std::env::var("BENCH_SIGHTING").as_deref() == Ok("first")
 }
 
 fn pct(v: &[f64], p: f64) -> f64 {
@@ -390,8 +414,13 @@ fn main() {
         .expect("runtime");
     let amqp = blackbox::amqp::amqp_url(&blackbox::amqp::broker_addr());
     let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let sighting = if first_sightings() {
+        "every claim a first sighting"
+    } else {
+        "a known worker"
+    };
     println!(
-        "== claimWork pickup across processes (nproc={nproc}, {samples} samples per setup) =="
+        "== claimWork pickup across processes (nproc={nproc}, {samples} samples per setup, {sighting}) =="
     );
 
     rt.block_on(async {

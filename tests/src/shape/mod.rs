@@ -153,6 +153,8 @@ pub struct Shape {
     delete: std::sync::Mutex<Option<Template>>,
     /// Each schedule's rule, by its function's handler: fires while true.
     rules: Vec<(String, Arc<AtomicBool>)>,
+    /// The broker, and the durable queues its mappings read (deleted with the stack).
+    broker: (String, Vec<String>),
 }
 
 impl Shape {
@@ -219,6 +221,7 @@ impl Shape {
         let (stop, stopped) = watch::channel(false);
         let mut tasks = vec![];
         let mut rules = vec![];
+        let mut broker_queues: Vec<String> = vec![];
         let listener = tokio::net::TcpListener::bind(cfg.bind).await?;
         let addr = listener.local_addr()?;
         let app = gateway::Gateway::new(routes, functions.clone(), services.clone()).router();
@@ -234,6 +237,9 @@ impl Shape {
         for def in &defs {
             let pool = functions.get(&def.id).ok_or("a function without a pool")?;
             for source in &def.sources {
+                if let Source::Broker(m) = source {
+                    broker_queues.extend(m.queues.iter().cloned());
+                }
                 let stop = stopped.clone();
                 let pool = pool.clone();
                 tasks.push(match source.clone() {
@@ -275,6 +281,7 @@ impl Shape {
             tasks: std::sync::Mutex::new(tasks),
             delete: std::sync::Mutex::new(cfg.delete_on_stop.then_some(t)),
             rules,
+            broker: (cfg.amqp_url.clone(), broker_queues),
         })
     }
 
@@ -345,6 +352,7 @@ impl Shape {
         let delete = lock(&self.delete).take();
         if let Some(t) = delete {
             resources::delete_all(&t).await;
+            mq::delete_queues(&self.broker.0, &self.broker.1).await;
         }
     }
 }

@@ -141,3 +141,22 @@ async fn consume(
         }
     }
 }
+
+/// Deletes the durable queues `names` on the broker at `url` (a deleted stack's), as deleting
+/// a stack leaves no queue behind on a broker it created; best effort.
+pub async fn delete_queues(url: &str, names: &[String]) {
+    if names.is_empty() {
+        return;
+    }
+    let Ok(conn) = Connection::connect(url, ConnectionProperties::default()).await else {
+        return;
+    };
+    if let Ok(ch) = conn.create_channel().await {
+        for name in names {
+            let _ = ch
+                .queue_delete(name.as_str().into(), Default::default())
+                .await;
+        }
+    }
+    let _ = conn.close(200, "stack deleted".into()).await;
+}
