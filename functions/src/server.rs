@@ -469,10 +469,15 @@ impl JobLoop {
                     }
                 }
             };
+            let began = std::time::Instant::now();
             let why = tokio::select! {
                 why = amqp::consume(&url, &q, 10, handle) => why,
                 _ = stop.wait_for(|s| *s) => return,
             };
+            if began.elapsed() > Duration::from_secs(60) {
+                // It consumed for a while: this is a new outage, not the same one.
+                backoff = Duration::from_millis(200);
+            }
             tracing::warn!(job = self.job.name, queue = %q.name, reason = %why, "feed consumer stopped; reconnecting");
             tokio::select! {
                 _ = tokio::time::sleep(backoff) => {}

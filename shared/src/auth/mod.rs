@@ -924,7 +924,21 @@ impl AuthService {
                 .get(keys::AUTH, pk, &sk)
                 .await?
                 .ok_or_else(|| ApiError::not_found(format!("Role {role_id} not found")))?;
-            let former = self.expand(&[format!("assume:{role_id}")]).await?;
+            // The role as just read, not as the roles' cache holds it.
+            let stored = crate::json::string_list(&item.data["scopes"]);
+            let mut roles: Vec<Role> = self
+                .roles()
+                .await?
+                .iter()
+                .filter(|r| r.role_id != role_id)
+                .cloned()
+                .collect();
+            roles.push(Role {
+                role_id: role_id.into(),
+                scopes: stored,
+            });
+            let former = roles::expand(&[format!("assume:{role_id}")], &roles)
+                .unwrap_or_else(|partial| partial);
             authorize(
                 asked
                     .iter()

@@ -111,6 +111,10 @@ pub struct DurableQueue {
     pub exchanges: Vec<String>,
     /// The binding pattern.
     pub pattern: String,
+    /// True if a publisher must not publish without it (its messages would be lost); false
+    /// for a queue of another service's messages, declared best effort so that a broker that
+    /// refuses it (permissions) never stops the queue's own events.
+    pub required: bool,
 }
 
 /// Where a feed's queue is bound, by what the job declares (see [`crate::jobs::declare::Feed`]).
@@ -127,13 +131,15 @@ impl FeedBindings<'_> {
     /// The durable queue `name` bound as `binds` says.
     pub fn queue(&self, name: String, binds: crate::jobs::declare::Binds) -> DurableQueue {
         use crate::jobs::declare::Binds;
-        let (exchanges, pattern): (Vec<String>, String) = match binds {
+        let (exchanges, pattern, required) = match binds {
+            // The queue's own messages: a publisher declares it before it publishes.
             Binds::Resolutions => (
                 RESOLUTION_EXCHANGES
                     .iter()
                     .map(|x| exchange_name(self.exchange_prefix, x))
                     .collect(),
                 scheduler_pattern(self.scheduler_id),
+                true,
             ),
             Binds::WorkerManager => (
                 WORKER_GONE_EXCHANGES
@@ -141,12 +147,14 @@ impl FeedBindings<'_> {
                     .map(|x| format!("{}{x}", self.worker_manager_prefix))
                     .collect(),
                 "#".into(),
+                false,
             ),
         };
         DurableQueue {
             name,
             exchanges,
             pattern,
+            required,
         }
     }
 }
@@ -247,7 +255,22 @@ impl AmqpSink {
             declare_legacy_exchanges(&channel).await?;
         }
         for q in &self.durable_queues {
-            declare_durable_queue(&channel, q).await?;
+            if q.required {
+                declare_durable_queue(&channel, q).await?;
+                continue;
+            }
+            // On a channel of its own: a refusal closes the channel it happens on.
+            let declared = match conn.create_channel().await {
+                Ok(ch) => {
+                    let r = declare_durable_queue(&ch, q).await;
+                    let _ = ch.close(200, ShortString::from("declared")).await;
+                    r
+                }
+                Err(e) => Err(e.to_string()),
+            };
+            if let Err(e) = declared {
+                tracing::warn!(queue = %q.name, error = %e, "could not declare a feed queue; the queue's own events go on");
+            }
         }
         Ok((conn, channel))
     }

@@ -364,7 +364,7 @@ pub async fn resolution_batch(
 /// messages (see [`mq_messages`]; upstream's `pulse-worker-message`: `workerPoolId`,
 /// `workerGroup`, `workerId` and more): each named worker's claimed runs are resolved
 /// `exception`/`worker-shutdown` at `now`, with a retry where allowed
-/// ([`Queue::resolve_gone_worker`]). A message that cannot name a worker is logged and
+/// ([`Queue::resolve_gone_workers`]). A message that cannot name a worker is logged and
 /// skipped, never retried; a failure of the store fails the whole batch, which is redelivered
 /// (resolving is idempotent). The reply counts `messages`, `resolved` runs and `skipped`.
 pub async fn worker_gone_batch(
@@ -373,7 +373,12 @@ pub async fn worker_gone_batch(
     now: Ts,
 ) -> Result<serde_json::Value, JobError> {
     let messages = mq_messages(event)?;
-    let (mut resolved, mut skipped) = (0usize, 0usize);
+    let mut skipped = 0usize;
+    // Each pool's claimed runs are read once for all the batch's workers of that pool.
+    let mut pools: std::collections::BTreeMap<
+        String,
+        std::collections::BTreeSet<(String, String)>,
+    > = Default::default();
     for m in &messages {
         let named = m.body.as_ref().map_err(String::clone).and_then(|b| {
             let field = |f: &str| {
@@ -386,24 +391,25 @@ pub async fn worker_gone_batch(
                 .map_err(|e| format!("workerPoolId {pool:?}: {e}"))?;
             Ok((pool, field("workerGroup")?, field("workerId")?))
         });
-        let (pool, group, worker) = match named {
-            Ok(n) => n,
+        match named {
+            Ok((pool, group, worker)) => {
+                pools
+                    .entry(pool.to_string())
+                    .or_default()
+                    .insert((group.to_string(), worker.to_string()));
+            }
             Err(e) => {
                 let (queue, redelivered) = (m.queue, m.redelivered);
                 tracing::error!(%queue, error = %e, %redelivered, "skipping a message that names no worker");
                 skipped += 1;
-                continue;
             }
-        };
-        let n = queue.resolve_gone_worker(pool, group, worker, now).await?;
+        }
+    }
+    let mut resolved = 0;
+    for (pool, workers) in &pools {
+        let n = queue.resolve_gone_workers(pool, workers, now).await?;
         if n > 0 {
-            tracing::info!(
-                worker_pool_id = pool,
-                worker_group = group,
-                worker_id = worker,
-                runs = n,
-                "resolved the runs of a worker worker-manager let go"
-            );
+            tracing::info!(worker_pool_id = %pool, workers = workers.len(), runs = n, "resolved the runs of workers worker-manager let go");
         }
         resolved += n;
     }

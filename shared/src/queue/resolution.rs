@@ -51,17 +51,16 @@ impl Queue {
             .0)
     }
 
-    /// worker-manager's worker-stopped or worker-removed for worker `(worker_group,
-    /// worker_id)` of task queue `task_queue_id` (its worker pool): each run it still holds is
-    /// resolved `exception`/`worker-shutdown` at `now` and retried as reportException retries
-    /// (see [`TaskRecord::resolve_gone_worker`]). The runs are found in the task queue's
-    /// claimed index, a page at a time: it reads every claimed run of the queue, which upstream
-    /// finds by worker. Idempotent; what it resolved.
-    pub async fn resolve_gone_worker(
+    /// worker-manager's worker-stopped or worker-removed for the `workers` (`(workerGroup,
+    /// workerId)` pairs) of task queue `task_queue_id` (their worker pool): each run they still
+    /// hold is resolved `exception`/`worker-shutdown` at `now` and retried as reportException
+    /// retries (see [`TaskRecord::resolve_gone_worker`]). The runs are found in the task
+    /// queue's claimed index, a page at a time, once for all the workers: it reads every claimed
+    /// run of the queue, which upstream finds by worker. Idempotent; what it resolved.
+    pub async fn resolve_gone_workers(
         &self,
         task_queue_id: &str,
-        worker_group: &str,
-        worker_id: &str,
+        workers: &std::collections::BTreeSet<(String, String)>,
         now: Ts,
     ) -> ApiResult<usize> {
         let mut after = None;
@@ -81,15 +80,16 @@ impl Queue {
             for item in &page.items {
                 let rec: TaskRecord = serde_json::from_value(item.data.clone())?;
                 let Some(run) = rec.runs.last() else { continue };
-                if run.worker_group.as_deref() != Some(worker_group)
-                    || run.worker_id.as_deref() != Some(worker_id)
-                {
+                let (Some(group), Some(worker)) = (&run.worker_group, &run.worker_id) else {
+                    continue;
+                };
+                if !workers.contains(&(group.clone(), worker.clone())) {
                     continue;
                 }
                 let run_id = run.run_id;
                 let outcome = self
                     .mutate_settled(&rec.task_id, now, |r| {
-                        r.resolve_gone_worker(run_id, worker_group, worker_id, now)
+                        r.resolve_gone_worker(run_id, group, worker, now)
                     })
                     .await;
                 match outcome {

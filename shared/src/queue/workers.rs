@@ -214,7 +214,9 @@ impl Queue {
             memo.workers
                 .iter()
                 .filter(|(_, m)| match what {
-                    Flush::Due => self.worker_write_due(m, now),
+                    // Only runs held for a batch: a stale worker is written when it is seen,
+                    // so a worker that stopped claiming is not kept alive.
+                    Flush::Due => !m.waiting.is_empty() && self.worker_write_due(m, now),
                     Flush::All => !m.waiting.is_empty() || m.written.is_none(),
                 })
                 .map(|(k, _)| k.clone())

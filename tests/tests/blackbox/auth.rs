@@ -1369,6 +1369,19 @@ async fn update_client_and_update_role_grant_only_what_the_caller_holds() {
         err_status(auth.updateClient(&cid, &body("", &["x:**"])).await),
         400
     );
+    // Word for word, as upstream: x:5 is within a stored x:*, yet added, so the caller must
+    // hold it.
+    let starred = format!("test/{tag}/starred");
+    auth.createClient(
+        &starred,
+        &json!({"description": "", "expires": ts(3_600_000), "scopes": ["x:*"]}),
+    )
+    .await
+    .expect("createClient");
+    assert_eq!(
+        err_status(me.updateClient(&starred, &body("", &["x:*", "x:5"])).await),
+        403
+    );
 
     // The role: a:5 is within a:* and s:1 comes through the sub-role, so neither needs the
     // caller; b:1 the caller holds; c:1 it does not.

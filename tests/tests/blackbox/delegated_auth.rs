@@ -111,7 +111,28 @@ async fn the_deployments_clients_and_roles_authenticate_every_call() {
         100.0 * hits as f64 / (hits + misses).max(1) as f64
     );
     assert!(hits >= 19, "{hits} hits, {misses} misses");
-    // A role change in the deployment reaches this queue within the cache's time.
+    // The same signed request again (a signed URL fetched twice) is answered from the cache.
+    let status_url = app.url(&format!("/task/{id}/status"));
+    let signed = hawk_authorization(
+        &creds.client_id,
+        &creds.access_token,
+        "GET",
+        &status_url,
+        None,
+    );
+    for _ in 0..2 {
+        let resp = reqwest::Client::new()
+            .get(&status_url)
+            .header("authorization", signed.as_str())
+            .send()
+            .await
+            .expect("GET");
+        assert_eq!(resp.status(), 200);
+    }
+    let remote = app.api().delegated.clone().expect("delegated");
+    assert_eq!(remote.lookups(), (hits + 1, misses + 1), "the repeat hit");
+    // A role change in the deployment reaches this queue's next signed call: a new signature
+    // is never in the cache.
     deployment
         .auth()
         .updateRole(&role, &json!({"description": "", "scopes": []}))

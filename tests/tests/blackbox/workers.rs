@@ -553,7 +553,7 @@ async fn runs_of_a_worker_that_worker_manager_removed_are_resolved_and_retried()
     let slug = slugid();
     let wm = format!("exchange/tcq-test-{slug}/worker-manager/v1/");
     let feeds = format!("tcq-test-{slug}-");
-    let app = spawn_app_with(|c| {
+    let mut app = spawn_app_with(|c| {
         c.amqp_url = Some(amqp_url(&broker_addr()));
         c.queue.worker_manager_exchange_prefix = wm.clone();
         c.queue.feed_queue_prefix = feeds.clone();
@@ -571,6 +571,8 @@ async fn runs_of_a_worker_that_worker_manager_removed_are_resolved_and_retried()
     q.reportCompleted(&done, "0")
         .await
         .expect("reportCompleted");
+    let stopping = create(&app, &task_def(&tq)).await;
+    claim_one(&app, &tq, "grp", "stopping").await;
 
     // The server's queue, bound to worker-manager's exchanges and consumed: the server
     // declares it as it starts (deployed, the publishers and exchangeDeclarer do).
@@ -665,12 +667,18 @@ async fn runs_of_a_worker_that_worker_manager_removed_are_resolved_and_retried()
     })
     .await
     .expect("the retry's task-pending published");
-    // worker-stopped for the same worker, later: nothing more.
+    // worker-stopped for the same worker, later: nothing more. worker-stopped alone resolves
+    // another worker's run.
     publish("worker-stopped", message(json!({}))).await;
-    tokio::time::sleep(local_or_shape(
-        Duration::from_millis(1_500),
-        Duration::from_secs(5),
-    ))
+    publish("worker-stopped", message(json!({ "workerId": "stopping" }))).await;
+    poll(
+        local_or_shape(Duration::from_secs(2), Duration::from_secs(30)),
+        "the stopped worker's run resolved",
+        || async {
+            let st = q.status(&stopping).await.ok()?;
+            (st["status"]["runs"][0]["reasonResolved"] == "worker-shutdown").then_some(())
+        },
+    )
     .await;
     let st = q.status(&gone).await.expect("status");
     assert_eq!(st["status"]["runs"].as_array().map(Vec::len), Some(2));
@@ -682,7 +690,12 @@ async fn runs_of_a_worker_that_worker_manager_removed_are_resolved_and_retried()
     let st = q.status(&done).await.expect("status");
     assert_eq!(st["status"]["state"], "completed");
     assert_eq!(st["status"]["runs"].as_array().map(Vec::len), Some(1));
-    // Nothing left in the queue: the skipped messages were acknowledged.
+    // Nothing left in the queue once its consumer is gone (an unacknowledged message would
+    // be back in it): the skipped messages were acknowledged, not put back.
+    if in_shape() {
+        return;
+    }
+    app.stop().await;
     let ch = conn.create_channel().await.expect("channel");
     let passive = QueueDeclareOptions {
         passive: true,
@@ -696,13 +709,11 @@ async fn runs_of_a_worker_that_worker_manager_removed_are_resolved_and_retried()
         )
         .await
         .expect("the queue");
-    assert_eq!(left.message_count(), 0);
-    if !in_shape() {
-        let _ = ch
-            .queue_delete(
-                ShortString::from(queue.as_str()),
-                QueueDeleteOptions::default(),
-            )
-            .await;
-    }
+    assert_eq!((left.message_count(), left.consumer_count()), (0, 0));
+    let _ = ch
+        .queue_delete(
+            ShortString::from(queue.as_str()),
+            QueueDeleteOptions::default(),
+        )
+        .await;
 }
