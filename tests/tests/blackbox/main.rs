@@ -16,7 +16,7 @@ mod concurrency;
 mod conflicts;
 mod crash;
 mod deadlines;
-mod delegated_auth;
+mod delegation;
 mod dependencies;
 mod events;
 mod expiry;

@@ -15,6 +15,9 @@ const QUEUE_TOKEN: &str = "delegated-test-queue-token-not-a-secret-00000";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_deployments_clients_and_roles_authenticate_every_call() {
+    if not_in_shape("it reads the server process's cache of the deployment's answers") {
+        return;
+    }
     let deployment = spawn_app_with(|c| c.queue_access_token = Some(QUEUE_TOKEN.into())).await;
     let root = deployment.root_url();
     let app = spawn_app_with(move |c| {
