@@ -37,47 +37,44 @@ def same(a, b):
     return a["description"] == b["description"] and sorted(a["scopes"]) == sorted(b["scopes"])
 
 
-def apply(desired_roles, desired_clients):
+def reconcile(kind, current, desired, body=lambda want: want):
+    """Creates, updates and deletes resources of `kind` (Role, Client) so that `current`
+    becomes `desired`; the calls it made."""
     calls = []
-    roles, clients = current()
-    for rid, want in desired_roles.items():
-        if rid not in roles:
-            auth.createRole(rid, want)
-            calls.append("createRole")
-        elif not same(roles[rid], want):
-            auth.updateRole(rid, want)
-            calls.append("updateRole")
-    for rid in roles:
-        if rid not in desired_roles:
-            auth.deleteRole(rid)
-            calls.append("deleteRole")
-    for cid, want in desired_clients.items():
-        body = dict(want, expires=FOREVER, deleteOnExpiration=False)
-        if cid not in clients:
-            auth.createClient(cid, body)
-            calls.append("createClient")
-        elif not same(clients[cid], want):
-            auth.updateClient(cid, body)
-            calls.append("updateClient")
-    for cid in clients:
-        if cid not in desired_clients:
-            auth.deleteClient(cid)
-            calls.append("deleteClient")
-    roles, clients = current()
-    return {
-        "calls": calls,
-        "roles": {k: {"description": v["description"], "scopes": v["scopes"]} for k, v in roles.items()},
-        "clients": {k: {"description": v["description"], "scopes": v["scopes"]} for k, v in clients.items()},
-        "again": apply_needed(desired_roles, desired_clients),
-    }
+    for name, want in desired.items():
+        if name not in current:
+            verb = "create"
+        elif not same(current[name], want):
+            verb = "update"
+        else:
+            continue
+        getattr(auth, verb + kind)(name, body(want))
+        calls.append(verb + kind)
+    for name in current:
+        if name not in desired:
+            getattr(auth, "delete" + kind)(name)
+            calls.append("delete" + kind)
+    return calls
 
 
-def apply_needed(desired_roles, desired_clients):
-    """True if a second apply would change anything (it must not)."""
+def differs(current, desired):
+    return sorted(current) != sorted(desired) or any(not same(current[k], w) for k, w in desired.items())
+
+
+def described(resources):
+    return {k: {"description": v["description"], "scopes": v["scopes"]} for k, v in resources.items()}
+
+
+def apply(desired_roles, desired_clients):
     roles, clients = current()
-    return sorted(roles) != sorted(desired_roles) or sorted(clients) != sorted(desired_clients) or any(
-        not same(roles[r], w) for r, w in desired_roles.items()
-    ) or any(not same(clients[c], w) for c, w in desired_clients.items())
+    calls = reconcile("Role", roles, desired_roles)
+    calls += reconcile(
+        "Client", clients, desired_clients, lambda want: dict(want, expires=FOREVER, deleteOnExpiration=False)
+    )
+    roles, clients = current()
+    # A second apply must find nothing to do.
+    again = differs(roles, desired_roles) or differs(clients, desired_clients)
+    return {"calls": calls, "roles": described(roles), "clients": described(clients), "again": again}
 
 
 role, client = prefix + "ci", prefix + "worker"

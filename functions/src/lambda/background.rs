@@ -150,7 +150,7 @@ pub async fn serve_job(cfg: LambdaConfig, job: &'static Job) -> Result<(), Error
             if let Err(e) = sink.ensure_connected_within(init).await {
                 tracing::warn!(error = %e, "RabbitMQ not reachable at start; will retry on publish");
             }
-            Some((sink.clone(), Arc::new(Publisher::new(sink))))
+            Some(Arc::new(Publisher::new(sink)))
         }
         false => None,
     };
@@ -174,7 +174,7 @@ pub async fn serve_job(cfg: LambdaConfig, job: &'static Job) -> Result<(), Error
     .await
 }
 
-type JobPublisher = Option<(Arc<AmqpSink>, Arc<Publisher>)>;
+type JobPublisher = Option<Arc<Publisher>>;
 
 /// One invocation of a job function.
 async fn run_job(
@@ -190,7 +190,7 @@ async fn run_job(
         queue,
         blobs: api.blobs.as_ref(),
         artifact_grace_ms: grace,
-        publisher: publisher.as_ref().map(|(_, p)| p.as_ref()),
+        publisher: publisher.as_deref(),
         scheduler: Some(api.scheduler.as_ref()),
     };
     match Invoked::of(&event.payload) {
@@ -216,11 +216,6 @@ async fn run_job(
             return Ok(job.on_broker(&ctx, &event.payload, Ts::now()).await?);
         }
         Invoked::Schedule => {}
-    }
-    if let Some((sink, _)) = &publisher {
-        // Connecting declares the scheduler's consumer queue, so it exists within a minute
-        // of a deployment even before any event is published.
-        sink.ensure_connected().await?;
     }
     match job.run(&ctx, budget).await {
         Ok(n) => {

@@ -848,9 +848,8 @@ impl AuthService {
         Ok(page_by_key(rest, page.limit, false, keys::PK_ROLES))
     }
 
-    /// What `assume:<role_id>` expands to once the role holds `scopes`; `400 InputError` if
-    /// that expansion would not converge.
-    async fn expanded_with(&self, role_id: &str, scopes: &[String]) -> ApiResult<Vec<String>> {
+    /// Every role as stored (through the roles' cache), with `role_id` holding `scopes`.
+    async fn roles_with(&self, role_id: &str, scopes: Vec<String>) -> ApiResult<Vec<Role>> {
         let mut roles: Vec<Role> = self
             .roles()
             .await?
@@ -860,22 +859,27 @@ impl AuthService {
             .collect();
         roles.push(Role {
             role_id: role_id.into(),
-            scopes: scopes.to_vec(),
+            scopes,
         });
+        Ok(roles)
+    }
+
+    /// What `assume:<role_id>` expands to among `roles`; `400 InputError` if that expansion
+    /// would not converge.
+    fn converging(role_id: &str, roles: &[Role]) -> ApiResult<Vec<String>> {
+        let endless = || ApiError::input(format!("Role {role_id} would expand without end"));
         // A starred role is also tried with an empty parameter: `<..>` feeding the role back
         // into itself only shows there.
         let bare = format!("assume:{}", role_id.trim_end_matches('*'));
-        roles::expand(&[bare], &roles)
-            .map_err(|_| ApiError::input(format!("Role {role_id} would expand without end")))?;
-        roles::expand(&[format!("assume:{role_id}")], &roles)
-            .map_err(|_| ApiError::input(format!("Role {role_id} would expand without end")))
+        roles::expand(&[bare], roles).map_err(|_| endless())?;
+        roles::expand(&[format!("assume:{role_id}")], roles).map_err(|_| endless())
     }
 
     /// `createRole`: refuses roles whose expansion would not converge.
     pub async fn create_role(&self, role_id: &str, body: &Value, now: Ts) -> ApiResult<Value> {
         no_double_star(body)?;
         let scopes = roles::normalize(crate::json::string_list(&body["scopes"]));
-        let expanded = self.expanded_with(role_id, &scopes).await?;
+        let expanded = Self::converging(role_id, &self.roles_with(role_id, scopes.clone()).await?)?;
         let d = json!({
             "roleId": role_id,
             "description": body["description"].as_str().unwrap_or_default(),
@@ -926,17 +930,7 @@ impl AuthService {
                 .ok_or_else(|| ApiError::not_found(format!("Role {role_id} not found")))?;
             // The role as just read, not as the roles' cache holds it.
             let stored = crate::json::string_list(&item.data["scopes"]);
-            let mut roles: Vec<Role> = self
-                .roles()
-                .await?
-                .iter()
-                .filter(|r| r.role_id != role_id)
-                .cloned()
-                .collect();
-            roles.push(Role {
-                role_id: role_id.into(),
-                scopes: stored,
-            });
+            let mut roles = self.roles_with(role_id, stored).await?;
             let former = roles::expand(&[format!("assume:{role_id}")], &roles)
                 .unwrap_or_else(|partial| partial);
             authorize(
@@ -946,7 +940,10 @@ impl AuthService {
                     .cloned()
                     .collect(),
             )?;
-            let expanded = self.expanded_with(role_id, &scopes).await?;
+            if let Some(r) = roles.last_mut() {
+                r.scopes = scopes.clone();
+            }
+            let expanded = Self::converging(role_id, &roles)?;
             let mut d = item.data;
             d["scopes"] = json!(scopes);
             d["description"] = json!(body["description"].as_str().unwrap_or_default());

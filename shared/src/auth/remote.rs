@@ -144,6 +144,8 @@ impl RemoteAuth {
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(old) = cache.entries.remove(&key) {
             cache.bytes -= old.bytes;
+            // Only then is the key in the order (a scan, so not on every miss).
+            cache.order.retain(|k| k != &key);
         }
         while cache.bytes + bytes > CACHE_BYTES {
             let Some(oldest) = cache.order.pop_front() else {
@@ -156,7 +158,6 @@ impl RemoteAuth {
         if bytes > CACHE_BYTES {
             return;
         }
-        cache.order.retain(|k| k != &key);
         cache.order.push_back(key);
         cache.bytes += bytes;
         let until = Instant::now() + ttl;

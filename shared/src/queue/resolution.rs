@@ -77,8 +77,8 @@ impl Queue {
                     crate::page::MAX_PAGE,
                 )
                 .await?;
-            for item in &page.items {
-                let rec: TaskRecord = serde_json::from_value(item.data.clone())?;
+            for item in page.items {
+                let rec: TaskRecord = serde_json::from_value(item.data)?;
                 let Some(run) = rec.runs.last() else { continue };
                 let (Some(group), Some(worker)) = (&run.worker_group, &run.worker_id) else {
                     continue;

@@ -584,25 +584,27 @@ async fn runs_of_a_worker_that_worker_manager_removed_are_resolved_and_retried()
     let conn = Connection::connect(&amqp_url(&broker_addr()), ConnectionProperties::default())
         .await
         .expect("RabbitMQ");
+    // The queue's (messages ready, consumers), if it exists.
+    let counts = || async {
+        let ch = conn.create_channel().await.ok()?;
+        let passive = QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        };
+        let q = ch
+            .queue_declare(
+                ShortString::from(queue.as_str()),
+                passive,
+                FieldTable::default(),
+            )
+            .await
+            .ok()?;
+        Some((q.message_count(), q.consumer_count()))
+    };
     poll(
         local_or_shape(Duration::from_secs(10), Duration::from_secs(60)),
         "a consumer of the feed queue",
-        || async {
-            let ch = conn.create_channel().await.ok()?;
-            let passive = QueueDeclareOptions {
-                passive: true,
-                ..Default::default()
-            };
-            let q = ch
-                .queue_declare(
-                    ShortString::from(queue.as_str()),
-                    passive,
-                    FieldTable::default(),
-                )
-                .await
-                .ok()?;
-            (q.consumer_count() > 0).then_some(())
-        },
+        || async { counts().await.filter(|(_, consumers)| *consumers > 0) },
     )
     .await;
     let ch = conn.create_channel().await.expect("channel");
@@ -696,20 +698,8 @@ async fn runs_of_a_worker_that_worker_manager_removed_are_resolved_and_retried()
         return;
     }
     app.stop().await;
+    assert_eq!(counts().await, Some((0, 0)));
     let ch = conn.create_channel().await.expect("channel");
-    let passive = QueueDeclareOptions {
-        passive: true,
-        ..Default::default()
-    };
-    let left = ch
-        .queue_declare(
-            ShortString::from(queue.as_str()),
-            passive,
-            FieldTable::default(),
-        )
-        .await
-        .expect("the queue");
-    assert_eq!((left.message_count(), left.consumer_count()), (0, 0));
     let _ = ch
         .queue_delete(
             ShortString::from(queue.as_str()),
