@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How long an answer is reused.
 pub const CACHE_TTL: Duration = Duration::from_secs(10);
@@ -38,7 +38,9 @@ pub enum Lookup {
 
 struct Entry {
     outcome: Outcome,
-    until: Instant,
+    /// Wall time, not a process clock: a Lambda instance's monotonic clock may stand still
+    /// while it is frozen, which would stretch the entry's life past [`CACHE_TTL`].
+    until: Ts,
     bytes: usize,
 }
 
@@ -94,7 +96,7 @@ impl RemoteAuth {
         now: Ts,
     ) -> Result<(Outcome, Lookup), ApiError> {
         let key = cache_key(req);
-        let (outcome, lookup) = match self.cached(&key) {
+        let (outcome, lookup) = match self.cached(&key, now) {
             Some(o) => (o, Lookup::Hit),
             None => {
                 let o = self.ask(req, now).await?;
@@ -110,12 +112,12 @@ impl RemoteAuth {
         Ok((check_payload(outcome, req), lookup))
     }
 
-    fn cached(&self, key: &[u8; 32]) -> Option<Outcome> {
+    fn cached(&self, key: &[u8; 32], now: Ts) -> Option<Outcome> {
         let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         cache
             .entries
             .get(key)
-            .filter(|e| e.until > Instant::now())
+            .filter(|e| e.until.millis() > now.millis())
             .map(|e| e.outcome.clone())
     }
 
@@ -160,7 +162,7 @@ impl RemoteAuth {
         }
         cache.order.push_back(key);
         cache.bytes += bytes;
-        let until = Instant::now() + ttl;
+        let until = now.plus(ttl.as_millis() as i64);
         cache.entries.insert(
             key,
             Entry {
@@ -308,6 +310,17 @@ mod tests {
         assert_eq!(cache.entries.len(), 2);
         assert!(cache.entries.contains_key(&[4; 32]));
         assert!(!cache.entries.contains_key(&[0; 32]));
+    }
+
+    #[test]
+    fn an_answer_is_kept_for_the_ttl_by_wall_time() {
+        let remote = RemoteAuth::new("http://127.0.0.1:9");
+        let no = Outcome::Failed("no".into());
+        let t = Ts(1_000_000);
+        remote.keep([1; 32], &no, t);
+        let ttl = CACHE_TTL.as_millis() as i64;
+        assert_eq!(remote.cached(&[1; 32], t.plus(ttl - 1)), Some(no));
+        assert_eq!(remote.cached(&[1; 32], t.plus(ttl)), None);
     }
 
     #[test]
