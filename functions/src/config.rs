@@ -47,6 +47,10 @@ pub struct QueueSettings {
     /// Longest a claimed run is held back from its worker's recentTasks, in milliseconds.
     #[arg(long, env = env::RECENT_TASKS_DELAY_MS, default_value_t = QueueConfig::default().recent_tasks_delay_ms)]
     pub recent_tasks_delay_ms: i64,
+    /// How long a run waits pending before it is claimed ahead of every run that waited
+    /// less, whatever their priorities, in milliseconds (0: never, upstream's strict order).
+    #[arg(long, env = env::PRIORITY_AGING_MS, default_value_t = shared::queue::PRIORITY_AGING_MS as u64)]
+    pub priority_aging_ms: u64,
     /// Prefix of every exchange name.
     #[arg(long, env = env::EXCHANGE_PREFIX, default_value = shared::routing::DEFAULT_EXCHANGE_PREFIX)]
     pub exchange_prefix: String,
@@ -166,6 +170,7 @@ impl QueueSettings {
             worker_info_throttle_ms: self.worker_info_throttle_ms,
             recent_tasks_batch: self.recent_tasks_batch,
             recent_tasks_delay_ms: self.recent_tasks_delay_ms,
+            priority_aging_ms: i64::try_from(self.priority_aging_ms).unwrap_or(i64::MAX),
             ..QueueConfig::default()
         }
     }

@@ -218,6 +218,10 @@ async fn spawn_shape(
             "WorkerManagerExchangePrefix".into(),
             cfg.queue.worker_manager_exchange_prefix.clone(),
         ),
+        (
+            "PriorityAgingMs".into(),
+            cfg.queue.priority_aging_ms.to_string(),
+        ),
     ];
     if let Some(r) = cfg.queue.claim_work_concurrency {
         sc.parameters.push((
@@ -281,11 +285,7 @@ async fn spawn_shape(
     if let Some(url) = &cfg.amqp_url {
         sc.amqp_url = url.clone();
     }
-    // The reapers' minute becomes `reaper_interval_ms`, but no shorter than three seconds:
-    // every firing of the three one-minute jobs queries four index shards each, about 50 ms
-    // apiece on LocalStack's DynamoDB, so at a second an idle stack kept a third of a core busy
-    // (measured), and the tests' claims and deadlines still resolve within their waits.
-    sc.speedup = (60_000.0 / cfg.reaper_interval_ms.max(1) as f64).min(20.0);
+    sc.speedup = 60_000.0 / minute_jobs_every(cfg.reaper_interval_ms).as_millis() as f64;
     // Expiry every `artifact_reaper_interval_ms`, as the local server's loop (deployed: an
     // hour). The outbox sweep keeps the template's five minutes, sped up like the reapers.
     let at_least_a_second = |ms: u64| Duration::from_millis(ms.max(1_000));
@@ -312,6 +312,17 @@ async fn spawn_shape(
         shape: Some(lease),
         dir,
     }
+}
+
+/// How often the jobs deployed every minute (the reapers, the priority ager) run for a server
+/// configured with `reaper_interval_ms`: as often locally; in the deployed shape, the minute
+/// is sped up to `reaper_interval_ms` but no shorter than three seconds: every firing of the
+/// one-minute jobs queries four index shards each, about 50 ms apiece on LocalStack's
+/// DynamoDB, so at a second an idle stack kept a third of a core busy (measured), and the
+/// tests' claims and deadlines still resolve within their waits.
+pub fn minute_jobs_every(reaper_interval_ms: u64) -> Duration {
+    let ms = reaper_interval_ms.max(1);
+    Duration::from_millis(if in_shape() { ms.max(3_000) } else { ms })
 }
 
 /// The template's `ClaimMode` the deployed-shape tests run in: `TCQ_SHAPE_CLAIM_MODE`

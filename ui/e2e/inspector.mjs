@@ -289,6 +289,12 @@ const scenarios = {
     await waitText(page, '[data-testid=pending-count]', String(data.pending));
     await waitText(page, '[data-testid=claimed-count]', String(data.claimed));
     await page.waitForSelector('[data-testid=oldest-pending]');
+    // Priority aging: the run that waited past the threshold is counted, first in claim order
+    // and marked (the others may pass the threshold meanwhile, and follow it, older first).
+    await page.waitForFunction(() => Number(document.querySelector('[data-testid=aged-count]')?.textContent) >= 1, null, { timeout: WAIT });
+    const first = page.locator('table[data-testid=pending] tbody tr').first();
+    eq(await first.getAttribute('data-task-id'), data.agedTaskId, 'the first pending row');
+    eq(await first.getAttribute('data-aged'), 'true', 'the aged row is marked');
     // The figures the metrics give: one worker, running the claimed run.
     await waitText(page, '[data-testid=workers-count]', `${data.workers} (0 idle, 0 quarantined)`);
     eq(await count(page, 'table[data-testid=pending] tbody tr'), data.pending, 'pending rows');

@@ -30,6 +30,7 @@ pub const COMMON_ENV: &[&str] = &[
     env::AMQP_URL,
     env::ANONYMOUS_SCOPES,
     env::AUTH_ROOT_URL,
+    env::PRIORITY_AGING_MS,
 ];
 
 /// The template parameter of the `anonymous` role's default scopes.

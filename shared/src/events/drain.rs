@@ -381,6 +381,7 @@ mod tests {
             dependents_due: None,
             group_counted: false,
             sweep,
+            aged: None,
         }
     }
 

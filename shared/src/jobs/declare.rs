@@ -308,6 +308,25 @@ pub static DEADLINE_REAPER: Job = scheduled(
     Run::Repeat(|c, now, budget| Box::pin(c.queue.reap_deadlines_once(now, BATCH, budget))),
 );
 
+/// Priority aging: marks the pending runs that waited past the threshold
+/// (`TCQ_PRIORITY_AGING_MS`), which claims then take before every run that waited less
+/// ([`crate::queue::aging`]). Deployed every minute, so a run ages within a minute of its
+/// threshold; locally every `reaper_interval_ms`.
+pub static PRIORITY_AGER: Job = Job {
+    memory_mb: 128,
+    ..scheduled(
+        "priorityAger",
+        "Moves pending runs that waited past the aging threshold ahead of every priority",
+        "rate(1 minute)",
+        Local::Reapers,
+        &[
+            Need::Table(TASKS, Access::Write),
+            Need::Table(TASK_GROUPS, Access::Read),
+        ],
+        Run::Repeat(|c, now, budget| Box::pin(c.queue.age_pending_once(now, BATCH, budget))),
+    )
+};
+
 /// Makes the dependents of resolved tasks pending: as resolutions are written (the tasks
 /// table's stream), and on a schedule for what a failed batch left marked.
 pub static DEPENDENCY_RESOLVER: Job = Job {
@@ -478,10 +497,11 @@ pub static WORKER_GONE_RESOLVER: Job = Job {
 };
 
 /// Every job, in the order of the stack's functions.
-pub static JOBS: [&Job; 11] = [
+pub static JOBS: [&Job; 12] = [
     &PUBLISHER,
     &CLAIM_REAPER,
     &DEADLINE_REAPER,
+    &PRIORITY_AGER,
     &DEPENDENCY_RESOLVER,
     &OUTBOX_SWEEPER,
     &EXCHANGE_DECLARER,

@@ -59,6 +59,10 @@ pub struct QueueConfig {
     pub recent_tasks_batch: usize,
     /// Longest a claimed run is held back before it is written (60 s).
     pub recent_tasks_delay_ms: i64,
+    /// How long a run waits pending before it is claimed ahead of every run that waited less,
+    /// whatever their priorities (30 minutes; 0: never, upstream's strict order). See
+    /// [`super::aging`].
+    pub priority_aging_ms: i64,
 }
 
 impl Default for QueueConfig {
@@ -77,9 +81,13 @@ impl Default for QueueConfig {
             worker_info_throttle_ms: 30 * MINUTE,
             recent_tasks_batch: 5,
             recent_tasks_delay_ms: MINUTE,
+            priority_aging_ms: PRIORITY_AGING_MS,
         }
     }
 }
+
+/// How long a pending run waits before it ages, by default (30 minutes).
+pub const PRIORITY_AGING_MS: i64 = 30 * MINUTE;
 
 /// The intervals between a waiting claimWork's reads of the pending index: `first_ms` after
 /// the first empty read, growing by a quarter per empty read up to `max_ms`, each with ±20 %

@@ -6,7 +6,7 @@ use super::core::{Queue, PARALLEL};
 use crate::error::ApiResult;
 use crate::ids::TaskQueueId;
 use crate::metrics::{self, queue_labels, Metrics};
-use crate::records::task::{index, Priority, RunState, TaskRecord, TASKS};
+use crate::records::task::{index, PendingRank, RunState, TaskRecord, TASKS};
 use crate::records::worker::{pk_workers, TaskQueueRecord, WorkerRecord, PK_TASK_QUEUES, TABLE};
 use crate::routing::Exchange;
 use crate::store::{IndexKey, SkRange};
@@ -25,6 +25,9 @@ pub struct QueueFigures {
     pub claimed: u64,
     /// When the oldest pending run became pending.
     pub oldest_pending: Option<Ts>,
+    /// Of the pending runs, those that waited past the aging threshold and are claimed first
+    /// ([`crate::queue::aging`]).
+    pub aged: u64,
     /// Workers seen and not expired.
     pub workers: u64,
     /// Of those, the ones in quarantine.
@@ -42,6 +45,7 @@ impl QueueFigures {
             "claimedTasks": self.claimed,
             "oldestPending": self.oldest_pending,
             "oldestPendingAgeSeconds": self.oldest_age_secs(now),
+            "agedPendingTasks": self.aged,
             "workers": self.workers,
             "quarantinedWorkers": self.quarantined,
             "idleWorkers": self.idle(),
@@ -112,10 +116,12 @@ impl Queue {
     /// seen on (their records, then each one's workers). Eventually consistent.
     pub async fn figures(&self, now: Ts) -> ApiResult<BTreeMap<String, QueueFigures>> {
         let mut out: BTreeMap<String, QueueFigures> = BTreeMap::new();
+        let aged = PendingRank::Aged.prefix();
         self.each_key(index::PENDING, |key| {
             let f = out.entry(key.ipk.clone()).or_default();
             f.pending += 1;
-            // `<priority rank>:<time key>:<taskId>:<runId>`.
+            f.aged += u64::from(key.isk.starts_with(&aged));
+            // `<rank>:<time key>:<taskId>:<runId>`.
             let since = key
                 .isk
                 .split(':')
@@ -160,15 +166,17 @@ impl Queue {
         let count = |idx| async move {
             Ok::<_, crate::error::ApiError>(store.count_index(TASKS, idx, tq.as_str(), all).await?)
         };
-        let (pending, claimed, workers) = futures_util::future::try_join3(
+        let (pending, claimed, workers, aged) = futures_util::future::try_join4(
             count(index::PENDING),
             count(index::CLAIMED),
             self.all_in(&pk_workers(tq.as_str())),
+            self.aged_count(tq.as_str()),
         )
         .await?;
-        let firsts = Priority::ALL.map(|p| {
+        // Each rank's first is its oldest (aged runs are ordered by age alone).
+        let firsts = PendingRank::ALL.map(|rank| {
             let range = SkRange {
-                prefix: Some(format!("{}:", p.rank())),
+                prefix: Some(rank.prefix()),
                 upto: None,
             };
             async move {
@@ -194,6 +202,7 @@ impl Queue {
             pending,
             claimed,
             oldest_pending,
+            aged,
             ..QueueFigures::default()
         };
         f.count_workers(&workers, now);
@@ -217,7 +226,7 @@ impl Queue {
     }
 
     /// Every item of a partition of the workers' table, eventually consistent.
-    async fn all_in(&self, pk: &str) -> ApiResult<Vec<crate::store::Item>> {
+    pub(crate) async fn all_in(&self, pk: &str) -> ApiResult<Vec<crate::store::Item>> {
         let mut items = Vec::new();
         let mut after = None;
         loop {

@@ -9,8 +9,10 @@
 //!   dependencies.
 //! - [`artifacts`]: artifact rows and where their bytes are; [`objects`]: the object service.
 //! - [`workers`]: the task queues and workers claims show, and quarantine.
-//! - [`reapers`], [`expiry`]: what the background passes do per item.
+//! - [`reapers`], [`expiry`]: what the background passes do per item; [`aging`]: the
+//!   priority ager's pass.
 
+pub mod aging;
 pub mod artifacts;
 pub mod claims;
 pub mod core;
@@ -28,5 +30,7 @@ pub mod task_queues;
 pub mod tasks;
 pub mod workers;
 
-pub use self::core::{PollSchedule, Queue, QueueConfig, GROUP_EXPIRY_EXTENSION_MS};
+pub use self::core::{
+    PollSchedule, Queue, QueueConfig, GROUP_EXPIRY_EXTENSION_MS, PRIORITY_AGING_MS,
+};
 pub use claims::{Claim, ClaimPass};

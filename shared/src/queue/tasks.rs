@@ -215,6 +215,7 @@ impl Queue {
             dependents_due: None,
             group_counted: true,
             sweep: !self.cfg.events_from_stream,
+            aged: None,
         };
         let plan = self
             .plan_dependencies(task_id.as_str(), def, rec.deadline, now)

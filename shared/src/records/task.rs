@@ -11,7 +11,7 @@
 //!
 //! | index      | pk                 | sk                                       | while             |
 //! |------------|--------------------|------------------------------------------|-------------------|
-//! | `pending`  | taskQueueId        | `<rank>:<scheduled ms>:<taskId>:<runId>` | last run pending  |
+//! | `pending`  | taskQueueId        | `<rank>:<scheduled ms>:<taskId>:<runId>` | last run pending (2) |
 //! | `claimed`  | taskQueueId        | `<started ms>:<taskId>`                  | last run running  |
 //! | `claims`   | `claims#<shard>`   | `<takenUntil ms>:<taskId>`               | last run running  |
 //! | `deadline` | `deadline#<shard>` | `<deadline ms>:<taskId>`                 | task unresolved   |
@@ -20,6 +20,9 @@
 //!
 //! (1) Where the tables' streams deliver events (AWS), only while a publisher that could not
 //! deliver holds them ([`TaskRecord::sweep`]).
+//! (2) `<rank>` is the priority's (`0` highest .. `6` lowest), or `-` once the run waited past
+//! the aging threshold ([`TaskRecord::aged`]): `-` sorts before every digit, so aged runs are
+//! claimed first, oldest first, by the same query that claims the rest.
 //!
 //! `task-expiry` (pk `task-expiry#<shard>`, sk `<expires ms>:<pk>:<sk>`) holds the items of
 //! this table that expire on their own: definitions (which take their task's partition with
@@ -81,10 +84,42 @@ fn sharded(index: &'static str, at: Ts, task_id: &str) -> IndexEntry {
     }
 }
 
+/// Where a pending run sorts in its task queue's pending index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PendingRank {
+    /// Waited past the aging threshold: before every priority, oldest first.
+    Aged,
+    /// Its priority's place, highest first.
+    Priority(Priority),
+}
+
+impl PendingRank {
+    /// Every rank, in claim order.
+    pub const ALL: [PendingRank; 8] = [
+        PendingRank::Aged,
+        PendingRank::Priority(Priority::Highest),
+        PendingRank::Priority(Priority::VeryHigh),
+        PendingRank::Priority(Priority::High),
+        PendingRank::Priority(Priority::Medium),
+        PendingRank::Priority(Priority::Low),
+        PendingRank::Priority(Priority::VeryLow),
+        PendingRank::Priority(Priority::Lowest),
+    ];
+
+    /// The start of the sort keys of this rank's entries (`-:` or `<priority rank>:`).
+    pub fn prefix(self) -> String {
+        match self {
+            // '-' sorts before '0'.
+            PendingRank::Aged => "-:".to_string(),
+            PendingRank::Priority(p) => format!("{}:", p.rank()),
+        }
+    }
+}
+
 /// The pending index entry of a run.
 pub fn pending_entry(
     task_queue_id: &str,
-    priority: Priority,
+    rank: PendingRank,
     scheduled: Ts,
     task_id: &str,
     run_id: u32,
@@ -93,8 +128,8 @@ pub fn pending_entry(
         index: index::PENDING,
         pk: task_queue_id.to_string(),
         sk: format!(
-            "{}:{}:{task_id}:{run_id}",
-            priority.rank(),
+            "{}{}:{task_id}:{run_id}",
+            rank.prefix(),
             time_key(scheduled)
         ),
     }
@@ -412,6 +447,10 @@ pub struct TaskRecord {
     /// finish sets this (the publisher with the events it holds), and it stays set.
     #[serde(default = "super::outbox::sweep_by_default")]
     pub sweep: bool,
+    /// The run that waited past the aging threshold while pending (the priority ager marks
+    /// it): its pending entry sorts before every priority's. A later run is not aged by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aged: Option<u32>,
     /// Attributes this build does not know, kept through rewrites ([`super::Unknown`]).
     #[serde(flatten)]
     pub unknown: super::Unknown,
@@ -496,6 +535,28 @@ impl TaskRecord {
         Ok(data)
     }
 
+    /// Where the last run sorts in the pending index while pending.
+    pub fn pending_rank(&self) -> PendingRank {
+        match self.runs.last() {
+            Some(r) if self.aged == Some(r.run_id) => PendingRank::Aged,
+            _ => PendingRank::Priority(self.priority),
+        }
+    }
+
+    /// Marks the last run aged if it is pending and not yet so; true if that changed the
+    /// record.
+    pub fn age(&mut self, run_id: u32) -> bool {
+        let pending = self
+            .runs
+            .last()
+            .is_some_and(|r| r.run_id == run_id && r.state == RunState::Pending);
+        if !pending || self.aged == Some(run_id) {
+            return false;
+        }
+        self.aged = Some(run_id);
+        true
+    }
+
     /// The sparse index entries implied by the current state.
     pub fn index_entries(&self) -> Vec<IndexEntry> {
         let mut out = Vec::with_capacity(3);
@@ -503,7 +564,7 @@ impl TaskRecord {
             Some(r) if r.state == RunState::Pending => {
                 out.push(pending_entry(
                     &self.task_queue_id,
-                    self.priority,
+                    self.pending_rank(),
                     r.scheduled,
                     &self.task_id,
                     r.run_id,
@@ -580,12 +641,33 @@ mod tests {
 
     #[test]
     fn higher_priority_sorts_first_then_older() {
-        let a = pending_entry("p/w", Priority::High, Ts(2000), "t1", 0);
-        let b = pending_entry("p/w", Priority::Lowest, Ts(1000), "t2", 0);
-        let c = pending_entry("p/w", Priority::High, Ts(1000), "t3", 0);
+        let at = |p| PendingRank::Priority(p);
+        let a = pending_entry("p/w", at(Priority::High), Ts(2000), "t1", 0);
+        let b = pending_entry("p/w", at(Priority::Lowest), Ts(1000), "t2", 0);
+        let c = pending_entry("p/w", at(Priority::High), Ts(1000), "t3", 0);
         let mut v = [a.sk.clone(), b.sk.clone(), c.sk.clone()];
         v.sort();
         assert_eq!(v, [c.sk, a.sk, b.sk]);
+    }
+
+    #[test]
+    fn aged_runs_sort_before_every_priority_and_among_themselves_oldest_first() {
+        let aged_new = pending_entry("p/w", PendingRank::Aged, Ts(9000), "t1", 0);
+        let aged_old = pending_entry("p/w", PendingRank::Aged, Ts(1000), "t2", 3);
+        let highest = pending_entry(
+            "p/w",
+            PendingRank::Priority(Priority::Highest),
+            Ts(0),
+            "t3",
+            0,
+        );
+        let mut v = [highest.sk.clone(), aged_new.sk.clone(), aged_old.sk.clone()];
+        v.sort();
+        assert_eq!(v, [aged_old.sk, aged_new.sk, highest.sk]);
+        let prefixes: Vec<String> = PendingRank::ALL.iter().map(|r| r.prefix()).collect();
+        let mut sorted = prefixes.clone();
+        sorted.sort();
+        assert_eq!(prefixes, sorted, "PendingRank::ALL is in claim order");
     }
 
     #[test]

@@ -496,6 +496,7 @@ mod tests {
             dependents_due: None,
             group_counted: false,
             sweep: true,
+            aged: None,
         }
     }
 

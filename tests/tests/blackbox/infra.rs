@@ -192,6 +192,7 @@ fn env_value(var: &str) -> Value {
         "TCQ_METRICS_PER_QUEUE" => r(METRICS_PER_QUEUE),
         "TCQ_AMQP_URL" => amqp_url(),
         "TCQ_AUTH_ROOT_URL" => r("AuthRootUrl"),
+        "TCQ_PRIORITY_AGING_MS" => r("PriorityAgingMs"),
         "TCQ_FEED_QUEUE_PREFIX" => sub("${AWS::StackName}-"),
         "TCQ_WORKER_MANAGER_EXCHANGE_PREFIX" => r("WorkerManagerExchangePrefix"),
         "TCQ_CLAIM_WORK_CONCURRENCY" => r(CLAIM_WORK_CONCURRENCY),
@@ -650,6 +651,19 @@ fn template() -> Value {
                 "README: Beside an existing deployment)"
             ),
         ),
+    );
+    params.insert(
+        "PriorityAgingMs".into(),
+        json!({
+            "Type": "Number",
+            "Default": shared::queue::PRIORITY_AGING_MS,
+            "MinValue": 0,
+            "Description": concat!(
+                "Milliseconds a run waits pending before it is claimed ahead of every run that ",
+                "waited less, whatever their priorities (0: never, upstream's strict order; ",
+                "README: Priorities and aging)"
+            )
+        }),
     );
     params.insert(
         "WorkerManagerExchangePrefix".into(),

@@ -3,6 +3,7 @@
 use crate::common::*;
 use blackbox::*;
 use serde_json::json;
+use std::time::{Duration, Instant};
 
 const ORDER: [&str; 7] = [
     "highest",
@@ -222,4 +223,178 @@ async fn equal_priorities_are_claimed_oldest_first() {
             "claims follow insertion order"
         );
     }
+}
+
+/// What one run of [`starve`] saw.
+struct Starved {
+    /// How long after its creation the `lowest` task was claimed.
+    lowest_waited: Duration,
+    /// `highest` tasks created before the `lowest` task was claimed but claimed after it.
+    overtaken: usize,
+    /// `highest` tasks claimed before the `lowest` one.
+    before: usize,
+    /// `highest` tasks created in all.
+    highest: usize,
+    /// The longest time between two claims of one worker: a claim cycle.
+    longest_cycle: Duration,
+}
+
+/// A pool of two workers under sustained `highest` load for `load_for`, with one `lowest`
+/// task created first: each worker claims one task at a time and runs it for `run_for`, while
+/// a feeder keeps a backlog of `highest` tasks waiting. The workers go on until the queue is
+/// empty.
+async fn starve(app: &TestServer, load_for: Duration, run_for: Duration) -> Starved {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    let tq = task_queue_id();
+    let start = Instant::now();
+    let lowest = create(app, &def_with(&tq, json!({"priority": "lowest"}))).await;
+    let claimed = AtomicUsize::new(0);
+    let feeding = AtomicBool::new(true);
+    // (taskId, created at), in creation order.
+    let created: Mutex<Vec<(String, Duration)>> = Mutex::new(vec![]);
+    // (taskId, claimed at), per worker, in claim order.
+    let claims: Mutex<Vec<(usize, String, Duration)>> = Mutex::new(vec![]);
+    let backlog = 8;
+    let feed = || async {
+        let batch = (0..4).map(|_| async {
+            let id = create(app, &def_with(&tq, json!({"priority": "highest"}))).await;
+            created.lock().unwrap().push((id, start.elapsed()));
+        });
+        futures_util::future::join_all(batch).await;
+    };
+    // The backlog is there before the workers start.
+    while created.lock().unwrap().len() < backlog {
+        feed().await;
+    }
+    let feeder = async {
+        while start.elapsed() < load_for {
+            // Every task created (the lowest one too) less those claimed.
+            let made = created.lock().unwrap().len() + 1;
+            if made.saturating_sub(claimed.load(Ordering::SeqCst)) >= backlog {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+            feed().await;
+        }
+        feeding.store(false, Ordering::SeqCst);
+    };
+    let work = |w: usize| {
+        let (tq, claims, claimed, feeding) = (&tq, &claims, &claimed, &feeding);
+        async move {
+            let q = app.queue();
+            loop {
+                let r = q
+                    .claimWork(tq, &worker("pool", &format!("w{w}"), 1))
+                    .await
+                    .unwrap_or_else(|e| panic!("claimWork failed: {e:#}"));
+                let Some(task) = r["tasks"].as_array().and_then(|t| t.first()).cloned() else {
+                    if feeding.load(Ordering::SeqCst) {
+                        continue;
+                    }
+                    return;
+                };
+                let id = task["status"]["taskId"].as_str().unwrap().to_string();
+                claims
+                    .lock()
+                    .unwrap()
+                    .push((w, id.clone(), start.elapsed()));
+                claimed.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(run_for).await;
+                complete(app, &id, task["runId"].as_u64().unwrap()).await;
+            }
+        }
+    };
+    tokio::join!(feeder, work(0), work(1));
+    let claims = claims.into_inner().unwrap();
+    let created = created.into_inner().unwrap();
+    let at = |id: &str| claims.iter().find(|(_, c, _)| c == id).map(|(_, _, t)| *t);
+    let lowest_at = at(&lowest).expect("the lowest task was claimed");
+    let overtaken = created
+        .iter()
+        .filter(|(id, made)| *made < lowest_at && at(id).is_some_and(|t| t > lowest_at))
+        .count();
+    let before = claims.iter().filter(|(_, _, t)| *t < lowest_at).count();
+    let mut longest_cycle = Duration::ZERO;
+    for w in 0..2 {
+        let mine: Vec<Duration> = claims.iter().filter(|c| c.0 == w).map(|c| c.2).collect();
+        for pair in mine.windows(2) {
+            longest_cycle = longest_cycle.max(pair[1] - pair[0]);
+        }
+    }
+    assert_eq!(
+        claims.len(),
+        created.len() + 1,
+        "every task was claimed once"
+    );
+    Starved {
+        lowest_waited: lowest_at,
+        overtaken,
+        before,
+        highest: created.len(),
+        longest_cycle,
+    }
+}
+
+/// The threshold of the aging tests and the time each task runs.
+const THRESHOLD: Duration = Duration::from_secs(3);
+const RUN_FOR: Duration = Duration::from_millis(200);
+
+/// How long the load lasts: well past the threshold and two of the ager's periods (3 s in
+/// the deployed shape).
+fn load_for() -> Duration {
+    THRESHOLD * 3 + minute_jobs_every(100) * 2
+}
+
+/// Priority aging: under sustained `highest` load, a `lowest` task is claimed once it has
+/// waited the threshold (plus the ager's period and one claim cycle), ahead of `highest`
+/// tasks that waited less.
+#[tokio::test]
+async fn a_lowest_task_is_claimed_after_the_aging_threshold_under_sustained_highest_load() {
+    let app = spawn_app_with(|c| c.queue.priority_aging_ms = THRESHOLD.as_millis() as u64).await;
+    let ager_every = minute_jobs_every(100);
+    let on = starve(&app, load_for(), RUN_FOR).await;
+    // The ager marks the run within one period of the threshold, plus its pass's own time
+    // (passes do not overlap: at most another period); a worker then takes it at its next
+    // claim.
+    let bound = THRESHOLD + ager_every * 2 + on.longest_cycle;
+    assert!(
+        on.lowest_waited <= bound && on.lowest_waited >= THRESHOLD,
+        "claimed {:?} after its creation; the threshold is {THRESHOLD:?}, the ager runs every \
+         {ager_every:?} and a claim cycle took up to {:?}",
+        on.lowest_waited,
+        on.longest_cycle
+    );
+    assert!(
+        on.overtaken > 0,
+        "highest tasks waiting when the lowest one was claimed were left behind it ({} highest \
+         in all)",
+        on.highest
+    );
+    eprintln!(
+        "aging on: lowest claimed after {:?} (bound {bound:?}), ahead of {} waiting highest \
+         tasks; {} highest tasks",
+        on.lowest_waited, on.overtaken, on.highest
+    );
+}
+
+/// With aging off (0), upstream's strict order: under the same load, the `lowest` task is
+/// claimed only after every `highest` task.
+#[tokio::test]
+async fn without_aging_a_lowest_task_waits_until_the_highest_tasks_run_out() {
+    let app = spawn_app_with(|c| c.queue.priority_aging_ms = 0).await;
+    let off = starve(&app, load_for(), RUN_FOR).await;
+    assert_eq!(
+        off.before, off.highest,
+        "without aging, the lowest task is claimed after every highest one"
+    );
+    assert!(
+        off.lowest_waited >= THRESHOLD * 2,
+        "the load lasted past the threshold: lowest claimed after {:?}",
+        off.lowest_waited
+    );
+    eprintln!(
+        "aging off: lowest claimed after {:?}, after all {} highest tasks",
+        off.lowest_waited, off.highest
+    );
 }

@@ -586,12 +586,24 @@ async fn a_twenty_task_graph_is_drawn_with_its_nodes_and_edges() {
 #[tokio::test]
 async fn the_task_queue_and_start_pages_work_and_fit_a_phone() {
     let Some(chromium) = chromium() else { return };
-    let app = ui_app().await;
+    // Aging after 2 s, so that a task waits past the threshold before the page is read.
+    let app = spawn_app_with(|c| {
+        c.queue.anonymous_scopes = None;
+        c.queue.priority_aging_ms = 2_000;
+    })
+    .await;
     let (tq, group) = (task_queue_id(), slugid());
+    // A claim records the task queue, which the priority ager then looks at.
+    let claimed = task_in(&app, &tq, &group, "in-progress", "running").await;
+    let aged = task_in(&app, &tq, &group, "waited-long", "pending").await;
+    let queue = app.domain_queue().await;
+    poll(Duration::from_secs(30), "a pending run aged", || async {
+        (queue.aged_count(&tq).await.ok()? == 1).then_some(())
+    })
+    .await;
     for i in 0..3 {
         task_in(&app, &tq, &group, &format!("waiting-{i}"), "pending").await;
     }
-    let claimed = task_in(&app, &tq, &group, "in-progress", "running").await;
     // The claim's worker is recorded within a tick of the local server.
     poll(Duration::from_secs(30), "the worker recorded", || async {
         let (p, wt) = tq.split_once('/').expect("a task queue id");
@@ -602,7 +614,8 @@ async fn the_task_queue_and_start_pages_work_and_fit_a_phone() {
     let data = json!({
         "taskQueueId": tq,
         "taskGroupId": group,
-        "pending": 3,
+        "pending": 4,
+        "agedTaskId": aged,
         "claimed": 1,
         "workers": 1,
         "worker": "wg/w1",

@@ -1,5 +1,6 @@
 // A task queue: its figures (pending and claimed runs, the oldest pending run's age, workers:
-// what the queue's metrics give), the pending and claimed runs, and the workers seen on it
+// what the queue's metrics give; the runs past the aging threshold), the pending runs in claim
+// order (those past the threshold marked), the claimed runs, and the workers seen on it
 // (recent tasks, quarantine). And one worker.
 import { useEffect, useState } from 'preact/hooks';
 import { useSession } from '../lib/session';
@@ -32,6 +33,10 @@ interface Figures {
   pendingTasks: number;
   claimedTasks: number;
   oldestPending: string | null;
+  /** Pending runs past the aging threshold, claimed first (oldest first). */
+  agedPendingTasks: number;
+  /** The aging threshold in ms; 0: off (strict priority order). */
+  priorityAgingMs: number;
   workers: number;
   quarantinedWorkers: number;
   idleWorkers: number;
@@ -109,6 +114,9 @@ export function TaskQueue({ taskQueueId }: { taskQueueId: string }) {
   useEffect(() => remember('queue', taskQueueId), [taskQueueId]);
   const d = polled.data;
   const now = Date.now();
+  const threshold = d && 'ok' in d.counts ? d.counts.ok.priorityAgingMs : 0;
+  /** True if a run pending since `inserted` has waited past the aging threshold. */
+  const aged = (inserted: string) => threshold > 0 && now - new Date(inserted).getTime() >= threshold;
   return (
     <>
       <h1>
@@ -142,6 +150,7 @@ export function TaskQueue({ taskQueueId }: { taskQueueId: string }) {
                   'not readable'
                 ),
               ],
+              ['Priority aging', 'ok' in d.counts ? aging(d.counts.ok) : 'not readable'],
               ['Last active', 'ok' in d.info ? <Time iso={d.info.ok.lastDateActive} /> : undefined],
               ['Expires', 'ok' in d.info ? <Time iso={d.info.ok.expires} /> : undefined],
             ]}
@@ -153,15 +162,24 @@ export function TaskQueue({ taskQueueId }: { taskQueueId: string }) {
         {(v) => (
           <Table
             testid="pending"
-            caption={`Oldest first${v.tasks.length === LIST ? ` (the first ${LIST})` : ''}`}
+            caption={`In claim order: past the aging threshold (oldest first), then by priority and age${v.tasks.length === LIST ? ` (the first ${LIST})` : ''}`}
             rows={v.tasks}
             rowKey={(t) => `${t.taskId}/${t.runId}`}
-            rowProps={(t) => ({ 'data-task-id': t.taskId })}
+            rowProps={(t) => ({ 'data-task-id': t.taskId, 'data-aged': aged(t.inserted) ? 'true' : undefined })}
             columns={[
               TASK,
               RUN,
+              { label: 'Priority', cell: (t) => t.task.priority ?? 'lowest' },
               { label: 'Pending since', cell: (t) => <Time iso={t.inserted} /> },
-              { label: 'Age', cell: (t) => duration(t.inserted, null, now) },
+              {
+                label: 'Age',
+                cell: (t) => (
+                  <>
+                    {duration(t.inserted, null, now)}
+                    {aged(t.inserted) && <span class="aged"> past the aging threshold</span>}
+                  </>
+                ),
+              },
             ]}
           />
         )}
@@ -221,6 +239,17 @@ export function TaskQueue({ taskQueueId }: { taskQueueId: string }) {
       </Listed>
       <Updated at={polled.updated} />
     </>
+  );
+}
+
+/** The aging rule of this deployment, and how many pending runs it moved ahead. */
+function aging(f: Figures) {
+  if (f.priorityAgingMs <= 0) return 'off: strict priority, then age';
+  const after = duration(new Date(0).toISOString(), new Date(f.priorityAgingMs).toISOString());
+  return (
+    <span>
+      after {after}: <span data-testid="aged-count">{count(f.agedPendingTasks)}</span> pending past it, claimed first
+    </span>
   );
 }
 
