@@ -12,7 +12,8 @@ export TCQ_TEST_BACKEND=shape TCQ_SHAPE_BURST="${TCQ_SHAPE_BURST:-300}"
 THREADS="${TEST_THREADS:-4}"
 bash scripts/build-shape.sh
 SUBSET=(lifecycle:: dependencies:: task_groups:: artifacts:: events:: scheduler:: claimwork::
-        claims:: deadlines:: workers:: auth:: readme_session:: claim_modes:: metrics:: priority::)
+        claims:: deadlines:: workers:: auth:: readme_session:: claim_modes:: metrics:: priority::
+        amqp::events_outlast)
 # The claim routes' tests, again in the template's other claim modes (ClaimMode): served by
 # the claim service (tc-queue, as its ECS service runs it) and by functions that wait at most
 # ClaimWaitSeconds. The whole subset in one mode: TCQ_SHAPE_CLAIM_MODE=service bash $0.

@@ -187,6 +187,18 @@ pub static STREAM_LAG: Metric = Metric {
     dimensions: &[&["job"]],
     rollup: Rollup::Sum,
 };
+/// How long the oldest event a publisher could not deliver has waited (ours; deployed only):
+/// set by the stream publisher when a batch fails (its oldest change's age) and by the outbox
+/// sweeper on each pass (the oldest held event's wait, 0 once none waits).
+pub static UNPUBLISHED_AGE: Metric = Metric {
+    name: "queue_unpublished_event_age_seconds",
+    kind: Kind::Gauge,
+    help: "Age of the oldest event a publisher found undelivered, in seconds (0 when none waits)",
+    labels: &["job"],
+    unit: "Seconds",
+    dimensions: &[&["job"]],
+    rollup: Rollup::Max,
+};
 /// Pending runs per task queue (upstream's gauge).
 pub static PENDING: Metric = gauge(
     "queue_pending_tasks",
@@ -256,6 +268,7 @@ pub static METRICS: &[&Metric] = &[
     &EXCEPTION,
     &PICKUP,
     &STREAM_LAG,
+    &UNPUBLISHED_AGE,
     &PENDING,
     &CLAIMED,
     &OLDEST_PENDING,

@@ -79,6 +79,7 @@ async fn drain(queue: &Queue, images: &DynamoStore, sink: &RecordingSink, id: &T
         "x/",
         vec![image],
         &Default::default(),
+        Ts::now(),
     )
     .await
     .expect("drain");

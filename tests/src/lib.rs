@@ -100,7 +100,7 @@ pub async fn spawn_app() -> TestServer {
 /// A server with test timings, adjusted by `f`. In the deployed shape it shares its stack
 /// with the other tests configured alike (see [`stacks`]).
 pub async fn spawn_app_with(f: impl FnOnce(&mut ServerConfig)) -> TestServer {
-    spawn_app_sharing(stacks::Sharing::Shared, f).await
+    spawn_app_sharing(stacks::Sharing::Shared, &[], f).await
 }
 
 /// [`spawn_app`], but in the deployed shape on a stack of its own: for tests that read a
@@ -112,11 +112,21 @@ pub async fn spawn_app_alone() -> TestServer {
 /// [`spawn_app_with`], but in the deployed shape on a stack of its own: for tests that count
 /// a function's invocations, read a whole index or reap as of a later time.
 pub async fn spawn_app_alone_with(f: impl FnOnce(&mut ServerConfig)) -> TestServer {
-    spawn_app_sharing(stacks::Sharing::Alone, f).await
+    spawn_app_sharing(stacks::Sharing::Alone, &[], f).await
+}
+
+/// [`spawn_app_alone_with`], with template parameters of the deployed shape besides those
+/// the configuration gives (a stream's retries): for tests of the deployed shape only.
+pub async fn spawn_shape_alone_with(
+    parameters: &[(&str, &str)],
+    f: impl FnOnce(&mut ServerConfig),
+) -> TestServer {
+    spawn_app_sharing(stacks::Sharing::Alone, parameters, f).await
 }
 
 async fn spawn_app_sharing(
     sharing: stacks::Sharing,
+    parameters: &[(&str, &str)],
     f: impl FnOnce(&mut ServerConfig),
 ) -> TestServer {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -142,7 +152,7 @@ async fn spawn_app_sharing(
     }
     f(&mut cfg);
     if in_shape() {
-        return spawn_shape(cfg, dir, sharing).await;
+        return spawn_shape(cfg, dir, sharing, parameters).await;
     }
     let events = RecordingSink::default();
     let sink = Arc::new(FanoutSink(vec![
@@ -170,6 +180,7 @@ async fn spawn_shape(
     cfg: ServerConfig,
     dir: tempfile::TempDir,
     sharing: stacks::Sharing,
+    parameters: &[(&str, &str)],
 ) -> TestServer {
     use shared::routing::{DEFAULT_EXCHANGE_PREFIX, SCHEDULER_EXCHANGE_PREFIX};
     // The harness's own log (the gateway's failures, given-up batches), with RUST_LOG.
@@ -229,6 +240,11 @@ async fn spawn_shape(
             r.to_string(),
         ));
     }
+    sc.parameters.extend(
+        parameters
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
     let q = &cfg.queue;
     let mode = shape_claim_mode();
     sc.parameters.push(("ClaimMode".into(), mode.clone()));

@@ -208,6 +208,15 @@ async fn run_job(
             let result = (streams.run)(&ctx, stream_images(records), Ts::now()).await;
             if result.is_ok() {
                 observe_lag(queue, job, records, Ts::now());
+            } else if job.publishes {
+                // The batch's events wait: as long as its oldest change.
+                let oldest = records
+                    .iter()
+                    .map(|r| r.change.approximate_creation_date_time.timestamp_millis())
+                    .filter(|at| *at > 0)
+                    .min()
+                    .map(Ts);
+                jobs::report_unpublished(queue, job.name, oldest, Ts::now());
             }
             let reply = stream_batch_reply(records, result, streams.only_copy)?;
             return Ok(serde_json::to_value(reply)?);

@@ -8,6 +8,7 @@ use crate::records::outbox::{OutboxEvent, Outboxed, OUTBOX_INDEX};
 use crate::records::task::sk_dead_letter;
 use crate::store::shard::{shard_pk, SHARDS};
 use crate::store::{Cond, Item, SkRange, Store, StoreError, WriteOp};
+use crate::time::Ts;
 use std::sync::Mutex;
 
 /// Why a drain stopped: the store failed, or the sink did (the events stay in their outboxes,
@@ -123,6 +124,9 @@ async fn remove_published<R: Outboxed>(
 ) -> Result<(), StoreError> {
     update_record(store, rec, version, |rec| {
         rec.outbox_mut().retain(|e| !published.contains(&e.id));
+        if rec.outbox().is_empty() {
+            rec.clear_held();
+        }
         true
     })
     .await
@@ -130,8 +134,8 @@ async fn remove_published<R: Outboxed>(
 
 /// Delivers the outboxes of records (at the given versions) the caller has just written:
 /// publishes all their events in one call (except those in `published`, which went out
-/// already), then removes them, writing the records concurrently. Without the read this
-/// saves, it is [`drain_task`] for many records.
+/// already), then removes them, writing the records concurrently. The records are taken as
+/// given (the sweeper reads each one first).
 pub async fn drain_written<R: Outboxed>(
     store: &dyn Store,
     sink: &dyn EventSink,
@@ -217,6 +221,7 @@ async fn hold_for_sweep<R: Outboxed>(
     store: &dyn Store,
     image: R,
     version: u64,
+    since: Ts,
 ) -> Result<(), StoreError> {
     update_record(store, image.clone(), version, |rec| {
         let missing: Vec<OutboxEvent> = image
@@ -229,7 +234,7 @@ async fn hold_for_sweep<R: Outboxed>(
             return false;
         }
         rec.outbox_mut().splice(0..0, missing);
-        rec.hold_for_sweep();
+        rec.hold_for_sweep(since);
         true
     })
     .await
@@ -248,6 +253,7 @@ pub async fn drain_stream<R: Outboxed>(
     prefix: &str,
     images: Vec<Item>,
     published: &RecentIds,
+    now: Ts,
 ) -> Result<DrainOutcome, DrainError> {
     let mut streamed: Vec<(R, u64)> = vec![];
     let mut latest: std::collections::HashMap<String, (R, u64)> = Default::default();
@@ -271,7 +277,7 @@ pub async fn drain_stream<R: Outboxed>(
             tracing::warn!(error = %e, "publishing failed; the events are held for the sweeper");
             // Newest first: each adds its events ahead of those already held.
             for (rec, version) in streamed.into_iter().rev() {
-                hold_for_sweep(store, rec, version).await?;
+                hold_for_sweep(store, rec, version, now).await?;
             }
             return Err(e.into());
         }
@@ -298,24 +304,11 @@ pub async fn drain_stream<R: Outboxed>(
     Ok(DrainOutcome::Delivered(delivered))
 }
 
-/// Delivers the outbox of one record (a task's, by taskId): publish, then remove exactly
-/// what was published.
-pub async fn drain_task<R: Outboxed>(
-    store: &dyn Store,
-    sink: &dyn EventSink,
-    prefix: &str,
-    pk: &str,
-    published: &RecentIds,
-) -> Result<DrainOutcome, DrainError> {
-    match store.get(R::TABLE, pk, R::SK).await? {
-        Some(item) => drain_written::<R>(store, sink, prefix, vec![decode(item)?], published).await,
-        None => Ok(DrainOutcome::Empty),
-    }
-}
-
 /// One pass over every shard of `R`'s outbox index (up to `batch` records per shard),
 /// leaving out the records for which `skip` is true (a faster path will deliver them);
-/// returns the number of events delivered, and whether a shard may hold more.
+/// returns the number of events delivered, and whether a shard may hold more. Once
+/// publishing fails, the pass goes on reading the records it found without publishing, and
+/// `held` takes the oldest [`Outboxed::held_since`] among those left undelivered.
 pub async fn drain_all<R: Outboxed>(
     store: &dyn Store,
     sink: &dyn EventSink,
@@ -323,9 +316,11 @@ pub async fn drain_all<R: Outboxed>(
     batch: usize,
     skip: &(dyn Fn(&str) -> bool + Sync),
     published: &RecentIds,
+    held: &Mutex<Option<Ts>>,
 ) -> Result<(usize, bool), DrainError> {
     let mut delivered = 0;
     let mut more = false;
+    let mut failed = None;
     for shard in 0..SHARDS {
         let page = store
             .query_index(
@@ -339,14 +334,32 @@ pub async fn drain_all<R: Outboxed>(
             .await?;
         more |= page.items.len() >= batch;
         for item in page.items.into_iter().filter(|i| !skip(&i.pk)) {
-            if let DrainOutcome::Delivered(n) =
-                drain_task::<R>(store, sink, prefix, &item.pk, published).await?
-            {
-                delivered += n;
+            let Some(found) = store.get(R::TABLE, &item.pk, R::SK).await? else {
+                continue;
+            };
+            let (rec, version) = decode::<R>(found)?;
+            let since = rec.held_since();
+            // Once the sink failed, the rest of the pass only looks at how long events wait.
+            if failed.is_none() {
+                match drain_written::<R>(store, sink, prefix, vec![(rec, version)], published).await
+                {
+                    Ok(DrainOutcome::Delivered(n)) => {
+                        delivered += n;
+                        continue;
+                    }
+                    Ok(DrainOutcome::Empty) => continue,
+                    Err(e) => failed = Some(e),
+                }
+            }
+            if let (Some(since), Ok(mut oldest)) = (since, held.lock()) {
+                *oldest = Some(oldest.map_or(since, |t| t.min(since)));
             }
         }
     }
-    Ok((delivered, more))
+    match failed {
+        Some(e) => Err(e),
+        None => Ok((delivered, more)),
+    }
 }
 
 #[cfg(test)]
@@ -382,6 +395,7 @@ mod tests {
             group_counted: false,
             sweep,
             aged: None,
+            held_since: None,
         }
     }
 
@@ -485,9 +499,11 @@ mod tests {
         };
         assert_eq!(names(&second.data), ["task-running"]);
         assert!(second.indexes.iter().all(|e| e.index != index::OUTBOX));
+        let held = Mutex::new(None);
         let sweep = || async {
             let sink = RecordingSink::default();
-            drain_all::<TaskRecord>(&store, &sink, "x/", 10, &|_| false, &RecentIds::default())
+            let none = RecentIds::default();
+            drain_all::<TaskRecord>(&store, &sink, "x/", 10, &|_| false, &none, &held)
                 .await
                 .unwrap()
                 .0
@@ -496,7 +512,8 @@ mod tests {
 
         let sink = RecordingSink::default();
         let batch = vec![first.clone(), second.clone()];
-        let out = drain_stream::<TaskRecord>(&store, &sink, "x/", batch, &RecentIds::default())
+        let none = RecentIds::default();
+        let out = drain_stream::<TaskRecord>(&store, &sink, "x/", batch, &none, Ts(40))
             .await
             .unwrap();
         assert_eq!(out, DrainOutcome::Delivered(3));
@@ -509,8 +526,7 @@ mod tests {
         );
 
         let batch = vec![first, second];
-        let out =
-            drain_stream::<TaskRecord>(&store, &Down, "x/", batch, &RecentIds::default()).await;
+        let out = drain_stream::<TaskRecord>(&store, &Down, "x/", batch, &none, Ts(50)).await;
         assert!(out.is_err());
         let stored = store.get(TASKS, &id, SK_STATUS).await.unwrap().unwrap();
         assert_eq!(stored.data["sweep"], true);
@@ -518,13 +534,26 @@ mod tests {
             names(&stored.data),
             ["task-defined", "task-pending", "task-running"]
         );
+        assert_eq!(
+            stored.data["heldSince"],
+            json!(Ts(50)),
+            "held since it failed"
+        );
+        // A sweep that cannot publish either says since when the events wait.
+        let held = Mutex::new(None);
+        let failed = drain_all::<TaskRecord>(&store, &Down, "x/", 10, &|_| false, &none, &held);
+        assert!(failed.await.is_err());
+        assert_eq!(*held.lock().unwrap(), Some(Ts(50)));
         let sink = RecordingSink::default();
-        let swept =
-            drain_all::<TaskRecord>(&store, &sink, "x/", 10, &|_| false, &RecentIds::default())
-                .await
-                .unwrap()
-                .0;
+        let (fresh, held) = (RecentIds::default(), Mutex::new(None));
+        let swept = drain_all::<TaskRecord>(&store, &sink, "x/", 10, &|_| false, &fresh, &held)
+            .await
+            .unwrap()
+            .0;
         assert_eq!(swept, 3);
+        assert_eq!(*held.lock().unwrap(), None, "nothing left waiting");
+        let stored = store.get(TASKS, &id, SK_STATUS).await.unwrap().unwrap();
+        assert!(stored.data.get("heldSince").is_none(), "{}", stored.data);
     }
 
     /// Task graphs where the stream delivers events: as task statuses, each write stores only
@@ -551,6 +580,7 @@ mod tests {
             created: Ts(0),
             outbox: vec![],
             sweep: false,
+            held_since: None,
         };
         g.emit(Exchange::TaskGraphRunning);
         let put = |g: &GraphRecord, cond: Cond| {
@@ -577,7 +607,8 @@ mod tests {
         assert!(first.indexes.is_empty() && second.indexes.is_empty());
         let sweep = || async {
             let sink = RecordingSink::default();
-            drain_all::<GraphRecord>(&store, &sink, "s/", 10, &|_| false, &RecentIds::default())
+            let (none, held) = (RecentIds::default(), Mutex::new(None));
+            drain_all::<GraphRecord>(&store, &sink, "s/", 10, &|_| false, &none, &held)
                 .await
                 .unwrap()
                 .0
@@ -586,7 +617,8 @@ mod tests {
 
         let sink = RecordingSink::default();
         let batch = vec![first.clone(), second.clone()];
-        let out = drain_stream::<GraphRecord>(&store, &sink, "s/", batch, &RecentIds::default())
+        let none = RecentIds::default();
+        let out = drain_stream::<GraphRecord>(&store, &sink, "s/", batch, &none, Ts(0))
             .await
             .unwrap();
         assert_eq!(out, DrainOutcome::Delivered(2));
@@ -595,14 +627,9 @@ mod tests {
         let stored = store.get(TASK_GRAPHS, &gid, SK_TASK_GRAPH).await.unwrap();
         assert_eq!(stored.map(|i| i.version), Some(second.version));
 
-        let out = drain_stream::<GraphRecord>(
-            &store,
-            &Down,
-            "s/",
-            vec![first, second],
-            &RecentIds::default(),
-        )
-        .await;
+        let out =
+            drain_stream::<GraphRecord>(&store, &Down, "s/", vec![first, second], &none, Ts(0))
+                .await;
         assert!(out.is_err());
         assert_eq!(sweep().await, 2, "held for the sweeper");
     }

@@ -272,10 +272,10 @@ pub static PUBLISHER: Job = Job {
             },
         ],
         only_copy: true,
-        run: |c, images, _| {
+        run: |c, images, now| {
             Box::pin(async move {
                 let publisher = c.publisher.ok_or(JobError::NoPublisher)?;
-                publisher.stream(c.queue, images).await
+                publisher.stream(c.queue, images, now).await
             })
         },
     }),

@@ -10,13 +10,14 @@ use crate::events::drain::{
 };
 use crate::events::EventSink;
 use crate::hints::LocalHints;
+use crate::metrics;
 use crate::queue::core::Pass;
 use crate::queue::Queue;
 use crate::records::graph::{GraphRecord, SK_TASK_GRAPH};
 use crate::records::task::{TaskRecord, SK_STATUS};
 use crate::store::Item;
 use crate::time::Ts;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 pub mod declare;
 use crate::scheduler::{Reaction, Scheduler};
@@ -151,6 +152,23 @@ fn delivered(outcome: DrainOutcome) -> usize {
     }
 }
 
+/// Sets [`metrics::UNPUBLISHED_AGE`] for `job` from the oldest undelivered event's time, if
+/// any (else 0), and logs a warning while one waits.
+pub fn report_unpublished(queue: &Queue, job: &'static str, oldest: Option<Ts>, now: Ts) {
+    let age = oldest.map_or(0.0, |t| (now.millis() - t.millis()).max(0) as f64 / 1000.0);
+    queue.metrics.set_gauge(
+        &metrics::UNPUBLISHED_AGE,
+        vec![(vec![job.to_string()], age)],
+    );
+    if oldest.is_some() {
+        tracing::warn!(
+            job,
+            oldest_unpublished_secs = age,
+            "events wait to be published"
+        );
+    }
+}
+
 impl Publisher {
     /// A publisher into `sink`.
     pub fn new(sink: Arc<dyn EventSink>) -> Self {
@@ -194,10 +212,10 @@ impl Publisher {
 
     /// The scheduler's events: every shard of the graphs' outbox index, once.
     async fn graphs(&self, queue: &Queue) -> Result<usize, JobError> {
-        Ok(self.graph_pass(queue).await?.done)
+        Ok(self.graph_pass(queue, &Mutex::new(None)).await?.done)
     }
 
-    async fn graph_pass(&self, queue: &Queue) -> Result<Pass, JobError> {
+    async fn graph_pass(&self, queue: &Queue, held: &Mutex<Option<Ts>>) -> Result<Pass, JobError> {
         let (done, more) = drain_all::<GraphRecord>(
             queue.store.as_ref(),
             self.sink(),
@@ -205,6 +223,7 @@ impl Publisher {
             BATCH,
             &|_| false,
             &self.published,
+            held,
         )
         .await?;
         Ok(Pass { done, more })
@@ -214,13 +233,18 @@ impl Publisher {
     /// events wait and the budget lasts, leaving out the tasks for which `skip` is true (a
     /// faster path holds them, with their events, and will deliver them; draining them here
     /// too would publish them twice).
+    ///
+    /// Sets [`metrics::UNPUBLISHED_AGE`] to how long the oldest event a failed pass left
+    /// waits (since a stream publisher first failed to deliver it), 0 when none is left, and
+    /// logs it: a broker outage longer than the stream's retries shows there.
     pub async fn sweep(
         &self,
         queue: &Queue,
         skip: &(dyn Fn(&str) -> bool + Sync),
         budget: Budget,
     ) -> Result<usize, JobError> {
-        repeat(budget, || async {
+        let held = Mutex::new(None);
+        let result = repeat(budget, || async {
             let (tasks, more) = drain_all::<TaskRecord>(
                 queue.store.as_ref(),
                 self.sink(),
@@ -228,20 +252,30 @@ impl Publisher {
                 BATCH,
                 skip,
                 &self.published,
+                &held,
             )
             .await?;
-            let graphs = self.graph_pass(queue).await?;
+            let graphs = self.graph_pass(queue, &held).await?;
             Ok::<_, JobError>(Pass {
                 done: tasks + graphs.done,
                 more: more || graphs.more,
             })
         })
-        .await
+        .await;
+        let oldest = held.into_inner().ok().flatten();
+        report_unpublished(queue, declare::OUTBOX_SWEEPER.name, oldest, Ts::now());
+        result
     }
 
     /// Delivers the outboxes in a batch of changed items (the tables' streams in AWS): task
-    /// status images with the queue's prefix, task graph images with the scheduler's.
-    pub async fn stream(&self, queue: &Queue, images: Vec<Item>) -> Result<usize, JobError> {
+    /// status images with the queue's prefix, task graph images with the scheduler's. Events
+    /// it cannot deliver are held for the sweeper as waiting since `now`.
+    pub async fn stream(
+        &self,
+        queue: &Queue,
+        images: Vec<Item>,
+        now: Ts,
+    ) -> Result<usize, JobError> {
         let (graphs, tasks): (Vec<Item>, Vec<Item>) =
             images.into_iter().partition(|i| i.sk == SK_TASK_GRAPH);
         let store = queue.store.as_ref();
@@ -251,6 +285,7 @@ impl Publisher {
             &queue.cfg.exchange_prefix,
             tasks,
             &self.published,
+            now,
         )
         .await?;
         let graphs = drain_stream::<GraphRecord>(
@@ -259,6 +294,7 @@ impl Publisher {
             &queue.cfg.scheduler_exchange_prefix,
             graphs,
             &self.published,
+            now,
         )
         .await?;
         Ok(delivered(tasks) + delivered(graphs))

@@ -216,6 +216,7 @@ impl Queue {
             group_counted: true,
             sweep: !self.cfg.events_from_stream,
             aged: None,
+            held_since: None,
         };
         let plan = self
             .plan_dependencies(task_id.as_str(), def, rec.deadline, now)

@@ -85,6 +85,10 @@ pub struct GraphRecord {
     /// stream's publisher to the same event.
     #[serde(default = "super::outbox::sweep_by_default")]
     pub sweep: bool,
+    /// When a stream publisher first failed to deliver the events this record holds for the
+    /// sweeper (see [`crate::records::task::TaskRecord::held_since`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_since: Option<Ts>,
     /// Attributes this build does not know, kept through rewrites ([`super::Unknown`]).
     #[serde(flatten)]
     pub unknown: super::Unknown,
@@ -166,8 +170,15 @@ impl Outboxed for GraphRecord {
     fn stream_delivered(&self) -> bool {
         !self.sweep
     }
-    fn hold_for_sweep(&mut self) {
+    fn hold_for_sweep(&mut self, since: Ts) {
         self.sweep = true;
+        self.held_since = Some(self.held_since.map_or(since, |t| t.min(since)));
+    }
+    fn held_since(&self) -> Option<Ts> {
+        self.held_since
+    }
+    fn clear_held(&mut self) {
+        self.held_since = None;
     }
 }
 
@@ -263,6 +274,7 @@ mod tests {
             created: Ts(0),
             outbox: vec![],
             sweep: true,
+            held_since: None,
         }
     }
 

@@ -2,6 +2,7 @@
 //! conditional write as the change they announce, and removed once published.
 
 use crate::store::IndexEntry;
+use crate::time::Ts;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -54,8 +55,15 @@ pub trait Outboxed:
         false
     }
     /// Makes the record's events wait in its outbox until a publisher removes them, findable
-    /// by the outbox sweeper.
-    fn hold_for_sweep(&mut self) {}
+    /// by the outbox sweeper; `since` is when delivering them first failed.
+    fn hold_for_sweep(&mut self, _since: Ts) {}
+    /// Since when the events it holds for the sweeper have waited, if a stream publisher
+    /// held them.
+    fn held_since(&self) -> Option<Ts> {
+        None
+    }
+    /// Forgets [`Outboxed::held_since`] (its outbox emptied).
+    fn clear_held(&mut self) {}
 }
 
 /// Records written before their `sweep` flag existed always had their outbox entry.

@@ -447,6 +447,10 @@ pub struct TaskRecord {
     /// finish sets this (the publisher with the events it holds), and it stays set.
     #[serde(default = "super::outbox::sweep_by_default")]
     pub sweep: bool,
+    /// When a stream publisher first failed to deliver the events this record holds for the
+    /// sweeper; cleared once its outbox empties (the oldest unpublished event's age).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_since: Option<Ts>,
     /// The run that waited past the aging threshold while pending (the priority ager marks
     /// it): its pending entry sorts before every priority's. A later run is not aged by it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -611,8 +615,15 @@ impl Outboxed for TaskRecord {
     fn stream_delivered(&self) -> bool {
         !self.sweep
     }
-    fn hold_for_sweep(&mut self) {
+    fn hold_for_sweep(&mut self, since: Ts) {
         self.sweep = true;
+        self.held_since = Some(self.held_since.map_or(since, |t| t.min(since)));
+    }
+    fn held_since(&self) -> Option<Ts> {
+        self.held_since
+    }
+    fn clear_held(&mut self) {
+        self.held_since = None;
     }
 }
 

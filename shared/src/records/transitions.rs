@@ -497,6 +497,7 @@ mod tests {
             group_counted: false,
             sweep: true,
             aged: None,
+            held_since: None,
         }
     }
 

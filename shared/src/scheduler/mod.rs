@@ -263,6 +263,7 @@ impl Scheduler {
                     created: now,
                     outbox: vec![],
                     sweep: !self.queue.cfg.events_from_stream,
+                    held_since: None,
                 };
                 let leaves: Vec<String> = entries
                     .iter()

@@ -534,10 +534,13 @@ impl Template {
                             .filter_map(|f| f["Pattern"].as_str())
                             .map(serde_json::from_str)
                             .collect::<Result<_, _>>()?,
-                        retries: p["MaximumRetryAttempts"]
-                            .as_i64()
-                            .filter(|r| *r >= 0)
-                            .map(|r| r as u32),
+                        // A number, or a parameter's value (a string).
+                        retries: match &p["MaximumRetryAttempts"] {
+                            Value::String(s) => s.parse::<i64>().ok(),
+                            v => v.as_i64(),
+                        }
+                        .filter(|r| *r >= 0)
+                        .map(|r| r as u32),
                         bisect: p["BisectBatchOnFunctionError"] == json!(true),
                         partial: p["FunctionResponseTypes"]
                             .as_array()

@@ -382,3 +382,138 @@ async fn task_group_messages_reach_consumers() {
         .is_empty());
     broker.cleanup().await;
 }
+
+/// The values of `queue_unpublished_event_age_seconds` the deployed shape's functions printed
+/// for `job`, in the order of their lines.
+fn unpublished_ages(logs: &Path, job: &str) -> Vec<f64> {
+    let mut out = vec![];
+    let Ok(dir) = std::fs::read_dir(logs) else {
+        return out;
+    };
+    for entry in dir.flatten() {
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        for line in text.lines() {
+            let Ok(doc) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            if doc["job"] == job {
+                if let Some(v) = doc[shared::metrics::UNPUBLISHED_AGE.name].as_f64() {
+                    out.push(v);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A broker outage longer than the publisher's stream retries, as deployed (the retries cut to
+/// 2 through `PublisherStreamRetries`, as the template allows): the stream gives the batches up,
+/// their events wait in their tasks' outboxes, the outbox sweeper says how long they have waited
+/// (`queue_unpublished_event_age_seconds`, which `HeldEventsAlarm` watches) and delivers every
+/// one once the broker is back, in order per task; then it reports 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_outlast_a_broker_outage_longer_than_the_streams_retries() {
+    if !in_shape() {
+        eprintln!("the stream's retries and the sweeper's figure are the deployed shape's");
+        return;
+    }
+    let broker = Broker::connect().await;
+    let relay = Relay::start(true).await;
+    let (url, prefix) = (relay.url(), broker.prefix.clone());
+    let app = spawn_shape_alone_with(&[("PublisherStreamRetries", "2")], move |c| {
+        c.amqp_url = Some(url);
+        c.queue.exchange_prefix = prefix;
+        // Keeps the functions' output, with their EMF lines.
+        c.metrics_port = Some(0);
+    })
+    .await;
+    let logs = app.function_logs().expect("the functions' output is kept");
+    let all = broker.bind(&ALL, "#").await;
+    relay.set(false);
+    let outage = std::time::Instant::now();
+    let tq = task_queue_id();
+    let mut ids = vec![];
+    for _ in 0..5 {
+        ids.push(create(&app, &task_def(&tq)).await);
+    }
+    let claimed = claim_one(&app, &tq, "wg", "wi").await;
+    let claimed_id = claimed["status"]["taskId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    complete(&app, &claimed_id, 0).await;
+    // The stream gives up within its retries: every task then holds its events.
+    let queue = app.domain_queue().await;
+    poll(
+        Duration::from_secs(60),
+        "every task's events held",
+        || async {
+            for id in &ids {
+                let item = queue.store.get("tasks", id, "status").await.ok()??;
+                item.data.get("heldSince")?;
+            }
+            Some(())
+        },
+    )
+    .await;
+    // The sweeper fails too, and says how long the oldest has waited.
+    let waited = poll(Duration::from_secs(90), "the sweeper's figure", || async {
+        unpublished_ages(&logs, "outboxSweeper")
+            .into_iter()
+            .find(|v| *v > 0.0)
+    })
+    .await;
+    let publisher = unpublished_ages(&logs, "publisher");
+    assert!(
+        publisher.iter().any(|v| *v > 0.0),
+        "the stream publisher reported its failed batches: {publisher:?}"
+    );
+    assert!(
+        waited <= outage.elapsed().as_secs_f64(),
+        "waited {waited} s, within the outage's {:?}",
+        outage.elapsed()
+    );
+    assert!(
+        broker
+            .rest(&all, Duration::from_millis(500))
+            .await
+            .is_empty(),
+        "nothing arrives while the broker is unreachable"
+    );
+    let down_for = outage.elapsed();
+    relay.set(true);
+    // 5 × (defined, pending) + running + completed, and the completed task's group resolved.
+    let got = broker.take(&all, 13, Duration::from_secs(120)).await;
+    for id in &ids {
+        let names: Vec<&str> = got
+            .iter()
+            .filter(|m| m.payload["status"]["taskId"] == id.as_str())
+            .map(|m| broker.short(m))
+            .collect();
+        let mut want = vec!["task-defined", "task-pending"];
+        if *id == claimed_id {
+            want.extend(["task-running", "task-completed"]);
+        }
+        assert_eq!(names, want, "every event of {id}, in order");
+    }
+    assert!(
+        broker.rest(&all, Duration::from_secs(1)).await.is_empty(),
+        "no event twice"
+    );
+    // Once delivered, nothing waits: the sweeper's figure goes back to 0.
+    poll(
+        Duration::from_secs(90),
+        "the sweeper's figure back to 0",
+        || async {
+            let ages = unpublished_ages(&logs, "outboxSweeper");
+            let last_positive = ages.iter().rposition(|v| *v > 0.0)?;
+            ages[last_positive..].contains(&0.0).then_some(())
+        },
+    )
+    .await;
+    eprintln!(
+        "broker unreachable for {down_for:?}: the sweeper reported events waiting {waited:.1} s; \
+         all 13 events delivered after"
+    );
+    broker.cleanup().await;
+}

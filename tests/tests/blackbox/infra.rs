@@ -205,6 +205,11 @@ fn env_value(var: &str) -> Value {
     }
 }
 
+/// The template parameter of a stream function's retries of a failing batch.
+fn stream_retries(handler: &str) -> String {
+    format!("{}StreamRetries", pascal(handler))
+}
+
 /// The template parameter that deploys the gauges per task queue (`TCQ_METRICS_PER_QUEUE`).
 const METRICS_PER_QUEUE: &str = "QueueMetricsPerQueue";
 
@@ -216,10 +221,10 @@ fn metrics_namespace() -> Value {
 /// What an operator watches (issue 38): the metrics' parameters, the alarms that page on the
 /// oldest pending run, expired claims and exceptions, and one dashboard.
 fn operating(res: &mut Map<String, Value>, params: &mut Map<String, Value>) {
-    use shared::jobs::declare::PUBLISHER;
+    use shared::jobs::declare::{OUTBOX_SWEEPER, PUBLISHER};
     use shared::metrics::{
         CLAIMED, COMPLETED, EXCEPTION, FAILED, HTTP_DURATION, HTTP_REQUESTS, OLDEST_PENDING,
-        PENDING, PICKUP, STREAM_LAG, WORKERS,
+        PENDING, PICKUP, STREAM_LAG, UNPUBLISHED_AGE, WORKERS,
     };
     use shared::records::task::ReasonResolved;
     params.insert(
@@ -245,6 +250,11 @@ fn operating(res: &mut Map<String, Value>, params: &mut Map<String, Value>) {
             "ClaimExpiredThreshold",
             10,
             "Alarm when this many claims expire within 5 minutes",
+        ),
+        (
+            "UnpublishedEventAgeThreshold",
+            600,
+            "Alarm when an event has waited this many seconds to be published (the broker is down or refuses it)",
         ),
         (
             "ExceptionThreshold",
@@ -284,6 +294,22 @@ fn operating(res: &mut Map<String, Value>, params: &mut Map<String, Value>) {
             "OldestPendingAgeThreshold",
         ),
     );
+    // Both publishers: the stream's while it retries a batch, the sweeper's after.
+    for (id, job) in [
+        ("UnpublishedEventsAlarm", PUBLISHER.name),
+        ("HeldEventsAlarm", OUTBOX_SWEEPER.name),
+    ] {
+        res.insert(
+            id.into(),
+            one(
+                "Events wait to be published: the broker is unreachable or refuses them",
+                UNPUBLISHED_AGE.name,
+                json!([{ "Name": "job", "Value": job }]),
+                "Maximum",
+                "UnpublishedEventAgeThreshold",
+            ),
+        );
+    }
     let reason = |r: ReasonResolved| json!([{ "Name": "reasonResolved", "Value": r.as_str() }]);
     res.insert(
         "ClaimExpiredAlarm".into(),
@@ -904,6 +930,29 @@ fn template() -> Value {
             ),
         );
     }
+    // A stream function's retries of a failing batch, one parameter for its streams (the
+    // first's default: they agree).
+    for spec in specs() {
+        let retries = spec.triggers.iter().find_map(|t| match t {
+            Trigger::Stream { retries, .. } => Some(*retries),
+            _ => None,
+        });
+        if let Some(retries) = retries {
+            let handler = spec.function.handler();
+            params.insert(
+                stream_retries(&handler),
+                json!({
+                    "Type": "Number",
+                    "Default": retries,
+                    "MinValue": 0,
+                    "MaxValue": 10000,
+                    "Description": format!(
+                        "Retries of a failing stream batch of the {handler} job before it is given up on (its work stays for the scheduled pass)"
+                    )
+                }),
+            );
+        }
+    }
 
     // Data: every table, queue and bucket of resources.json, nothing else.
     for t in spec["tables"].as_array().expect("tables") {
@@ -1150,9 +1199,7 @@ fn template() -> Value {
                     );
                 }
                 Trigger::Stream {
-                    table,
-                    marked_by,
-                    retries,
+                    table, marked_by, ..
                 } => {
                     let failures = spec
                         .failures_to
@@ -1166,7 +1213,7 @@ fn template() -> Value {
                         // A batch given up on is not lost: its events stay in their outboxes
                         // (or its marks in place) for the scheduled pass; its record lands in
                         // the failure queue.
-                        "MaximumRetryAttempts": retries,
+                        "MaximumRetryAttempts": r(&stream_retries(&handler)),
                         "DestinationConfig": {
                             "OnFailure": { "Destination": att(&queue_id(failures), "Arn") }
                         }
