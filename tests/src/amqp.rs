@@ -240,6 +240,14 @@ impl Broker {
         m.exchange.strip_prefix(&self.prefix).unwrap_or(&m.exchange)
     }
 
+    /// The short exchange names of the messages in `got` about task `id`, in order.
+    pub fn names_of<'a>(&self, got: &'a [Msg], id: &str) -> Vec<&'a str> {
+        got.iter()
+            .filter(|m| m.payload["status"]["taskId"] == id)
+            .map(|m| self.short(m))
+            .collect()
+    }
+
     pub async fn cleanup(self) {
         for short in ALL {
             let _ = self

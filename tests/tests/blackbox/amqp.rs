@@ -192,11 +192,7 @@ async fn events_wait_out_a_broker_outage_and_api_calls_keep_working() {
         .collect();
     assert_eq!(groups, vec![claimed_id]);
     for id in &ids {
-        let names: Vec<&str> = got
-            .iter()
-            .filter(|m| m.payload["status"]["taskId"] == id.as_str())
-            .map(|m| broker.short(m))
-            .collect();
+        let names = broker.names_of(&got, id);
         let mut want = vec!["task-defined", "task-pending"];
         if id == claimed_id {
             want.extend(["task-running", "task-completed"]);
@@ -258,11 +254,7 @@ async fn events_of_a_killed_publisher_arrive_after_restart() {
     let (mut second, _) = child(dir.path(), &relay.url(), &broker.prefix).await;
     let got = broker.take(&all, 10, Duration::from_secs(30)).await;
     for id in &ids {
-        let names: Vec<&str> = got
-            .iter()
-            .filter(|m| m.payload["status"]["taskId"] == id.as_str())
-            .map(|m| broker.short(m))
-            .collect();
+        let names = broker.names_of(&got, id);
         assert_eq!(names, ["task-defined", "task-pending"], "{id}");
     }
     let _ = second.kill();
@@ -485,11 +477,7 @@ async fn events_outlast_a_broker_outage_longer_than_the_streams_retries() {
     // 5 × (defined, pending) + running + completed, and the completed task's group resolved.
     let got = broker.take(&all, 13, Duration::from_secs(120)).await;
     for id in &ids {
-        let names: Vec<&str> = got
-            .iter()
-            .filter(|m| m.payload["status"]["taskId"] == id.as_str())
-            .map(|m| broker.short(m))
-            .collect();
+        let names = broker.names_of(&got, id);
         let mut want = vec!["task-defined", "task-pending"];
         if *id == claimed_id {
             want.extend(["task-running", "task-completed"]);

@@ -134,11 +134,7 @@ async fn the_stream_publisher_delivers_what_the_api_functions_wrote() {
     assert_eq!(reply, json!({ "batchItemFailures": [] }));
     let got = broker.take(&q, 4, Duration::from_secs(20)).await;
     for id in &ids {
-        let names: Vec<&str> = got
-            .iter()
-            .filter(|m| m.payload["status"]["taskId"] == id.as_str())
-            .map(|m| broker.short(m))
-            .collect();
+        let names = broker.names_of(&got, id);
         assert_eq!(names, ["task-defined", "task-pending"], "{id}");
     }
 
@@ -441,11 +437,7 @@ async fn the_stream_carries_each_writes_events_and_a_failed_batch_is_left_to_the
     assert_eq!(delivered, 4);
     let got = broker.take(&q, 4, Duration::from_secs(20)).await;
     for id in &ids {
-        let names: Vec<&str> = got
-            .iter()
-            .filter(|m| m.payload["status"]["taskId"] == id.as_str())
-            .map(|m| broker.short(m))
-            .collect();
+        let names = broker.names_of(&got, id);
         assert_eq!(names, ["task-defined", "task-pending"], "{id}");
         let item = raw_status(&prefix, id).await;
         assert!(item.get("outbox_pk").is_none(), "{item}");
