@@ -13,7 +13,7 @@ THREADS="${TEST_THREADS:-4}"
 bash scripts/build-shape.sh
 SUBSET=(lifecycle:: dependencies:: task_groups:: artifacts:: events:: scheduler:: claimwork::
         claims:: deadlines:: workers:: auth:: readme_session:: claim_modes:: metrics:: priority::
-        amqp::events_outlast)
+        amqp::events_outlast reliability::a_crash_loop_in_the_deployed)
 # The claim routes' tests, again in the template's other claim modes (ClaimMode): served by
 # the claim service (tc-queue, as its ECS service runs it) and by functions that wait at most
 # ClaimWaitSeconds. The whole subset in one mode: TCQ_SHAPE_CLAIM_MODE=service bash $0.

@@ -8,8 +8,15 @@
 //!
 //! Knobs: `BENCH_KILLS` (25), `BENCH_SEED` (20261125), `BENCH_MAX_GAP_MS` (3000),
 //! `BENCH_CLIENTS` (16), `BENCH_SERVER_BIN` (another build).
+//!
+//! `BENCH_SHAPE=1` runs it against the deployed shape instead (a stack of its own over
+//! LocalStack; each kill ends an instance of an HTTP, stream or scheduled function in turn):
+//!   bash scripts/build-shape.sh && bash localstack/localstack.sh start
+//!   AWS_ENDPOINT_URL=http://127.0.0.1:4566 AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=test \
+//!   AWS_SECRET_ACCESS_KEY=test TCQ_LOCALSTACK=1 BENCH_SHAPE=1 BENCH_CLIENTS=8 \
+//!   cargo bench --profile dev -p blackbox --bench crash_loop
 
-use blackbox::crash_loop::{crash_loop, CrashSpec};
+use blackbox::crash_loop::{crash_loop, crash_loop_in_shape, CrashSpec};
 use blackbox::env_num;
 use blackbox::release::spawn;
 
@@ -21,8 +28,14 @@ async fn main() {
         seed: env_num("BENCH_SEED", 20261125),
         max_gap_ms: env_num("BENCH_MAX_GAP_MS", 3_000),
     };
-    let dir = tempfile::tempdir().expect("temp dir");
-    let report = crash_loop(&spec, |port, envs| spawn(port, dir.path(), envs)).await;
+    let report = if env_num("BENCH_SHAPE", 0) == 1 {
+        // SAFETY: set before any other thread reads the environment.
+        unsafe { std::env::set_var("TCQ_TEST_BACKEND", "shape") };
+        crash_loop_in_shape(&spec).await
+    } else {
+        let dir = tempfile::tempdir().expect("temp dir");
+        crash_loop(&spec, |port, envs| spawn(port, dir.path(), envs)).await
+    };
     println!("{}", report.line());
     println!("{}", if report.passed() { "PASS" } else { "FAIL" });
     if !report.passed() {

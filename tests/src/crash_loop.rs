@@ -59,8 +59,14 @@ pub struct CrashReport {
     pub messages: usize,
     /// Runs in all (retries after claim expiry included).
     pub runs: usize,
-    /// Seconds from each SIGKILL to the restarted server answering `ping`.
+    /// Seconds from each SIGKILL to the restarted server answering `ping` (none where the
+    /// next invocation starts a new instance by itself: the deployed shape).
     pub recovery_secs: Vec<f64>,
+    /// What each SIGKILL ended (`server`, or a function's logical id).
+    pub killed: Vec<String>,
+    /// Task statuses still holding events once the messages were read (must be 0), where
+    /// the target can tell.
+    pub outboxes_left: Option<u64>,
 }
 
 impl CrashReport {
@@ -69,18 +75,28 @@ impl CrashReport {
         let rec =
             |f: fn(f64, f64) -> f64, init: f64| self.recovery_secs.iter().copied().fold(init, f);
         let mean = rec(|a, b| a + b, 0.0) / self.recovery_secs.len().max(1) as f64;
+        let after = if self.recovery_secs.is_empty() {
+            format!("killed {}", self.killed.join(", "))
+        } else {
+            format!(
+                "recovery after a kill {mean:.2} s mean, {:.2} s max",
+                rec(f64::max, 0.0)
+            )
+        };
         format!(
-            "{} tasks ({} more made but not acknowledged), {} runs, {} kills: lost tasks {}, unresolved {}, double claims {}, lost messages {}, phantom messages {}{}, duplicates delivered {} of {} messages; recovery after a kill {:.2} s mean, {:.2} s max",
+            "{} tasks ({} more made but not acknowledged), {} runs, {} kills: lost tasks {}, unresolved {}, double claims {}, lost messages {}, phantom messages {}{}, duplicates delivered {} of {} messages{}; {after}",
             self.tasks, self.made_unacknowledged, self.runs, self.kills, self.lost_tasks,
             self.unresolved, self.double_claims, self.lost_messages, self.phantom_messages,
             if self.phantom_examples.is_empty() { String::new() } else { format!(" ({})", self.phantom_examples.join(", ")) },
-            self.duplicates, self.messages, mean, rec(f64::max, 0.0)
+            self.duplicates, self.messages,
+            self.outboxes_left.map_or(String::new(), |n| format!(", outboxes holding events {n}"))
         )
     }
 
     /// True if every must-be-0 figure is 0.
     pub fn passed(&self) -> bool {
         self.lost_tasks == 0
+            && self.outboxes_left.unwrap_or(0) == 0
             && self.unresolved == 0
             && self.double_claims == 0
             && self.lost_messages == 0
@@ -115,25 +131,186 @@ struct Records {
     claims: Vec<(String, u64)>,
 }
 
+/// What a crash loop runs against and kills.
+pub trait Target {
+    /// Its root URL.
+    fn root(&self) -> String;
+    /// SIGKILLs (a part of) it, `pick` choosing what, and waits until it serves again: what
+    /// it killed, and the seconds it took to serve again if it had to be restarted.
+    fn kill(&mut self, pick: u64) -> impl std::future::Future<Output = (String, Option<f64>)>;
+    /// How many task statuses still hold events for the sweeper, once it had its time;
+    /// `None` if it cannot tell.
+    fn outboxes_left(&self) -> impl std::future::Future<Output = Option<u64>> {
+        async { None }
+    }
+    /// Stops it.
+    fn stop(&mut self);
+}
+
+/// One server process, restarted on the same data after each kill.
+struct Process<F: Fn(u16, &[(&str, String)]) -> Child> {
+    child: Child,
+    spawn: F,
+    port: u16,
+    envs: Vec<(&'static str, String)>,
+}
+
+impl<F: Fn(u16, &[(&str, String)]) -> Child> Target for Process<F> {
+    fn root(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    async fn kill(&mut self, _pick: u64) -> (String, Option<f64>) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let t = Instant::now();
+        self.child = (self.spawn)(self.port, &self.envs);
+        assert!(
+            crate::wait_until_up(&self.root(), Duration::from_secs(60)).await,
+            "server back"
+        );
+        ("server".into(), Some(t.elapsed().as_secs_f64()))
+    }
+
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The deployed shape: each kill ends one instance of one of its functions, idle or in the
+/// middle of an invocation, taking the kinds in turn (an HTTP API's, a stream's, a schedule's;
+/// any function's when none of that kind runs); the next invocation starts another.
+pub struct Shape {
+    /// The stack under test.
+    pub app: crate::TestServer,
+    /// Kills so far.
+    kills: usize,
+}
+
+impl Target for Shape {
+    fn root(&self) -> String {
+        self.app.root_url()
+    }
+
+    async fn kill(&mut self, pick: u64) -> (String, Option<f64>) {
+        use crate::shape::template::{Function, Source};
+        let kinds: [fn(&Function) -> bool; 3] = [
+            |f| f.sources.is_empty(),
+            |f| f.sources.iter().any(|s| matches!(s, Source::Stream(_))),
+            // Scheduled only: the dependency resolver, on both, counts as a stream's.
+            |f| f.sources.iter().all(|s| matches!(s, Source::Schedule(_))) && !f.sources.is_empty(),
+        ];
+        let kind = kinds[self.kills % kinds.len()];
+        self.kills += 1;
+        let Some(functions) = self.app.shape().map(|s| s.functions.clone()) else {
+            return ("nothing".into(), None);
+        };
+        let killed = functions
+            .kill_one(pick, kind)
+            .or_else(|| functions.kill_one(pick, |_| true));
+        (killed.map_or("nothing".into(), |(id, _)| id), None)
+    }
+
+    /// Polled for up to a minute: the sweeper runs every 15 s in the test's shape.
+    async fn outboxes_left(&self) -> Option<u64> {
+        use shared::records::task::{index, TASKS};
+        use shared::store::{shard, SkRange};
+        let queue = self.app.domain_queue().await;
+        let until = Instant::now() + Duration::from_secs(60);
+        loop {
+            let mut n = 0;
+            for s in 0..shard::SHARDS {
+                let pk = shard::shard_pk(index::OUTBOX, s);
+                let all = &SkRange::default();
+                n += queue
+                    .store
+                    .count_index(TASKS, index::OUTBOX, &pk, all)
+                    .await
+                    .ok()?;
+            }
+            if n == 0 || Instant::now() > until {
+                return Some(n);
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    fn stop(&mut self) {}
+}
+
+/// The broker's consumer of a crash loop: every primary message under its own prefix, in a
+/// durable queue of its own.
+pub struct Consumer {
+    broker: Broker,
+    queue: String,
+}
+
+impl Consumer {
+    /// Connects, and binds its queue before anything is published.
+    pub async fn start() -> Consumer {
+        let broker = Broker::connect().await;
+        let queue = format!("tcq-crash-{}", crate::slugid());
+        broker.bind_durable(&ALL, "primary.#", &queue).await;
+        Consumer { broker, queue }
+    }
+
+    /// The exchange prefix the server under test must publish under.
+    pub fn prefix(&self) -> &str {
+        &self.broker.prefix
+    }
+}
+
 /// Runs a crash loop. `spawn(port, envs)` starts the server process on `port` with `envs`
 /// (the broker's and [`server_envs`]) over the same data every time.
 pub async fn crash_loop(
     spec: &CrashSpec,
     spawn: impl Fn(u16, &[(&str, String)]) -> Child,
 ) -> CrashReport {
-    let broker = Broker::connect().await;
-    let queue = format!("tcq-crash-{}", crate::slugid());
-    broker.bind_durable(&ALL, "primary.#", &queue).await;
+    let consumer = Consumer::start().await;
     let mut envs = server_envs();
     envs.push(("TCQ_AMQP_URL", amqp_url(&broker_addr())));
-    envs.push(("TCQ_EXCHANGE_PREFIX", broker.prefix.clone()));
+    envs.push(("TCQ_EXCHANGE_PREFIX", consumer.prefix().to_string()));
     let port = crate::free_port();
-    let root = format!("http://127.0.0.1:{port}");
-    let mut child = spawn(port, &envs);
+    let child = spawn(port, &envs);
+    let target = Process {
+        child,
+        spawn,
+        port,
+        envs,
+    };
     assert!(
-        crate::wait_until_up(&root, Duration::from_secs(60)).await,
+        crate::wait_until_up(&target.root(), Duration::from_secs(60)).await,
         "server up"
     );
+    crash_loop_on(spec, consumer, target).await
+}
+
+/// Runs a crash loop against a deployed shape of its own, configured as [`server_envs`]
+/// configure a server, over the machine's broker.
+pub async fn crash_loop_in_shape(spec: &CrashSpec) -> CrashReport {
+    let consumer = Consumer::start().await;
+    let prefix = consumer.prefix().to_string();
+    let app = crate::spawn_app_alone_with(move |c| {
+        c.amqp_url = Some(amqp_url(&broker_addr()));
+        c.queue.exchange_prefix = prefix;
+        c.queue.claim_timeout_secs = 3;
+        c.queue.claim_work_timeout_ms = 300;
+        c.reaper_interval_ms = 200;
+    })
+    .await;
+    crash_loop_on(spec, consumer, Shape { app, kills: 0 }).await
+}
+
+/// Runs a crash loop against `target`, whose events `consumer` receives (see the module's
+/// notes for what it checks).
+pub async fn crash_loop_on(
+    spec: &CrashSpec,
+    consumer: Consumer,
+    mut target: impl Target,
+) -> CrashReport {
+    let Consumer { broker, queue } = consumer;
+    let root = target.root();
     let tq = crate::task_queue_id();
     let records = Arc::new(Mutex::new(Records::default()));
     let (creating, running) = (
@@ -155,18 +332,13 @@ pub async fn crash_loop(
 
     let mut seed = spec.seed;
     let mut recovery = vec![];
+    let mut killed = vec![];
     for _ in 0..spec.kills {
         let gap = spec.max_gap_ms / 5 + next(&mut seed) % (spec.max_gap_ms * 4 / 5).max(1);
         tokio::time::sleep(Duration::from_millis(gap)).await;
-        let _ = child.kill();
-        let _ = child.wait();
-        let t = Instant::now();
-        child = spawn(port, &envs);
-        assert!(
-            crate::wait_until_up(&root, Duration::from_secs(60)).await,
-            "server back"
-        );
-        recovery.push(t.elapsed().as_secs_f64());
+        let (what, back) = target.kill(next(&mut seed)).await;
+        killed.push(what);
+        recovery.extend(back);
     }
     // Stop creating, and wait for the createTask calls under way (one may be retrying across
     // the last restart): a task acknowledged after the statuses below were read would look
@@ -202,8 +374,8 @@ pub async fn crash_loop(
         let _ = c.await;
     }
     let msgs = broker.rest(&queue, Duration::from_secs(3)).await;
-    let _ = child.kill();
-    let _ = child.wait();
+    let outboxes_left = target.outboxes_left().await;
+    target.stop();
     broker.delete_queue(&queue).await;
 
     let records = records
@@ -214,6 +386,8 @@ pub async fn crash_loop(
         tasks: records.created.len(),
         kills: spec.kills,
         recovery_secs: recovery,
+        killed,
+        outboxes_left,
         messages: msgs.len(),
         made_unacknowledged: unsure
             .iter()

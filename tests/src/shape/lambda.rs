@@ -97,6 +97,8 @@ pub struct Pool {
     log_dir: Option<PathBuf>,
     idle: Mutex<Vec<Instance>>,
     busy: AtomicUsize,
+    /// Process ids of the instances handling an invocation now.
+    busy_pids: Mutex<Vec<u32>>,
     account: Arc<Account>,
     /// Instances started so far (cold starts).
     pub cold_starts: AtomicUsize,
@@ -137,6 +139,7 @@ impl Pool {
             log_dir,
             idle: Mutex::new(vec![]),
             busy: AtomicUsize::new(0),
+            busy_pids: Mutex::new(vec![]),
             account,
             cold_starts: AtomicUsize::new(0),
             invocations: AtomicUsize::new(0),
@@ -219,18 +222,52 @@ impl Pool {
             return Err(Failure::Throttled);
         };
         self.invocations.fetch_add(1, Ordering::SeqCst);
-        let warm = self.idle.lock().ok().and_then(|mut i| i.pop());
-        let instance = match warm {
+        // An idle instance that died (killed) is replaced, as Lambda replaces it.
+        let warm = loop {
+            let Some(mut i) = self.idle.lock().ok().and_then(|mut i| i.pop()) else {
+                break None;
+            };
+            if matches!(i.child.try_wait(), Ok(None)) {
+                break Some(i);
+            }
+        };
+        let mut instance = match warm {
             Some(i) => i,
             None => self.start_instance().await,
         };
+        let pid = instance.child.id();
+        if let Ok(mut b) = self.busy_pids.lock() {
+            b.push(pid);
+        }
         // The function's timeout runs from the invocation; a cold start's init counts too.
         let started = Instant::now();
-        let outcome = instance
-            .api
-            .invoke_for(event.clone(), self.def.timeout)
-            .await;
+        // An instance that dies meanwhile fails the invocation at once, as on Lambda
+        // (`Runtime.ExitError`), rather than at the timeout.
+        let outcome = {
+            let invocation = instance.api.invoke_for(event.clone(), self.def.timeout);
+            tokio::pin!(invocation);
+            loop {
+                tokio::select! {
+                    o = &mut invocation => break Some(o),
+                    _ = tokio::time::sleep(Duration::from_millis(50)) => {
+                        if !matches!(instance.child.try_wait(), Ok(None)) {
+                            break None;
+                        }
+                    }
+                }
+            }
+        };
+        if let Ok(mut b) = self.busy_pids.lock() {
+            b.retain(|p| *p != pid);
+        }
         self.account.ended.send_modify(|n| *n += 1);
+        let Some(outcome) = outcome else {
+            tracing::warn!(function = %self.def.id, pid, "instance died during an invocation");
+            return Err(Failure::Error(json!({
+                "errorType": "Runtime.ExitError",
+                "errorMessage": "RequestId: local Error: Runtime exited with error: signal: killed"
+            })));
+        };
         let result = match outcome {
             Invoked::TimedOut => {
                 tracing::warn!(function = %self.def.id, after = ?started.elapsed(), "timed out; instance killed");
@@ -265,6 +302,15 @@ impl Pool {
     /// Instances running now (idle or busy).
     pub fn instances(&self) -> usize {
         self.idle.lock().map(|i| i.len()).unwrap_or(0) + self.busy.load(Ordering::SeqCst)
+    }
+
+    /// Process ids of this function's instances, idle and busy.
+    pub fn pids(&self) -> Vec<u32> {
+        let mut out = self.idle_pids();
+        if let Ok(b) = self.busy_pids.lock() {
+            out.extend(b.iter().copied());
+        }
+        out
     }
 
     /// Process ids of this function's idle instances.
@@ -351,6 +397,29 @@ impl Functions {
     /// Every function.
     pub fn all(&self) -> impl Iterator<Item = &Arc<Pool>> {
         self.pools.values()
+    }
+
+    /// SIGKILLs one instance of the functions `which` selects, the `pick`-th (modulo their
+    /// number) of them all in a stable order, as a host failure or an out-of-memory kill ends
+    /// one; which function and process, if any ran.
+    pub fn kill_one(&self, pick: u64, which: impl Fn(&Function) -> bool) -> Option<(String, u32)> {
+        let mut all: Vec<(String, u32)> = self
+            .pools
+            .iter()
+            .filter(|(_, p)| which(&p.def))
+            .flat_map(|(id, p)| p.pids().into_iter().map(move |pid| (id.clone(), pid)))
+            .collect();
+        all.sort();
+        if all.is_empty() {
+            return None;
+        }
+        let (id, pid) = all.swap_remove((pick % all.len() as u64) as usize);
+        let pid_t = libc::pid_t::try_from(pid).ok()?;
+        // SAFETY: kill(2) with a pid this process started and has not reaped.
+        unsafe {
+            libc::kill(pid_t, libc::SIGKILL);
+        }
+        Some((id, pid))
     }
 
     /// Stops every instance.
