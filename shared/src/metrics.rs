@@ -187,8 +187,8 @@ pub static STREAM_LAG: Metric = Metric {
     dimensions: &[&["job"]],
     rollup: Rollup::Sum,
 };
-/// How long the oldest event a publisher could not deliver has waited (ours; deployed only):
-/// set by the stream publisher when a batch fails (its oldest change's age) and by the outbox
+/// How long the oldest event a publisher could not deliver has waited (ours): set by the
+/// stream publisher when a batch fails (its oldest change's age; deployed) and by the outbox
 /// sweeper on each pass (the oldest held event's wait, 0 once none waits).
 pub static UNPUBLISHED_AGE: Metric = Metric {
     name: "queue_unpublished_event_age_seconds",

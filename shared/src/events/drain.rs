@@ -135,13 +135,15 @@ async fn remove_published<R: Outboxed>(
 /// Delivers the outboxes of records (at the given versions) the caller has just written:
 /// publishes all their events in one call (except those in `published`, which went out
 /// already), then removes them, writing the records concurrently. The records are taken as
-/// given (the sweeper reads each one first).
+/// given (the sweeper reads each one first). If the sink fails, each record that holds its
+/// events in its outbox notes that they wait since `now` ([`Outboxed::held_since`]), once.
 pub async fn drain_written<R: Outboxed>(
     store: &dyn Store,
     sink: &dyn EventSink,
     prefix: &str,
     written: Vec<(R, u64)>,
     published: &RecentIds,
+    now: Ts,
 ) -> Result<DrainOutcome, DrainError> {
     let written: Vec<_> = written
         .into_iter()
@@ -156,6 +158,16 @@ pub async fn drain_written<R: Outboxed>(
     }
     if let Err(e) = sink.publish(&events).await {
         tracing::warn!(error = %e, "publishing failed; events stay in the outbox");
+        for (rec, version) in written.into_iter().filter(|(r, _)| !r.stream_delivered()) {
+            update_record(store, rec, version, |r| {
+                let mark = r.held_since().is_none() && !r.outbox().is_empty();
+                if mark {
+                    r.hold_for_sweep(now);
+                }
+                mark
+            })
+            .await?;
+        }
         return Err(e.into());
     }
     published.extend(
@@ -294,6 +306,7 @@ pub async fn drain_stream<R: Outboxed>(
         prefix,
         latest.into_values().collect(),
         published,
+        now,
     )
     .await?
     {
@@ -302,6 +315,26 @@ pub async fn drain_stream<R: Outboxed>(
         DrainOutcome::Empty => {}
     }
     Ok(DrainOutcome::Delivered(delivered))
+}
+
+/// What sweeping passes note of the events they could not deliver: when they run, and since
+/// when the oldest of those has waited.
+pub struct Waiting {
+    /// The passes' time: a record whose events it could not deliver waits since then, if it
+    /// did not already.
+    pub now: Ts,
+    /// The oldest [`Outboxed::held_since`] of the records left undelivered.
+    pub oldest: Mutex<Option<Ts>>,
+}
+
+impl Waiting {
+    /// Nothing noted yet, at `now`.
+    pub fn at(now: Ts) -> Waiting {
+        Waiting {
+            now,
+            oldest: Mutex::new(None),
+        }
+    }
 }
 
 /// One pass over every shard of `R`'s outbox index (up to `batch` records per shard),
@@ -316,7 +349,7 @@ pub async fn drain_all<R: Outboxed>(
     batch: usize,
     skip: &(dyn Fn(&str) -> bool + Sync),
     published: &RecentIds,
-    held: &Mutex<Option<Ts>>,
+    held: &Waiting,
 ) -> Result<(usize, bool), DrainError> {
     let mut delivered = 0;
     let mut more = false;
@@ -341,8 +374,8 @@ pub async fn drain_all<R: Outboxed>(
             let since = rec.held_since();
             // Once the sink failed, the rest of the pass only looks at how long events wait.
             if failed.is_none() {
-                match drain_written::<R>(store, sink, prefix, vec![(rec, version)], published).await
-                {
+                let one = vec![(rec, version)];
+                match drain_written::<R>(store, sink, prefix, one, published, held.now).await {
                     Ok(DrainOutcome::Delivered(n)) => {
                         delivered += n;
                         continue;
@@ -351,7 +384,7 @@ pub async fn drain_all<R: Outboxed>(
                     Err(e) => failed = Some(e),
                 }
             }
-            if let (Some(since), Ok(mut oldest)) = (since, held.lock()) {
+            if let (Some(since), Ok(mut oldest)) = (since, held.oldest.lock()) {
                 *oldest = Some(oldest.map_or(since, |t| t.min(since)));
             }
         }
@@ -444,6 +477,7 @@ mod tests {
             "x/",
             vec![(rec, version)],
             &RecentIds::default(),
+            Ts(0),
         )
         .await
         .unwrap();
@@ -499,7 +533,7 @@ mod tests {
         };
         assert_eq!(names(&second.data), ["task-running"]);
         assert!(second.indexes.iter().all(|e| e.index != index::OUTBOX));
-        let held = Mutex::new(None);
+        let held = Waiting::at(Ts(60));
         let sweep = || async {
             let sink = RecordingSink::default();
             let none = RecentIds::default();
@@ -540,18 +574,18 @@ mod tests {
             "held since it failed"
         );
         // A sweep that cannot publish either says since when the events wait.
-        let held = Mutex::new(None);
+        let held = Waiting::at(Ts(60));
         let failed = drain_all::<TaskRecord>(&store, &Down, "x/", 10, &|_| false, &none, &held);
         assert!(failed.await.is_err());
-        assert_eq!(*held.lock().unwrap(), Some(Ts(50)));
+        assert_eq!(*held.oldest.lock().unwrap(), Some(Ts(50)));
         let sink = RecordingSink::default();
-        let (fresh, held) = (RecentIds::default(), Mutex::new(None));
+        let (fresh, held) = (RecentIds::default(), Waiting::at(Ts(70)));
         let swept = drain_all::<TaskRecord>(&store, &sink, "x/", 10, &|_| false, &fresh, &held)
             .await
             .unwrap()
             .0;
         assert_eq!(swept, 3);
-        assert_eq!(*held.lock().unwrap(), None, "nothing left waiting");
+        assert_eq!(*held.oldest.lock().unwrap(), None, "nothing left waiting");
         let stored = store.get(TASKS, &id, SK_STATUS).await.unwrap().unwrap();
         assert!(stored.data.get("heldSince").is_none(), "{}", stored.data);
     }
@@ -607,7 +641,7 @@ mod tests {
         assert!(first.indexes.is_empty() && second.indexes.is_empty());
         let sweep = || async {
             let sink = RecordingSink::default();
-            let (none, held) = (RecentIds::default(), Mutex::new(None));
+            let (none, held) = (RecentIds::default(), Waiting::at(Ts(0)));
             drain_all::<GraphRecord>(&store, &sink, "s/", 10, &|_| false, &none, &held)
                 .await
                 .unwrap()

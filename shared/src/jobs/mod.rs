@@ -6,7 +6,7 @@
 
 use crate::error::ApiError;
 use crate::events::drain::{
-    drain_all, drain_stream, drain_written, DrainError, DrainOutcome, RecentIds,
+    drain_all, drain_stream, drain_written, DrainError, DrainOutcome, RecentIds, Waiting,
 };
 use crate::events::EventSink;
 use crate::hints::LocalHints;
@@ -17,7 +17,7 @@ use crate::records::graph::{GraphRecord, SK_TASK_GRAPH};
 use crate::records::task::{TaskRecord, SK_STATUS};
 use crate::store::Item;
 use crate::time::Ts;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 pub mod declare;
 use crate::scheduler::{Reaction, Scheduler};
@@ -199,8 +199,9 @@ impl Publisher {
         let written = hints.take_dirty();
         let prefix = &queue.cfg.exchange_prefix;
         let store = queue.store.as_ref();
+        let (sink, published) = (self.sink(), &self.published);
         let mut n =
-            delivered(drain_written(store, self.sink(), prefix, written, &self.published).await?);
+            delivered(drain_written(store, sink, prefix, written, published, Ts::now()).await?);
         if hints.take_graph_events() {
             n += self.graphs(queue).await.inspect_err(|_| {
                 // Look again next time.
@@ -212,10 +213,10 @@ impl Publisher {
 
     /// The scheduler's events: every shard of the graphs' outbox index, once.
     async fn graphs(&self, queue: &Queue) -> Result<usize, JobError> {
-        Ok(self.graph_pass(queue, &Mutex::new(None)).await?.done)
+        Ok(self.graph_pass(queue, &Waiting::at(Ts::now())).await?.done)
     }
 
-    async fn graph_pass(&self, queue: &Queue, held: &Mutex<Option<Ts>>) -> Result<Pass, JobError> {
+    async fn graph_pass(&self, queue: &Queue, held: &Waiting) -> Result<Pass, JobError> {
         let (done, more) = drain_all::<GraphRecord>(
             queue.store.as_ref(),
             self.sink(),
@@ -243,7 +244,7 @@ impl Publisher {
         skip: &(dyn Fn(&str) -> bool + Sync),
         budget: Budget,
     ) -> Result<usize, JobError> {
-        let held = Mutex::new(None);
+        let held = Waiting::at(Ts::now());
         let result = repeat(budget, || async {
             let (tasks, more) = drain_all::<TaskRecord>(
                 queue.store.as_ref(),
@@ -262,7 +263,7 @@ impl Publisher {
             })
         })
         .await;
-        let oldest = held.into_inner().ok().flatten();
+        let oldest = held.oldest.into_inner().ok().flatten();
         report_unpublished(queue, declare::OUTBOX_SWEEPER.name, oldest, Ts::now());
         result
     }

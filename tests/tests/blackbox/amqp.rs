@@ -182,6 +182,22 @@ async fn events_wait_out_a_broker_outage_and_api_calls_keep_working() {
         broker.rest(&all, Duration::from_secs(1)).await.is_empty(),
         "nothing can arrive while the broker is unreachable"
     );
+    // Each task notes since when its events wait (what the sweeper's figure reads).
+    let held = || async {
+        let queue = app.domain_queue().await;
+        let mut n = 0;
+        for id in &ids {
+            let item = queue.store.get("tasks", id, "status").await.ok().flatten();
+            n += usize::from(item.is_some_and(|i| i.data.get("heldSince").is_some()));
+        }
+        n
+    };
+    poll(
+        Duration::from_secs(10),
+        "every task's events held",
+        || async { (held().await == ids.len()).then_some(()) },
+    )
+    .await;
     relay.set(true);
     // 3 × (defined, pending) + running + completed, and the completed task's group resolved.
     let got = broker.take(&all, 9, Duration::from_secs(30)).await;
@@ -199,6 +215,12 @@ async fn events_wait_out_a_broker_outage_and_api_calls_keep_working() {
         }
         assert_eq!(names, want, "order per task is kept for {id}");
     }
+    poll(
+        Duration::from_secs(10),
+        "nothing held once delivered",
+        || async { (held().await == 0).then_some(()) },
+    )
+    .await;
     broker.cleanup().await;
 }
 
