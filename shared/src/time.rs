@@ -40,6 +40,11 @@ impl Ts {
     pub fn millis(self) -> i64 {
         self.0
     }
+
+    /// Seconds from `earlier` to `self`, 0 if `earlier` is later (an age, for the figures).
+    pub fn secs_since(self, earlier: Ts) -> f64 {
+        (self.0 - earlier.0).max(0) as f64 / 1000.0
+    }
 }
 
 impl fmt::Display for Ts {

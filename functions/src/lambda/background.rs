@@ -92,7 +92,7 @@ fn observe_lag(queue: &shared::queue::Queue, job: &Job, records: &[EventRecord],
     for r in records {
         let at = r.change.approximate_creation_date_time.timestamp_millis();
         if at > 0 {
-            let secs = (now.millis() - at).max(0) as f64 / 1000.0;
+            let secs = now.secs_since(Ts(at));
             queue
                 .metrics
                 .observe(&metrics::STREAM_LAG, &[job.name], secs);

@@ -155,7 +155,7 @@ fn delivered(outcome: DrainOutcome) -> usize {
 /// Sets [`metrics::UNPUBLISHED_AGE`] for `job` from the oldest undelivered event's time, if
 /// any (else 0), and logs a warning while one waits.
 pub fn report_unpublished(queue: &Queue, job: &'static str, oldest: Option<Ts>, now: Ts) {
-    let age = oldest.map_or(0.0, |t| (now.millis() - t.millis()).max(0) as f64 / 1000.0);
+    let age = oldest.map_or(0.0, |t| now.secs_since(t));
     queue.metrics.set_gauge(
         &metrics::UNPUBLISHED_AGE,
         vec![(vec![job.to_string()], age)],

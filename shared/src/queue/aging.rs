@@ -11,7 +11,6 @@
 use super::core::{chunked, Pass, Queue, PARALLEL};
 use crate::error::ApiResult;
 use crate::records::task::{index, PendingRank, TaskRecord, TASKS};
-use crate::records::worker::{TaskQueueRecord, PK_TASK_QUEUES};
 use crate::store::shard::due_upto;
 use crate::store::SkRange;
 use crate::time::{Budget, Ts};
@@ -31,10 +30,9 @@ impl Queue {
             return Ok(Pass::default());
         }
         let mut queues: Vec<String> = self
-            .all_in(PK_TASK_QUEUES)
+            .live_task_queues(&SkRange::default(), now)
             .await?
-            .iter()
-            .filter_map(|i| TaskQueueRecord::live(i, now))
+            .into_iter()
             .map(|q| q.task_queue_id)
             .collect();
         // A pass the budget cuts short starts the next one elsewhere, so that no queue waits

@@ -35,8 +35,9 @@ pub struct QueueFigures {
 }
 
 impl QueueFigures {
-    /// As the API answers them (`taskQueueFigures`), at `now`.
-    pub fn to_json(&self, tq: &TaskQueueId, now: Ts) -> serde_json::Value {
+    /// As the API answers them (`taskQueueFigures`), at `now`, under the deployment's aging
+    /// threshold.
+    pub fn to_json(&self, tq: &TaskQueueId, now: Ts, priority_aging_ms: i64) -> serde_json::Value {
         serde_json::json!({
             "taskQueueId": tq.as_str(),
             "provisionerId": tq.provisioner_id(),
@@ -46,6 +47,7 @@ impl QueueFigures {
             "oldestPending": self.oldest_pending,
             "oldestPendingAgeSeconds": self.oldest_age_secs(now),
             "agedPendingTasks": self.aged,
+            "priorityAgingMs": priority_aging_ms,
             "workers": self.workers,
             "quarantinedWorkers": self.quarantined,
             "idleWorkers": self.idle(),
@@ -54,8 +56,7 @@ impl QueueFigures {
 
     /// The oldest pending run's age at `now`, in seconds (0 when none waits).
     pub fn oldest_age_secs(&self, now: Ts) -> f64 {
-        self.oldest_pending
-            .map_or(0.0, |t| (now.millis() - t.millis()).max(0) as f64 / 1000.0)
+        self.oldest_pending.map_or(0.0, |t| now.secs_since(t))
     }
 
     /// Adds the workers among `items` (a task queue's worker records) that live at `now`.
@@ -226,7 +227,7 @@ impl Queue {
     }
 
     /// Every item of a partition of the workers' table, eventually consistent.
-    pub(crate) async fn all_in(&self, pk: &str) -> ApiResult<Vec<crate::store::Item>> {
+    async fn all_in(&self, pk: &str) -> ApiResult<Vec<crate::store::Item>> {
         let mut items = Vec::new();
         let mut after = None;
         loop {

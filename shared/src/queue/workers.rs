@@ -344,7 +344,11 @@ impl Queue {
     }
 
     /// Every task queue in a partition range that lives at `now`.
-    async fn live_task_queues(&self, range: &SkRange, now: Ts) -> ApiResult<Vec<TaskQueueRecord>> {
+    pub(crate) async fn live_task_queues(
+        &self,
+        range: &SkRange,
+        now: Ts,
+    ) -> ApiResult<Vec<TaskQueueRecord>> {
         let mut out = Vec::new();
         let mut after = None;
         loop {

@@ -88,9 +88,7 @@ async fn figures(api: &Api, call: &mut Call) -> ApiResult<Reply> {
     let tq = call.task_queue_id()?;
     call.authorize(&Params::new().one("taskQueueId", tq.as_str()))?;
     let f = api.queue.queue_figures(&tq, call.now).await?;
-    let mut out = f.to_json(&tq, call.now);
-    out["priorityAgingMs"] = json!(api.queue.cfg.priority_aging_ms);
-    Reply::ok(out)
+    Reply::ok(f.to_json(&tq, call.now, api.queue.cfg.priority_aging_ms))
 }
 
 async fn counts(api: &Api, call: &mut Call) -> ApiResult<Reply> {
