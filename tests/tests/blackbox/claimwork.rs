@@ -389,10 +389,11 @@ async fn claim_work_at_its_concurrency_answers_at_once_and_the_rest_goes_on() {
         let q = app.queue();
         let idle = idle.clone();
         waiting.push(tokio::spawn(async move {
+            let began = Instant::now();
             let r = q
                 .claimWork(&idle, &worker("g", &format!("idle{i}"), 1))
                 .await;
-            (r, Instant::now())
+            (r, began.elapsed())
         }));
         // One at a time, so each finds the others' slots taken and a free one.
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -426,23 +427,27 @@ async fn claim_work_at_its_concurrency_answers_at_once_and_the_rest_goes_on() {
     assert_eq!(r["tasks"][0]["status"]["taskId"], id.as_str());
     let r = q.reportCompleted(&id, "0").await.expect("reportCompleted");
     assert_eq!(r["status"]["state"], "completed");
-    let done = waiting.iter().filter(|w| w.is_finished()).count();
     let elapsed = held_from.elapsed();
+    let still = waiting.iter().filter(|w| !w.is_finished()).count();
     // A task for the waiters goes to one of them.
     let id = create(&app, &task_def(&idle)).await;
     let mut got = 0;
     for w in waiting {
-        let (r, _) = w.await.unwrap();
+        let (r, waited) = w.await.unwrap();
         let r = r.expect("a waiting call answers");
         if r["tasks"][0]["status"]["taskId"] == id.as_str() {
             got += 1;
+        } else {
+            // Nothing above cut a wait short: one that ended without the task waited it out
+            // (on a loaded machine the steps above may outlast it).
+            assert!(
+                waited >= Duration::from_secs(19),
+                "a waiting call ended after {waited:?}, {elapsed:?} after all four held a slot"
+            );
         }
     }
-    assert_eq!(
-        done, 0,
-        "the four waiting calls still wait ({elapsed:?} after all four held a slot)"
-    );
-    assert_eq!(got, 1);
+    // One of them takes it, if any was still waiting.
+    assert_eq!(got, usize::from(still > 0), "{still} still waiting");
 }
 
 /// A wake-up carries the run that caused it: the woken claimWork claims it with one
