@@ -86,7 +86,7 @@ async fn a_mix_of_calls_is_counted_and_logged() {
     .await;
     let metrics_url = format!("http://127.0.0.1:{metrics_port}/metrics");
     let mix = run_mix(&server.root).await;
-    let m = until_matched(&mix, || scrape(&metrics_url)).await;
+    let m = until_matched(&mix, &[], || scrape(&metrics_url)).await;
     check_figures(&server.root, &mix, &m).await;
     let log = std::fs::read_to_string(&log_path).expect("log");
     check(&mix, &m, &log);
@@ -108,19 +108,14 @@ async fn the_functions_print_the_mix_as_emf() {
     .await;
     let logs = app.function_logs().expect("the functions' output is kept");
     let mix = run_mix(&app.root_url()).await;
-    let m = until_matched(&mix, || async { emf_series(&logs) }).await;
-    check_figures(&app.root_url(), &mix, &m).await;
     // The publisher says how old the events were when the broker confirmed them.
-    let lag = value(
-        &m,
+    let lag = (
         "queue_stream_lag_seconds_count",
-        &[("job", "publisher")],
+        vec![("job", "publisher")],
+        1.0,
     );
-    assert!(
-        lag.is_some_and(|n| n >= 1.0),
-        "{:?}",
-        m.get("queue_stream_lag_seconds_count")
-    );
+    let m = until_matched(&mix, &[lag], || async { emf_series(&logs) }).await;
+    check_figures(&app.root_url(), &mix, &m).await;
     check(&mix, &m, &all_logs(&logs));
 }
 
@@ -361,7 +356,9 @@ async fn run_mix(root: &str) -> Mix {
 
 /// Reads the metrics until they hold what the mix implies (the reaper and the worker
 /// records settle shortly after); they are returned then.
-async fn until_matched<F, Fut>(mix: &Mix, mut read: F) -> Series
+/// `at_least` holds counts that only have to reach their figure; the worker's reclaims, for
+/// one, go on in the background and a loaded machine may not have counted the first yet.
+async fn until_matched<F, Fut>(mix: &Mix, at_least: &[Expect<'_>], mut read: F) -> Series
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Series>,
@@ -436,16 +433,26 @@ where
                 1.0,
             ),
         ];
-        let wrong: Vec<String> = expected
-            .iter()
-            .filter(|(name, labels, v)| value(&m, name, labels) != Some(*v))
-            .map(|(name, labels, v)| {
-                format!(
-                    "{name}{labels:?}: {:?}, expected {v}",
-                    value(&m, name, labels)
-                )
-            })
-            .collect();
+        let reclaims: Expect = (
+            "auth_success_total",
+            vec![("clientId", "task-client/*"), ("scheme", "hawk")],
+            1.0,
+        );
+        let short = std::iter::once(&reclaims).chain(at_least);
+        let wrong: Vec<String> =
+            expected
+                .iter()
+                .filter(|(name, labels, v)| value(&m, name, labels) != Some(*v))
+                .chain(short.filter(|(name, labels, v)| {
+                    !value(&m, name, labels).is_some_and(|got| got >= *v)
+                }))
+                .map(|(name, labels, v)| {
+                    format!(
+                        "{name}{labels:?}: {:?}, expected {v}",
+                        value(&m, name, labels)
+                    )
+                })
+                .collect();
         if wrong.is_empty() {
             return m;
         }
