@@ -3,13 +3,15 @@
 
 use crate::config::QueueSettings;
 use shared::api::Api;
+use shared::auth::ROOT_CLIENT_ID;
 use shared::auth::{AuthService, ClientRecord};
 use shared::blobs::{BlobStore, S3Blobs};
-use shared::creds::IssuerCredentials;
+use shared::creds::Issuer;
 use shared::queue::Queue;
 use shared::signal::{amqp::AmqpSignal, LocalSignal, WorkSignal};
 use shared::store::dynamodb::{self, DynamoStore};
 use shared::store::Store;
+use shared::tokens::RotatingToken;
 use std::sync::Arc;
 
 /// A start-up failure, with what failed in its message.
@@ -26,26 +28,44 @@ pub fn work_signal(amqp_url: Option<&str>, settings: &QueueSettings) -> Arc<dyn 
 }
 
 /// The auth service with the static clients: root (when configured) and the queue's own
-/// (both `*`: the queue issues credentials for any task's scopes).
+/// (both `*`: the queue issues credentials for any task's scopes), each token read again
+/// when rotated.
 pub fn auth_service(
     store: Arc<dyn Store>,
-    root: Option<&IssuerCredentials>,
-    queue: &IssuerCredentials,
+    root: Option<&Arc<RotatingToken>>,
+    queue: &Issuer,
     anonymous_scopes: Vec<String>,
 ) -> AuthService {
-    let mut statics = vec![ClientRecord::static_client(
-        &queue.client_id,
-        &queue.access_token,
-        &["*"],
-    )];
+    let client =
+        |id: &str, token: &RotatingToken| ClientRecord::static_client(id, &token.cached(), &["*"]);
+    let mut statics = vec![client(&queue.client_id, &queue.token)];
     if let Some(r) = root {
-        statics.push(ClientRecord::static_client(
-            &r.client_id,
-            &r.access_token,
-            &["*"],
-        ));
+        statics.push(client(ROOT_CLIENT_ID, r));
     }
-    AuthService::new(store, statics, anonymous_scopes)
+    let mut auth = AuthService::new(store, statics, anonymous_scopes)
+        .with_rotating(&queue.client_id, queue.token.clone());
+    if let Some(r) = root {
+        auth = auth.with_rotating(ROOT_CLIENT_ID, r.clone());
+    }
+    auth
+}
+
+/// A static client's token: `direct` when given (fixed), else the one in the Secrets Manager
+/// secret named `secret`, read again as the settings say, else none.
+pub async fn static_token(
+    direct: Option<&str>,
+    secret: Option<&str>,
+    settings: &QueueSettings,
+) -> Result<Option<Arc<RotatingToken>>, BoxError> {
+    if let Some(t) = direct {
+        return Ok(Some(Arc::new(RotatingToken::fixed(t))));
+    }
+    let Some(name) = secret else { return Ok(None) };
+    let sdk = dynamodb::sdk_config().await?;
+    let source = Arc::new(shared::secrets::SecretToken::new(&sdk, name));
+    let token =
+        RotatingToken::read_from(source, settings.rotation(), shared::time::Ts::now()).await?;
+    Ok(Some(Arc::new(token)))
 }
 
 /// DynamoDB under the settings' table prefix (tables created first with `create`).

@@ -114,6 +114,23 @@ pub struct QueueSettings {
     /// How long after `expires` an artifact is deleted (downloads answer 410 meanwhile).
     #[arg(long, env = env::ARTIFACT_EXPIRY_GRACE_MS, default_value_t = shared::queue::artifacts::EXPIRY_GRACE_MS)]
     pub artifact_expiry_grace_ms: i64,
+    /// Name of the Secrets Manager secret holding the queue's access token (a bare token or
+    /// JSON with `accessToken`), used when `TCQ_QUEUE_ACCESS_TOKEN` is unset; read at start
+    /// and again as rotated ([`shared::tokens`]).
+    #[arg(long, env = env::QUEUE_ACCESS_TOKEN_SECRET)]
+    pub queue_access_token_secret: Option<String>,
+    /// Name of the Secrets Manager secret holding the root client's access token, used when
+    /// `TCQ_ROOT_ACCESS_TOKEN` is unset.
+    #[arg(long, env = env::ROOT_ACCESS_TOKEN_SECRET)]
+    pub root_access_token_secret: Option<String>,
+    /// How often a token read from Secrets Manager is read again (at its next use), in ms;
+    /// a signature that fails reads it at once.
+    #[arg(long, env = env::TOKEN_REFRESH_MS, default_value_t = shared::tokens::Rotation::default().refresh_ms)]
+    pub token_refresh_ms: i64,
+    /// How long after a rotation the token before still verifies temporary credentials
+    /// (certificates) it signed, in ms.
+    #[arg(long, env = env::TOKEN_GRACE_MS, default_value_t = shared::tokens::Rotation::default().grace_ms)]
+    pub token_grace_ms: i64,
     /// Log JSON lines instead of text (`RUST_LOG` sets the filter, default `info`).
     #[arg(long, env = env::LOG_JSON, default_value_t = false, action = clap::ArgAction::Set,
           value_parser = clap::builder::BoolishValueParser::new())]
@@ -172,6 +189,14 @@ impl QueueSettings {
             recent_tasks_delay_ms: self.recent_tasks_delay_ms,
             priority_aging_ms: i64::try_from(self.priority_aging_ms).unwrap_or(i64::MAX),
             ..QueueConfig::default()
+        }
+    }
+
+    /// When tokens read from Secrets Manager are read again.
+    pub fn rotation(&self) -> shared::tokens::Rotation {
+        shared::tokens::Rotation {
+            refresh_ms: self.token_refresh_ms,
+            grace_ms: self.token_grace_ms,
         }
     }
 
@@ -324,16 +349,9 @@ pub struct LambdaConfig {
     /// The queue's access token (it issues workers' temporary credentials).
     #[arg(long, env = env::QUEUE_ACCESS_TOKEN, hide_env_values = true)]
     pub queue_access_token: Option<String>,
-    /// Name of the Secrets Manager secret holding the queue's access token (a bare token or
-    /// JSON with `accessToken`), read at cold start when `TCQ_QUEUE_ACCESS_TOKEN` is unset.
-    #[arg(long, env = env::QUEUE_ACCESS_TOKEN_SECRET)]
-    pub queue_access_token_secret: Option<String>,
     /// The root client's access token (without it there is no root client).
     #[arg(long, env = env::ROOT_ACCESS_TOKEN, hide_env_values = true)]
     pub root_access_token: Option<String>,
-    /// Name of the Secrets Manager secret holding the root client's access token.
-    #[arg(long, env = env::ROOT_ACCESS_TOKEN_SECRET)]
-    pub root_access_token_secret: Option<String>,
     /// The RabbitMQ (Amazon MQ) broker the publisher and the outbox sweeper publish to.
     #[arg(long, env = env::AMQP_URL, hide_env_values = true)]
     pub amqp_url: Option<String>,

@@ -12,7 +12,7 @@ use shared::api::router::through_gateway;
 use shared::api::{error_response, Api, ApiRequest, Serves, MAX_BODY_BYTES};
 use shared::auth::ROOT_CLIENT_ID;
 use shared::blobs::{BlobStore, LocalBlobs};
-use shared::creds::IssuerCredentials;
+use shared::creds::{Issuer, IssuerCredentials};
 use shared::error::{ApiError, ErrorCode};
 use shared::events::amqp::{self, DurableQueue};
 use shared::events::{EventSink, FanoutSink};
@@ -25,6 +25,7 @@ use shared::scheduler::SchedulerSink;
 use shared::store::sqlite::SqliteStore;
 use shared::store::Store;
 use shared::time::Ts;
+use shared::tokens::RotatingToken;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -202,7 +203,33 @@ pub async fn start(cfg: ServerConfig, sink: Arc<dyn EventSink>) -> Result<Runnin
     std::fs::create_dir_all(&cfg.data_dir)?;
     let store = open_store(&cfg).await?;
     restrict(&cfg.data_dir, created)?;
-    let (issuer, root) = (issuer(&cfg)?, root(&cfg)?);
+    let q = &cfg.queue;
+    // As deployed (the claim service) the tokens are read from Secrets Manager and read
+    // again when rotated; locally they are configured or kept in the data directory.
+    let kept = |c: IssuerCredentials| Arc::new(RotatingToken::fixed(c.access_token));
+    let issuer = Issuer {
+        client_id: q.queue_client_id.clone(),
+        token: match assemble::static_token(
+            cfg.queue_access_token.as_deref(),
+            q.queue_access_token_secret.as_deref(),
+            q,
+        )
+        .await?
+        {
+            Some(t) => t,
+            None => kept(issuer(&cfg)?),
+        },
+    };
+    let root = match assemble::static_token(
+        cfg.root_access_token.as_deref(),
+        q.root_access_token_secret.as_deref(),
+        q,
+    )
+    .await?
+    {
+        Some(t) => t,
+        None => kept(root(&cfg)?),
+    };
     let auth = assemble::auth_service(
         store.clone(),
         Some(&root),
@@ -228,7 +255,12 @@ pub async fn start(cfg: ServerConfig, sink: Arc<dyn EventSink>) -> Result<Runnin
     // Bound before the API is built: local blob URLs need the address.
     let listener = tokio::net::TcpListener::bind((cfg.bind.as_str(), cfg.port)).await?;
     let addr = listener.local_addr()?;
-    let blobs = open_blobs(&cfg, &format!("http://{addr}"), &queue.issuer.access_token).await?;
+    let blobs = open_blobs(
+        &cfg,
+        &format!("http://{addr}"),
+        &queue.issuer.token.cached(),
+    )
+    .await?;
     let api = Arc::new(assemble::api(queue.clone(), auth, blobs.port(), &cfg.queue));
     let (stop, stopped) = watch::channel(false);
 
@@ -304,7 +336,10 @@ pub async fn start(cfg: ServerConfig, sink: Arc<dyn EventSink>) -> Result<Runnin
     Ok(Running {
         addr,
         api,
-        root,
+        root: IssuerCredentials {
+            client_id: ROOT_CLIENT_ID.into(),
+            access_token: root.cached(),
+        },
         metrics_addr,
         emf_namespace: cfg.metrics_emf_secs.map(|_| cfg.metrics_namespace.clone()),
         stop,

@@ -4,8 +4,9 @@
 //! InvalidRequestArguments` only; the canonical path (what an official client signs) is
 //! ASCII, matches the same endpoint with the same decoded parameters, and is its own
 //! canonical path; once a gateway has decoded it (valid parameters without `%` or, unless
-//! they span segments, `/`) it becomes the canonical path again; every spelling `signed_paths`
-//! offers decodes to the same path.
+//! they span segments, `/`) it becomes the canonical path again, unless a spanning parameter
+//! makes it read as another endpoint; every spelling `signed_paths` offers decodes to the same
+//! path.
 #![no_main]
 
 use http::Method;
@@ -77,10 +78,16 @@ fuzz_target!(|data: &[u8]| {
             .all(|(n, v)| !v.contains('%') && (spans(route, n) || !v.contains('/')));
     if gateway_safe {
         let gateway = decode(&canonical);
-        assert_eq!(
-            canonical_path(method, &gateway).as_ref(),
-            Some(&canonical),
-            "{gateway}"
-        );
+        // Decoded, a parameter spanning segments may end like a longer route (updateClient
+        // of a client named `a/reset` reads as resetAccessToken of `a`): a gateway cannot
+        // tell them apart (differences.md), so only a path that keeps its endpoint returns.
+        let same = find(method, &gateway).is_some_and(|g| g.endpoint.name == found.endpoint.name);
+        if same || !params.iter().any(|(n, _)| spans(route, n)) {
+            assert_eq!(
+                canonical_path(method, &gateway).as_ref(),
+                Some(&canonical),
+                "{gateway}"
+            );
+        }
     }
 });

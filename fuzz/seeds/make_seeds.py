@@ -97,6 +97,8 @@ def main():
         ("POST", "/api/auth/v1/clients/a%2Fb/reset"),
         ("GET", "/api/queue/v1/task-queues/prov%2fwt/counts"),
         ("PUT", "/api/object/v1/upload/public%2Fx"),
+        # updateClient of a client named like another's reset: ambiguous once decoded.
+        ("POST", "/api/auth/v1/clients/ai/a/auth%2Freset"),
     ]):
         write("router", f"{i:02}", bytes([methods[m]]) + path.encode())
 

@@ -24,6 +24,35 @@ impl std::fmt::Debug for IssuerCredentials {
     }
 }
 
+/// The queue's own client as a running queue holds it: its id and its token, which an operator
+/// may rotate ([`crate::tokens`]).
+#[derive(Debug, Clone)]
+pub struct Issuer {
+    /// The issuing clientId.
+    pub client_id: String,
+    /// Its accessToken.
+    pub token: std::sync::Arc<crate::tokens::RotatingToken>,
+}
+
+impl Issuer {
+    /// The credentials to sign with at `now` (the token read again if its refresh is due).
+    pub async fn at(&self, now: Ts) -> IssuerCredentials {
+        IssuerCredentials {
+            client_id: self.client_id.clone(),
+            access_token: self.token.current(now).await,
+        }
+    }
+}
+
+impl From<IssuerCredentials> for Issuer {
+    fn from(c: IssuerCredentials) -> Self {
+        Issuer {
+            client_id: c.client_id,
+            token: std::sync::Arc::new(crate::tokens::RotatingToken::fixed(c.access_token)),
+        }
+    }
+}
+
 /// Temporary credentials as returned to a worker.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TempCredentials {

@@ -11,7 +11,7 @@
 //! - Ports and their adapters: [`store`] (DynamoDB-shaped; SQLite and DynamoDB), [`events`]
 //!   (the log, RabbitMQ), [`blobs`] (local files, S3), [`signal`], [`hints`].
 //! - Small pieces everything uses: [`error`], [`ids`], [`time`], [`scopes`], [`routing`],
-//!   [`schema`], [`page`], [`json`], [`creds`], [`metrics`].
+//!   [`schema`], [`page`], [`json`], [`creds`], [`tokens`], [`metrics`].
 
 #![warn(missing_docs)]
 
@@ -39,3 +39,4 @@ pub mod secrets;
 pub mod signal;
 pub mod store;
 pub mod time;
+pub mod tokens;

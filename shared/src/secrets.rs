@@ -1,28 +1,97 @@
-//! Secrets for the Lambda functions: the queue's and the root client's access tokens, read
-//! from AWS Secrets Manager once per cold start.
+//! Secrets for the Lambda functions: the queue's and the root client's access tokens, kept in
+//! AWS Secrets Manager and read again as [`crate::tokens`] says.
 
+use crate::time::Ts;
+use crate::tokens::{TokenSource, TokenVersions};
+use async_trait::async_trait;
 use aws_sdk_secretsmanager::Client;
+use std::sync::Mutex;
 
-/// The access token in secret `name`: the secret string itself, or its `accessToken` field
-/// when it holds JSON such as `{"clientId": .., "accessToken": ..}`.
-pub async fn access_token(sdk: &aws_config::SdkConfig, name: &str) -> Result<String, String> {
-    let out = Client::new(sdk)
-        .get_secret_value()
-        .secret_id(name)
-        .send()
-        .await
-        .map_err(|e| {
-            format!(
-                "reading secret {name}: {}",
-                aws_sdk_secretsmanager::error::DisplayErrorContext(&e)
-            )
-        })?;
-    let text = out
-        .secret_string()
-        .ok_or_else(|| format!("secret {name} has no string value"))?;
-    Ok(token_in(text))
+/// A token kept in a Secrets Manager secret: its `AWSCURRENT` version, when that version was
+/// made, and its `AWSPREVIOUS` version (read only when the current version changed, so a read
+/// with nothing rotated is one call).
+pub struct SecretToken {
+    client: Client,
+    name: String,
+    /// The current version's id and the previous token read with it.
+    known: Mutex<Option<(String, Option<String>)>>,
 }
 
+impl SecretToken {
+    /// The token in secret `name`.
+    pub fn new(sdk: &aws_config::SdkConfig, name: impl Into<String>) -> Self {
+        SecretToken {
+            client: Client::new(sdk),
+            name: name.into(),
+            known: Mutex::new(None),
+        }
+    }
+
+    async fn stage(
+        &self,
+        stage: &str,
+    ) -> Result<
+        Option<aws_sdk_secretsmanager::operation::get_secret_value::GetSecretValueOutput>,
+        String,
+    > {
+        match self
+            .client
+            .get_secret_value()
+            .secret_id(&self.name)
+            .version_stage(stage)
+            .send()
+            .await
+        {
+            Ok(out) => Ok(Some(out)),
+            Err(e)
+                if stage != "AWSCURRENT"
+                    && e.as_service_error()
+                        .is_some_and(|s| s.is_resource_not_found_exception()) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(format!(
+                "reading secret {} ({stage}): {}",
+                self.name,
+                aws_sdk_secretsmanager::error::DisplayErrorContext(&e)
+            )),
+        }
+    }
+}
+
+#[async_trait]
+impl TokenSource for SecretToken {
+    async fn read(&self) -> Result<TokenVersions, String> {
+        let out = self
+            .stage("AWSCURRENT")
+            .await?
+            .ok_or_else(|| format!("secret {} has no current version", self.name))?;
+        let text = out
+            .secret_string()
+            .ok_or_else(|| format!("secret {} has no string value", self.name))?;
+        let version = out.version_id().unwrap_or_default().to_string();
+        let since = out.created_date().and_then(|d| d.to_millis().ok()).map(Ts);
+        let known = self.known.lock().ok().and_then(|k| k.clone());
+        let previous = match known {
+            Some((v, previous)) if v == version => previous,
+            _ => self
+                .stage("AWSPREVIOUS")
+                .await?
+                .and_then(|o| o.secret_string().map(token_in)),
+        };
+        if let Ok(mut k) = self.known.lock() {
+            *k = Some((version, previous.clone()));
+        }
+        Ok(TokenVersions {
+            current: token_in(text),
+            since,
+            previous,
+        })
+    }
+}
+
+/// The access token in a secret's string: the string itself, or its `accessToken` field when
+/// it holds JSON such as `{"clientId": .., "accessToken": ..}`.
 fn token_in(text: &str) -> String {
     serde_json::from_str::<serde_json::Value>(text)
         .ok()

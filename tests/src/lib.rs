@@ -289,6 +289,8 @@ async fn spawn_shape(
             "TCQ_WORKER_INFO_THROTTLE_MS",
             q.worker_info_throttle_ms.to_string(),
         ),
+        ("TCQ_TOKEN_REFRESH_MS", q.token_refresh_ms.to_string()),
+        ("TCQ_TOKEN_GRACE_MS", q.token_grace_ms.to_string()),
     ] {
         sc.env.insert(k.into(), v);
     }

@@ -21,8 +21,7 @@ use crate::config::LambdaConfig;
 use shared::api::declare::{Endpoint, Functions, Service};
 use shared::api::Api;
 use shared::api::{Serves, SERVICES};
-use shared::auth::ROOT_CLIENT_ID;
-use shared::creds::IssuerCredentials;
+use shared::creds::Issuer;
 use shared::jobs::{Job, JOBS};
 use shared::metrics::Metrics;
 use shared::queue::Queue;
@@ -147,20 +146,6 @@ pub fn kebab(name: &str) -> String {
     out
 }
 
-/// A secret given directly, else read from the Secrets Manager secret named by `secret`.
-async fn secret(direct: &Option<String>, secret: &Option<String>) -> Result<Option<String>, Error> {
-    if direct.is_some() {
-        return Ok(direct.clone());
-    }
-    match secret {
-        Some(name) => {
-            let sdk = shared::store::dynamodb::sdk_config().await?;
-            Ok(Some(shared::secrets::access_token(&sdk, name).await?))
-        }
-        None => Ok(None),
-    }
-}
-
 /// The three services over DynamoDB (and S3 unless `TCQ_ARTIFACT_STORAGE` says otherwise),
 /// as configured. A missing variable is named here, at cold start, rather than failing the
 /// first request.
@@ -168,22 +153,27 @@ async fn secret(direct: &Option<String>, secret: &Option<String>) -> Result<Opti
 /// Secrets: the queue's access token (required) and the root client's (optional; without it
 /// there is no root client, and clients must already exist in the `auth` table).
 pub async fn api(cfg: &LambdaConfig) -> Result<Api, Error> {
-    let token = secret(&cfg.queue_access_token, &cfg.queue_access_token_secret)
-        .await?
-        .ok_or("TCQ_QUEUE_ACCESS_TOKEN or TCQ_QUEUE_ACCESS_TOKEN_SECRET is not set (the queue's credentials, used to issue workers' temporary credentials)")?;
-    let root = secret(&cfg.root_access_token, &cfg.root_access_token_secret)
-        .await?
-        .map(|t| IssuerCredentials {
-            client_id: ROOT_CLIENT_ID.into(),
-            access_token: t,
-        });
+    let q = &cfg.queue;
+    let token = assemble::static_token(
+        cfg.queue_access_token.as_deref(),
+        q.queue_access_token_secret.as_deref(),
+        q,
+    )
+    .await?
+    .ok_or("TCQ_QUEUE_ACCESS_TOKEN or TCQ_QUEUE_ACCESS_TOKEN_SECRET is not set (the queue's credentials, used to issue workers' temporary credentials)")?;
+    let root = assemble::static_token(
+        cfg.root_access_token.as_deref(),
+        q.root_access_token_secret.as_deref(),
+        q,
+    )
+    .await?;
     if root.is_none() {
         tracing::warn!("TCQ_ROOT_ACCESS_TOKEN is not set: no root client");
     }
     let store = Arc::new(assemble::open_dynamodb(&cfg.queue, false).await?);
-    let issuer = IssuerCredentials {
+    let issuer = Issuer {
         client_id: cfg.queue.queue_client_id.clone(),
-        access_token: token,
+        token,
     };
     let auth = assemble::auth_service(
         store.clone(),

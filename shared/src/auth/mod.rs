@@ -26,8 +26,10 @@ use crate::records::auth as keys;
 use crate::scopes::ScopeExpr;
 use crate::store::{Cond, Item, SkRange, Store, WriteOp};
 use crate::time::Ts;
+use crate::tokens::RotatingToken;
 use roles::Role;
 use serde_json::{json, Value};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -222,6 +224,8 @@ fn min_expiry(a: Option<Ts>, b: Option<Ts>) -> Option<Ts> {
 pub struct AuthService {
     store: Arc<dyn Store>,
     statics: Vec<ClientRecord>,
+    /// Static clients whose tokens are read again when rotated, by clientId.
+    rotating: HashMap<String, Arc<RotatingToken>>,
     anonymous_default: Vec<String>,
     roles_cache: Mutex<Option<(Instant, Arc<Vec<Role>>)>>,
 }
@@ -237,9 +241,17 @@ impl AuthService {
         AuthService {
             store,
             statics,
+            rotating: HashMap::new(),
             anonymous_default,
             roles_cache: Mutex::new(None),
         }
+    }
+
+    /// The same service taking static client `client_id`'s token from `token`, which an
+    /// operator may rotate ([`crate::tokens`]).
+    pub fn with_rotating(mut self, client_id: &str, token: Arc<RotatingToken>) -> Self {
+        self.rotating.insert(client_id.to_string(), token);
+        self
     }
 
     fn static_client(&self, client_id: &str) -> Option<&ClientRecord> {
@@ -416,7 +428,15 @@ impl AuthService {
                 expires: None,
                 disabled: false,
             }),
-            Realm::Deployment => self.client(client_id).await?,
+            Realm::Deployment => {
+                match (self.client(client_id).await?, self.rotating.get(client_id)) {
+                    (Some(mut c), Some(token)) => {
+                        c.access_token = token.current(now).await;
+                        Some(c)
+                    }
+                    (c, _) => c,
+                }
+            }
         };
         Ok(match found {
             // A stored client without a secret would accept MACs made with an empty key.
@@ -443,13 +463,9 @@ impl AuthService {
         };
         let id = sig.id();
         let issuer_id = ext.certificate.as_ref().map_or(id, |c| c.issuer_of(id));
-        let client = match self.lookup(realm, issuer_id, now).await? {
+        let mut client = match self.lookup(realm, issuer_id, now).await? {
             Ok(c) => c,
             Err(m) => return Ok(Err(m)),
-        };
-        let key = match &ext.certificate {
-            Some(c) => cert::temp_access_token(&client.access_token, &c.seed),
-            None => client.access_token.clone(),
         };
         let signed = hawk::SignedRequest {
             method: req.method,
@@ -458,14 +474,38 @@ impl AuthService {
             port: req.port,
         };
         let now_secs = now.millis().div_euclid(1000);
-        let checked = match sig {
-            Signature::Header(h) => hawk::verify_header(h, &signed, &key, now_secs, req.payload),
-            Signature::Bewit(b, stripped) => {
-                hawk::verify_bewit(b, &signed, stripped, &key, now_secs)
+        let check = |token: &str| {
+            let key = match &ext.certificate {
+                Some(c) => cert::temp_access_token(token, &c.seed),
+                None => token.to_string(),
+            };
+            match sig {
+                Signature::Header(h) => {
+                    hawk::verify_header(h, &signed, &key, now_secs, req.payload)
+                }
+                Signature::Bewit(b, stripped) => {
+                    hawk::verify_bewit(b, &signed, stripped, &key, now_secs)
+                }
             }
         };
-        if let Err(e) = checked {
-            return Ok(Err(e.0));
+        if let Err(e) = check(&client.access_token) {
+            // A static token may have been rotated since this process read it, or signed
+            // the certificate before a rotation.
+            let rotating = match realm {
+                Realm::Deployment => self.rotating.get(issuer_id),
+                Realm::Tester(_) => None,
+            };
+            let tried = match rotating {
+                Some(t) => {
+                    t.after_mismatch(&client.access_token, now, ext.certificate.is_some())
+                        .await
+                }
+                None => vec![],
+            };
+            match tried.into_iter().find(|t| check(t).is_ok()) {
+                Some(token) => client.access_token = token,
+                None => return Ok(Err(e.0)),
+            }
         }
         let (mut scopes, mut expires) = (client.scopes.clone(), client.expires);
         if let Some(c) = &ext.certificate {

@@ -316,7 +316,7 @@ impl Queue {
                 art.object_name(),
             );
             let creds = for_object_upload(
-                &self.issuer,
+                &self.issuer.at(now).await,
                 &art.task_id,
                 run,
                 project_id,
@@ -430,7 +430,7 @@ impl Queue {
                     return Ok(Download::Object {
                         url: self.simple_url(blobs, &name, now).await?,
                         credentials: for_object_download(
-                            &self.issuer,
+                            &self.issuer.at(now).await,
                             task_id.as_str(),
                             run_id,
                             &current,

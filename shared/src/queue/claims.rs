@@ -63,7 +63,7 @@ impl Queue {
     /// A claim's answer. The definition is read beside the claim's write rather than after
     /// it: definitions never change, and a store round trip less is most of a pickup's time
     /// once the wake-up arrived. A claim that fails wastes that one read.
-    fn finish_claim(
+    async fn finish_claim(
         &self,
         rec: TaskRecord,
         run_id: u32,
@@ -78,7 +78,8 @@ impl Queue {
             ))
         })?;
         let scopes: Vec<String> = crate::json::string_list(&task["scopes"]);
-        let credentials = creds::for_claim(&self.issuer, &rec.task_id, &run, &scopes, now);
+        let issuer = self.issuer.at(now).await;
+        let credentials = creds::for_claim(&issuer, &rec.task_id, &run, &scopes, now);
         Ok(Claim {
             record: rec,
             run,
@@ -115,7 +116,7 @@ impl Queue {
             self.load_def(task_id.as_str())
         );
         let (rec, _) = claimed?;
-        let claim = self.finish_claim(rec, run_id, def?, now)?;
+        let claim = self.finish_claim(rec, run_id, def?, now).await?;
         let worker = Some((worker_group, worker_id));
         self.record_seen(tq, worker, &[claim.task_run()], Some(read), now, true)
             .await;
@@ -132,7 +133,7 @@ impl Queue {
             self.load_def(task_id.as_str())
         );
         let (rec, ()) = reclaimed?;
-        let claim = self.finish_claim(rec, run_id, def?, now)?;
+        let claim = self.finish_claim(rec, run_id, def?, now).await?;
         let (tq, run) = (&claim.record.task_queue_id, &claim.run);
         let worker = run.worker_group.as_deref().zip(run.worker_id.as_deref());
         self.record_seen(tq, worker, &[], None, now, false).await;
@@ -223,7 +224,7 @@ impl Queue {
             self.load_def(&task_id)
         );
         match claimed? {
-            Some(rec) => Ok(Some(self.finish_claim(rec, run_id, def?, now)?)),
+            Some(rec) => Ok(Some(self.finish_claim(rec, run_id, def?, now).await?)),
             None => Ok(None),
         }
     }
@@ -278,7 +279,7 @@ impl Queue {
 
     fn hint_mac(&self, body: &[u8]) -> hmac::Hmac<sha2::Sha256> {
         use hmac::Mac;
-        let mut m = crate::mac::keyed(self.issuer.access_token.as_bytes(), b"claim-work hint\n");
+        let mut m = crate::mac::keyed(self.issuer.token.cached().as_bytes(), b"claim-work hint\n");
         m.update(body);
         m
     }

@@ -1,7 +1,7 @@
 //! The queue service's state and the read-modify-write every operation is built on.
 
 use super::counter;
-use crate::creds::IssuerCredentials;
+use crate::creds::Issuer;
 use crate::error::{ApiError, ApiResult};
 use crate::hints::{NoHints, WriteObserver};
 use crate::page::{encode_token, PageReq};
@@ -236,7 +236,7 @@ pub struct Queue {
     /// What this process counted: its answers, and the resolutions and claims it wrote.
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Issues workers' temporary credentials.
-    pub issuer: IssuerCredentials,
+    pub issuer: Issuer,
     /// Tunables.
     pub cfg: QueueConfig,
     /// Task definitions never change after creation, so each process keeps the ones it read.
@@ -250,7 +250,7 @@ impl Queue {
     pub fn new(
         store: Arc<dyn Store>,
         signal: Arc<dyn WorkSignal>,
-        issuer: IssuerCredentials,
+        issuer: impl Into<Issuer>,
         cfg: QueueConfig,
     ) -> Self {
         Queue {
@@ -258,7 +258,7 @@ impl Queue {
             signal,
             observer: Arc::new(NoHints),
             metrics: Default::default(),
-            issuer,
+            issuer: issuer.into(),
             cfg,
             defs: Default::default(),
             seen: Default::default(),

@@ -141,6 +141,8 @@ pub struct Shape {
     pub stack: String,
     /// The root client's access token (from the stack's secret).
     pub root_access_token: String,
+    /// The stack's secrets' ARNs, by logical id.
+    pub secrets: BTreeMap<String, String>,
     /// The functions.
     pub functions: Arc<Functions>,
     /// The ECS services' tasks, by the service's logical id.
@@ -201,13 +203,15 @@ impl Shape {
             account,
             cfg.log_dir.clone(),
         ));
-        let root_secret = t
-            .resources("AWS::SecretsManager::Secret")
-            .into_iter()
-            .find(|(id, _)| id == "RootAccessTokenSecret")
+        let mut secrets = BTreeMap::new();
+        for (id, _) in t.resources("AWS::SecretsManager::Secret") {
+            let arn = t.resolve(&serde_json::json!({ "Ref": id }))?;
+            secrets.insert(id, arn.as_str().unwrap_or_default().to_string());
+        }
+        let root_arn = secrets
+            .get("RootAccessTokenSecret")
             .ok_or("the template has no RootAccessTokenSecret")?;
-        let root_arn = t.resolve(&serde_json::json!({ "Ref": root_secret.0 }))?;
-        let secret = resources::secret_value(root_arn.as_str().unwrap_or_default()).await?;
+        let secret = resources::secret_value(root_arn).await?;
         let root_access_token = serde_json::from_str::<serde_json::Value>(&secret)
             .ok()
             .and_then(|v| v["accessToken"].as_str().map(String::from))
@@ -274,6 +278,7 @@ impl Shape {
             addr,
             stack: cfg.stack.clone(),
             root_access_token,
+            secrets,
             functions,
             services,
             log_dir: cfg.log_dir.clone(),

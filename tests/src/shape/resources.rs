@@ -170,6 +170,20 @@ pub async fn secret_value(arn: &str) -> Result<String, Error> {
     Ok(out["SecretString"].as_str().unwrap_or_default().to_string())
 }
 
+/// Puts a new value in the secret at `arn`, as a rotation does: the new version becomes
+/// `AWSCURRENT` and the one before `AWSPREVIOUS`.
+pub async fn put_secret_value(arn: &str, value: &str) -> Result<(), Error> {
+    localstack_json(
+        "secretsmanager",
+        "1.1",
+        "secretsmanager.PutSecretValue",
+        json!({ "SecretId": arn, "SecretString": value,
+                "ClientRequestToken": format!("{}{}", crate::slugid(), crate::slugid()) }),
+    )
+    .await?;
+    Ok(())
+}
+
 async fn create_bucket(t: &mut Template, id: &str, props: &Value) -> Result<(), Error> {
     let p = t.resolve(props)?;
     let name = p["BucketName"]

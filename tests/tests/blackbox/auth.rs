@@ -1402,14 +1402,22 @@ async fn update_client_and_update_role_grant_only_what_the_caller_holds() {
         .as_array()
         .unwrap()
         .contains(&json!("b:1")));
-    let expanded = auth
-        .expandScopes(&json!({"scopes": [format!("assume:{role}")]}))
-        .await
-        .expect("expandScopes");
-    assert!(expanded["scopes"]
-        .as_array()
-        .unwrap()
-        .contains(&json!("b:1")));
+    // Another process (expandScopes' function, as deployed) sees the role within 2 s.
+    let until = std::time::Instant::now() + Duration::from_secs(3);
+    loop {
+        let expanded = auth
+            .expandScopes(&json!({"scopes": [format!("assume:{role}")]}))
+            .await
+            .expect("expandScopes");
+        let has = expanded["scopes"]
+            .as_array()
+            .is_some_and(|s| s.contains(&json!("b:1")));
+        if has {
+            break;
+        }
+        assert!(std::time::Instant::now() < until, "{expanded}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert_eq!(
         err_status(
             me.updateRole(&role, &json!({"description": "", "scopes": ["c:1"]}))

@@ -1429,14 +1429,11 @@ fn template() -> Value {
 /// names: the tokens come as values, see [`claim_service`]): the long poll's pace, and the
 /// server's own settings for serving beside the functions.
 fn claim_service_env() -> Vec<(String, Value)> {
+    // The secrets' names as the functions get them: the service reads the tokens itself, so
+    // that a rotation reaches it as it reaches them, without a new task.
     let common = COMMON_ENV.iter().filter(|v| {
-        ![
-            functions::env::QUEUE_ACCESS_TOKEN_SECRET,
-            functions::env::ROOT_ACCESS_TOKEN_SECRET,
-            // The server records no gauges (the functions' job does).
-            functions::env::METRICS_PER_QUEUE,
-        ]
-        .contains(v)
+        // The server records no gauges (the functions' job does).
+        **v != functions::env::METRICS_PER_QUEUE
     });
     let mut out: Vec<(String, Value)> = common
         .chain([
@@ -1724,19 +1721,13 @@ fn claim_service(res: &mut Map<String, Value>, specs: &[Spec]) {
         "Principal": { "Service": "ecs-tasks.amazonaws.com" },
         "Action": "sts:AssumeRole"
     }] });
-    let secrets = ["QueueAccessTokenSecret", "RootAccessTokenSecret"];
     add(
         res,
         "ClaimServiceExecutionRole",
         "AWS::IAM::Role",
         json!({
             "AssumeRolePolicyDocument": assume,
-            "ManagedPolicyArns": [sub("arn:${AWS::Partition}:iam::aws:policy/service-role/AmazonECSTaskExecutionRolePolicy")],
-            "Policies": [{ "PolicyName": "tokens", "PolicyDocument": { "Version": "2012-10-17", "Statement": [{
-                "Effect": "Allow",
-                "Action": "secretsmanager:GetSecretValue",
-                "Resource": secrets.iter().map(|s| r(s)).collect::<Vec<_>>()
-            }] } }]
+            "ManagedPolicyArns": [sub("arn:${AWS::Partition}:iam::aws:policy/service-role/AmazonECSTaskExecutionRolePolicy")]
         }),
     );
     // What the claim routes' functions need, and the auth table every API function reads.
@@ -1753,7 +1744,11 @@ fn claim_service(res: &mut Map<String, Value>, specs: &[Spec]) {
             "Policies": [{ "PolicyName": "tables", "PolicyDocument": {
                 "Version": "2012-10-17",
                 "Statement": table_statements(&needs)
-            } }]
+            } }, { "PolicyName": "tokens", "PolicyDocument": { "Version": "2012-10-17", "Statement": [{
+                "Effect": "Allow",
+                "Action": "secretsmanager:GetSecretValue",
+                "Resource": [r("QueueAccessTokenSecret"), r("RootAccessTokenSecret")]
+            }] } }]
         }),
     );
     let environment: Vec<Value> = claim_service_env()
@@ -1779,10 +1774,6 @@ fn claim_service(res: &mut Map<String, Value>, specs: &[Spec]) {
                 "Essential": true,
                 "PortMappings": [{ "ContainerPort": SERVICE_PORT, "Protocol": "tcp" }],
                 "Environment": environment,
-                "Secrets": [
-                    { "Name": functions::env::QUEUE_ACCESS_TOKEN, "ValueFrom": sub("${QueueAccessTokenSecret}:accessToken::") },
-                    { "Name": functions::env::ROOT_ACCESS_TOKEN, "ValueFrom": sub("${RootAccessTokenSecret}:accessToken::") }
-                ],
                 // The image has no shell: the binary checks itself.
                 "HealthCheck": {
                     "Command": ["CMD", "/tc-queue", "--health-check"],
