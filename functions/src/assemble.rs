@@ -5,7 +5,7 @@ use crate::config::QueueSettings;
 use shared::api::Api;
 use shared::auth::ROOT_CLIENT_ID;
 use shared::auth::{AuthService, ClientRecord};
-use shared::blobs::{BlobStore, S3Blobs};
+use shared::blobs::{BlobStore, S3Blobs, UrlSigner, SIGNER_SESSION};
 use shared::creds::Issuer;
 use shared::queue::Queue;
 use shared::signal::{amqp::AmqpSignal, LocalSignal, WorkSignal};
@@ -84,12 +84,19 @@ pub async fn open_dynamodb(
 /// The S3 artifact buckets (created first with `create`).
 pub async fn open_s3(settings: &QueueSettings, create: bool) -> Result<S3Blobs, BoxError> {
     let sdk = dynamodb::sdk_config().await?;
-    let s3 = S3Blobs::new(
+    let mut s3 = S3Blobs::new(
         &sdk,
         settings.bucket(true),
         settings.bucket(false),
         settings.public_artifact_cdn.clone(),
     );
+    if let Some(role) = settings
+        .url_signer_role_arn
+        .as_deref()
+        .filter(|r| !r.is_empty())
+    {
+        s3 = s3.with_signer(UrlSigner::assume(&sdk, role, SIGNER_SESSION).await);
+    }
     if create {
         s3.create_buckets().await?;
     }

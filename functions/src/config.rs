@@ -111,6 +111,11 @@ pub struct QueueSettings {
     /// Base URL (a CDN) that replaces the public bucket's URL in downloads.
     #[arg(long, env = env::PUBLIC_ARTIFACT_BUCKET_CDN)]
     pub public_artifact_cdn: Option<String>,
+    /// A role whose sessions sign the presigned S3 URLs (each lasting an hour and renewed
+    /// before it runs shorter than a URL), so that no URL dies with the process's own
+    /// temporary credentials. Unset: the process's credentials sign.
+    #[arg(long, env = env::URL_SIGNER_ROLE_ARN)]
+    pub url_signer_role_arn: Option<String>,
     /// How long after `expires` an artifact is deleted (downloads answer 410 meanwhile).
     #[arg(long, env = env::ARTIFACT_EXPIRY_GRACE_MS, default_value_t = shared::queue::artifacts::EXPIRY_GRACE_MS)]
     pub artifact_expiry_grace_ms: i64,

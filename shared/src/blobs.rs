@@ -510,7 +510,7 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
 }
 
 #[cfg(feature = "aws")]
-pub use s3::S3Blobs;
+pub use s3::{S3Blobs, UrlSigner, SIGNER_SESSION};
 
 #[cfg(feature = "aws")]
 mod s3 {
@@ -522,9 +522,54 @@ mod s3 {
     /// DeleteObjects accepts at most this many keys per call.
     const DELETE_BATCH: usize = 1000;
 
+    /// How long a URL signer's sessions last: the most a role assumed from another role's
+    /// session (a function's) may have, and longer than any URL the queue hands out (45
+    /// minutes and 10 s, an upload's).
+    pub const SIGNER_SESSION: Duration = Duration::from_secs(3600);
+
+    /// A signing session must outlast the URL it signs by this much (clocks, the request).
+    const SIGNER_MARGIN_MS: i64 = 60_000;
+
+    /// Signs presigned URLs with sessions of a role of their own rather than with the
+    /// process's credentials. A URL signed with temporary credentials stops working when they
+    /// expire, whatever its `X-Amz-Expires` says, and a Lambda function's own credentials
+    /// expire when AWS rotates them, which the function is not told. A session is used while
+    /// it outlasts the URL being signed, then replaced (about every 13 minutes with
+    /// [`SIGNER_SESSION`]).
+    pub struct UrlSigner {
+        role: String,
+        provider: aws_sdk_s3::config::SharedCredentialsProvider,
+        /// The session's end (ms since the epoch) and a client signing with it.
+        held: tokio::sync::Mutex<Option<(i64, aws_sdk_s3::Client)>>,
+    }
+
+    impl UrlSigner {
+        /// Sessions of `role_arn` lasting `session`, assumed with `sdk`'s credentials.
+        pub async fn assume(
+            sdk: &aws_config::SdkConfig,
+            role_arn: &str,
+            session: Duration,
+        ) -> UrlSigner {
+            let provider = aws_config::sts::AssumeRoleProvider::builder(role_arn)
+                .session_name("tcq-url-signer")
+                .session_length(session)
+                .configure(sdk)
+                .build()
+                .await;
+            UrlSigner {
+                role: role_arn.to_string(),
+                provider: aws_sdk_s3::config::SharedCredentialsProvider::new(provider),
+                held: tokio::sync::Mutex::new(None),
+            }
+        }
+    }
+
     /// Artifact objects on S3, one client built once per process.
     pub struct S3Blobs {
         client: aws_sdk_s3::Client,
+        /// The client's configuration, for clients signing with a [`UrlSigner`]'s sessions.
+        conf: aws_sdk_s3::Config,
+        signer: Option<UrlSigner>,
         public_bucket: String,
         private_bucket: String,
         /// Base of public URLs: a CDN if configured, else the bucket's own URL.
@@ -558,11 +603,58 @@ mod s3 {
                 (None, None) => format!("https://{public_bucket}.s3.{region}.amazonaws.com"),
             };
             S3Blobs {
-                client: aws_sdk_s3::Client::from_conf(conf),
+                client: aws_sdk_s3::Client::from_conf(conf.clone()),
+                conf,
+                signer: None,
                 public_bucket,
                 private_bucket: private_bucket.into(),
                 public_base,
             }
+        }
+
+        /// The same store signing its URLs with `signer`'s sessions.
+        pub fn with_signer(mut self, signer: UrlSigner) -> Self {
+            self.signer = Some(signer);
+            self
+        }
+
+        /// The client to sign a URL valid from `now` for `ttl_ms` with: the store's own
+        /// without a signer, else one holding a signer's session that ends after the URL.
+        async fn signing(&self, now: Ts, ttl_ms: i64) -> Result<aws_sdk_s3::Client, BlobError> {
+            use aws_sdk_s3::config::ProvideCredentials;
+            let Some(signer) = &self.signer else {
+                return Ok(self.client.clone());
+            };
+            let needed = now.0 + ttl_ms.max(1000) + SIGNER_MARGIN_MS;
+            let mut held = signer.held.lock().await;
+            if let Some((_, client)) = held.as_ref().filter(|(ends, _)| *ends >= needed) {
+                return Ok(client.clone());
+            }
+            let creds = signer.provider.provide_credentials().await.map_err(|e| {
+                BlobError(format!(
+                    "assuming the URL signer role {}: {}",
+                    signer.role,
+                    aws_sdk_s3::error::DisplayErrorContext(&e)
+                ))
+            })?;
+            let ends = creds
+                .expiry()
+                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                .map_or(i64::MAX, |d| d.as_millis() as i64);
+            let client = aws_sdk_s3::Client::from_conf(
+                self.conf.to_builder().credentials_provider(creds).build(),
+            );
+            *held = Some((ends, client.clone()));
+            if ends < needed {
+                return Err(BlobError(format!(
+                    "the URL signer role {}'s session ends {} s before a URL of {} s would: \
+                     its sessions must outlast the longest URL",
+                    signer.role,
+                    (needed - ends) / 1000,
+                    ttl_ms / 1000
+                )));
+            }
+            Ok(client)
         }
 
         /// Creates both buckets if they are missing (LocalStack and tests).
@@ -612,7 +704,8 @@ mod s3 {
             ttl_ms: i64,
         ) -> Result<String, BlobError> {
             let req = self
-                .client
+                .signing(now, ttl_ms)
+                .await?
                 .put_object()
                 .bucket(self.name(bucket))
                 .key(key)
@@ -634,7 +727,8 @@ mod s3 {
                 return Ok(format!("{}/{}", self.public_base, encode_key(key)));
             }
             let req = self
-                .client
+                .signing(now, ttl_ms)
+                .await?
                 .get_object()
                 .bucket(self.name(bucket))
                 .key(key)

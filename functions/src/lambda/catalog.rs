@@ -31,6 +31,7 @@ pub const COMMON_ENV: &[&str] = &[
     env::ANONYMOUS_SCOPES,
     env::AUTH_ROOT_URL,
     env::PRIORITY_AGING_MS,
+    env::URL_SIGNER_ROLE_ARN,
 ];
 
 /// The template parameter of the `anonymous` role's default scopes.

@@ -219,6 +219,14 @@ pub async fn create_all(t: &mut Template) -> Result<(), Error> {
     for (id, p) in t.resources("AWS::S3::Bucket") {
         create_bucket(t, &id, &p).await?;
     }
+    // IAM is not emulated: a role is its ARN, which LocalStack's STS assumes as it is.
+    for (id, _) in t.resources("AWS::IAM::Role") {
+        let arn = format!(
+            "arn:aws:iam::000000000000:role/{}",
+            generated_name(&t.stack, &id)
+        );
+        t.set_physical(&id, &arn, &[("Arn", arn.clone())]);
+    }
     for (id, _) in t.resources("AWS::Serverless::HttpApi") {
         t.set_physical(&id, "local", &[]);
     }

@@ -73,6 +73,26 @@ fn header(h: &reqwest::header::HeaderMap, k: &str) -> String {
         .to_string()
 }
 
+/// As deployed, a presigned URL is signed by a session of the stack's URL signer role (an
+/// `X-Amz-Security-Token` of credentials the functions assumed), not with the functions' own
+/// credentials (LocalStack's fixed key in the shape, which has no session).
+fn signed_by_the_url_signer(url: &str) {
+    let query = url.split_once('?').map_or("", |(_, q)| q);
+    let param = |k: &str| {
+        query
+            .split('&')
+            .find_map(|p| p.strip_prefix(&format!("{k}=")))
+            .unwrap_or_default()
+    };
+    assert!(!param("X-Amz-Security-Token").is_empty(), "{url}");
+    let own = std::env::var("AWS_ACCESS_KEY_ID").unwrap_or_default();
+    let key = param("X-Amz-Credential")
+        .split("%2F")
+        .next()
+        .unwrap_or_default();
+    assert!(!key.is_empty() && key != own, "{url}");
+}
+
 #[tokio::test]
 async fn a_worker_uploads_through_put_url_and_a_reader_follows_the_redirect() {
     let app = spawn_app().await;
@@ -92,6 +112,9 @@ async fn a_worker_uploads_through_put_url_and_a_reader_follows_the_redirect() {
         assert!(put_url.starts_with("http://127.0.0.1:4566/"), "{put_url}");
         assert!(put_url.contains("X-Amz-Signature="), "{put_url}");
     }
+    if in_shape() {
+        signed_by_the_url_signer(put_url);
+    }
 
     // The putUrl binds the Content-Type.
     assert_eq!(put(put_url, "text/html", b"nope").await, 403);
@@ -106,6 +129,9 @@ async fn a_worker_uploads_through_put_url_and_a_reader_follows_the_redirect() {
     assert_eq!(header(&h, "x-taskcluster-artifact-storage-type"), "s3");
     let location = header(&h, "location");
     assert_eq!(body["url"], location.as_str());
+    if in_shape() {
+        signed_by_the_url_signer(&location);
+    }
     assert_eq!(
         get_bytes(&location).await,
         (200, b"hello artifact".to_vec())

@@ -163,8 +163,19 @@ fn policies(spec: &Spec) -> Vec<Value> {
     if let Some(q) = spec.failures_to {
         p.push(send_policy(q));
     }
+    // What hands out presigned URLs signs them as the URL signer role.
+    if http && spec.needs.iter().any(|n| matches!(n, Need::Buckets(_))) {
+        p.push(json!({ "Statement": [{
+            "Effect": "Allow",
+            "Action": "sts:AssumeRole",
+            "Resource": att(URL_SIGNER_ROLE, "Arn")
+        }] }));
+    }
     p
 }
+
+/// The role presigned URLs are signed as.
+const URL_SIGNER_ROLE: &str = "UrlSignerRole";
 
 /// The template value of a variable of the functions' configuration.
 fn env_value(var: &str) -> Value {
@@ -193,6 +204,7 @@ fn env_value(var: &str) -> Value {
         "TCQ_AMQP_URL" => amqp_url(),
         "TCQ_AUTH_ROOT_URL" => r("AuthRootUrl"),
         "TCQ_PRIORITY_AGING_MS" => r("PriorityAgingMs"),
+        "TCQ_URL_SIGNER_ROLE_ARN" => att(URL_SIGNER_ROLE, "Arn"),
         "TCQ_FEED_QUEUE_PREFIX" => sub("${AWS::StackName}-"),
         "TCQ_WORKER_MANAGER_EXCHANGE_PREFIX" => r("WorkerManagerExchangePrefix"),
         "TCQ_CLAIM_WORK_CONCURRENCY" => r(CLAIM_WORK_CONCURRENCY),
@@ -1027,6 +1039,35 @@ fn template() -> Value {
         );
     }
 
+    // Presigned URLs are signed with sessions of a role of their own (an hour, renewed as
+    // they run short), not with a function's credentials, which AWS may rotate before a URL
+    // signed with them expires (shared::blobs::UrlSigner). The functions that hand out URLs
+    // may assume it; it may only read and write the artifacts' objects.
+    let objects: Vec<Value> = ["tcq-public-artifacts", "tcq-private-artifacts"]
+        .iter()
+        .map(|b| sub(&format!("${{{}.Arn}}/*", bucket_id(b))))
+        .collect();
+    res.insert(
+        URL_SIGNER_ROLE.into(),
+        json!({
+            "Type": "AWS::IAM::Role",
+            "Properties": {
+                "Description": "Signs the artifacts' presigned URLs (assumed by the functions that hand them out)",
+                "MaxSessionDuration": 3600,
+                "AssumeRolePolicyDocument": { "Version": "2012-10-17", "Statement": [{
+                    "Effect": "Allow",
+                    "Principal": { "AWS": sub("arn:${AWS::Partition}:iam::${AWS::AccountId}:root") },
+                    "Action": "sts:AssumeRole"
+                }] },
+                "Policies": [{ "PolicyName": "objects", "PolicyDocument": { "Version": "2012-10-17", "Statement": [{
+                    "Effect": "Allow",
+                    "Action": ["s3:GetObject", "s3:PutObject"],
+                    "Resource": objects
+                }] } }]
+            }
+        }),
+    );
+
     // RabbitMQ: a broker of the stack's own, or an existing one.
     res.insert(
         "BrokerSecret".into(),
@@ -1432,8 +1473,12 @@ fn claim_service_env() -> Vec<(String, Value)> {
     // The secrets' names as the functions get them: the service reads the tokens itself, so
     // that a rotation reaches it as it reaches them, without a new task.
     let common = COMMON_ENV.iter().filter(|v| {
-        // The server records no gauges (the functions' job does).
-        **v != functions::env::METRICS_PER_QUEUE
+        // The server records no gauges (the functions' job does), and hands out no URLs.
+        ![
+            functions::env::METRICS_PER_QUEUE,
+            functions::env::URL_SIGNER_ROLE_ARN,
+        ]
+        .contains(v)
     });
     let mut out: Vec<(String, Value)> = common
         .chain([
@@ -2754,7 +2799,15 @@ fn policies_grant_only_what_each_function_needs() {
             function.reads_secrets(),
             "{id}"
         );
-        for p in policies {
+        // Those that hand out URLs may assume the URL signer role, and nothing else may.
+        let signer = json!({ "Statement": [{
+            "Effect": "Allow",
+            "Action": "sts:AssumeRole",
+            "Resource": att(URL_SIGNER_ROLE, "Arn")
+        }] });
+        let signs = policies.contains(&signer);
+        assert_eq!(signs, artifacts && !job_is(&ARTIFACT_REAPER), "{id}");
+        for p in policies.iter().filter(|p| **p != signer) {
             let kind = p
                 .as_object()
                 .and_then(|m| m.keys().next())

@@ -129,3 +129,111 @@ async fn artifact_functions_serve_downloads_and_reap() {
         assert_eq!(got, want, "{name}");
     }
 }
+
+/// Presigned URLs signed with a role's sessions (`shared::blobs::UrlSigner`, LocalStack's
+/// STS): a session signs only URLs that end a minute or more before it does, is kept while it
+/// does and replaced when it would not, and a role whose sessions are shorter than a URL gets
+/// an error rather than a URL that would stop working early.
+#[tokio::test]
+async fn presigned_urls_are_signed_by_sessions_that_outlast_them() {
+    use shared::blobs::{BlobStore, Bucket, S3Blobs, UrlSigner, SIGNER_SESSION};
+    use shared::time::{Ts, MINUTE};
+    if not_in_shape("an S3 store of its own; the LocalStack pass runs it") {
+        return;
+    }
+    if std::env::var("TCQ_LOCALSTACK").as_deref() != Ok("1") {
+        eprintln!("TCQ_LOCALSTACK is not 1: run through scripts/test.sh, which starts LocalStack");
+        return;
+    }
+    let sdk = shared::store::dynamodb::sdk_config()
+        .await
+        .expect("AWS environment");
+    let bucket = format!(
+        "signer{}",
+        slugid().to_ascii_lowercase().replace(['-', '_'], "x")
+    );
+    let role = "arn:aws:iam::000000000000:role/tcq-url-signer-test";
+    let s3 = S3Blobs::new(&sdk, bucket.clone(), bucket.clone(), None)
+        .with_signer(UrlSigner::assume(&sdk, role, SIGNER_SESSION).await);
+    s3.create_buckets().await.expect("bucket");
+    let key_of = |url: &str| {
+        url.split("X-Amz-Credential=")
+            .nth(1)
+            .and_then(|c| c.split("%2F").next())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let now = Ts::now();
+    let upload = 45 * MINUTE + 10_000;
+    let put = s3
+        .put_url(Bucket::Private, "a/b.txt", "text/plain", now, upload)
+        .await
+        .expect("putUrl");
+    assert!(put.contains("X-Amz-Security-Token="), "{put}");
+    let first = key_of(&put);
+    assert_ne!(
+        first,
+        std::env::var("AWS_ACCESS_KEY_ID").unwrap_or_default(),
+        "signed by the role's session, not the process's key"
+    );
+    let sent = reqwest::Client::new()
+        .put(&put)
+        .header("content-type", "text/plain")
+        .body("signed by a session")
+        .send()
+        .await
+        .expect("PUT");
+    assert_eq!(sent.status(), 200);
+    let get = s3
+        .get_url(Bucket::Private, "a/b.txt", now, 30 * MINUTE)
+        .await
+        .expect("URL");
+    assert_eq!(
+        key_of(&get),
+        first,
+        "the session is kept while it outlasts the URL"
+    );
+    let got = reqwest::get(&get).await.expect("GET");
+    assert_eq!(got.status(), 200);
+    assert_eq!(got.text().await.unwrap_or_default(), "signed by a session");
+    // Sessions of 15 minutes (STS's shortest), and 2-second URLs: the first session signs
+    // until fewer than 62 s of it would be left at the URL's start, then the next one does.
+    // The clock is the URLs' `now`, moved to half a second past that point and reached 5 s
+    // after the first session began, so the second still has the 62 s.
+    let brief = S3Blobs::new(&sdk, bucket.clone(), bucket.clone(), None)
+        .with_signer(UrlSigner::assume(&sdk, role, Duration::from_secs(900)).await);
+    let url = |at: Ts| {
+        let brief = &brief;
+        async move {
+            let u = brief
+                .get_url(Bucket::Private, "a/b.txt", at, 2_000)
+                .await
+                .expect("URL");
+            key_of(&u)
+        }
+    };
+    let began = Ts::now();
+    let one = url(began).await;
+    assert_eq!(
+        url(began.plus(838_000 - 500)).await,
+        one,
+        "62.5 s left: kept"
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let two = url(began.plus(838_000 + 500)).await;
+    assert_ne!(two, one, "61.5 s left: a new session");
+    assert_eq!(url(began.plus(838_000 + 500)).await, two);
+
+    // A role whose sessions last 15 minutes signs a 2-minute download, never a 45-minute upload.
+    let short = S3Blobs::new(&sdk, bucket.clone(), bucket.clone(), None)
+        .with_signer(UrlSigner::assume(&sdk, role, Duration::from_secs(900)).await);
+    short
+        .get_url(Bucket::Private, "a/b.txt", now, 2 * MINUTE)
+        .await
+        .expect("a URL shorter than the session");
+    let refused = short
+        .put_url(Bucket::Private, "a/d.txt", "text/plain", now, upload)
+        .await
+        .expect_err("a URL longer than the session");
+    assert!(refused.to_string().contains("outlast"), "{refused}");
+}
