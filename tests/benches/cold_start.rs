@@ -22,7 +22,7 @@
 use blackbox::env_num;
 use blackbox::runtime_api::{apigw_v2_event, localstack_tables, RuntimeApi};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn default_binary() -> PathBuf {
@@ -50,19 +50,9 @@ fn ms(d: Option<&Duration>) -> f64 {
 /// One cold start: (init, first request), or an error message.
 async fn cold_start(bin: &Path, prefix: &str) -> Result<(Duration, Duration), String> {
     let api = RuntimeApi::start().await;
-    let mut cmd = Command::new(bin);
-    cmd.env("AWS_LAMBDA_RUNTIME_API", api.addr.to_string())
-        .env("_HANDLER", "createTask")
-        .env("AWS_LAMBDA_FUNCTION_NAME", "create-task")
-        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
-        .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
-        .env("AWS_LAMBDA_LOG_STREAM_NAME", "bench")
-        .env("AWS_LAMBDA_LOG_GROUP_NAME", "bench")
-        .env("TCQ_TABLE_PREFIX", prefix)
-        .env("TCQ_QUEUE_ACCESS_TOKEN", "test-queue-token")
-        .env("TCQ_ROOT_ACCESS_TOKEN", blackbox::ROOT_ACCESS_TOKEN)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null());
+    let mut cmd = blackbox::runtime_api::lambda_command(bin, &api, prefix);
+    cmd.env("_HANDLER", "createTask")
+        .env("AWS_LAMBDA_FUNCTION_NAME", "create-task");
     let spawned = Instant::now();
     let mut child = cmd.spawn().map_err(|e| format!("spawn: {e}"))?;
     let result = async {

@@ -266,18 +266,8 @@ pub fn start_function(
         "{} is missing: build the workspace first",
         path.display()
     );
-    let mut cmd = std::process::Command::new(path);
-    cmd.env("AWS_LAMBDA_RUNTIME_API", api.addr.to_string())
-        .env("AWS_LAMBDA_FUNCTION_NAME", name)
-        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
-        .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
-        .env("AWS_LAMBDA_LOG_STREAM_NAME", "test")
-        .env("AWS_LAMBDA_LOG_GROUP_NAME", "test")
-        .env("TCQ_TABLE_PREFIX", prefix)
-        .env("TCQ_QUEUE_ACCESS_TOKEN", "test-queue-token")
-        .env("TCQ_ROOT_ACCESS_TOKEN", crate::ROOT_ACCESS_TOKEN)
-        .env("RUST_LOG", "warn")
-        .stdout(std::process::Stdio::null());
+    let mut cmd = lambda_command(&path, api, prefix);
+    cmd.env("AWS_LAMBDA_FUNCTION_NAME", name);
     for (k, v) in env {
         if v.is_empty() {
             cmd.env_remove(k);
@@ -287,6 +277,28 @@ pub fn start_function(
     }
     let started = Instant::now();
     (cmd.spawn().expect("spawn function"), started)
+}
+
+/// The `lambda` binary at `bin` as Lambda starts it against the emulator `api`, over the
+/// tables under `prefix`, with the queue's and root's tokens, 256 MB and its output dropped;
+/// the caller names the function (`AWS_LAMBDA_FUNCTION_NAME`, `_HANDLER`).
+pub fn lambda_command(
+    bin: &std::path::Path,
+    api: &RuntimeApi,
+    prefix: &str,
+) -> std::process::Command {
+    let mut cmd = std::process::Command::new(bin);
+    cmd.env("AWS_LAMBDA_RUNTIME_API", api.addr.to_string())
+        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
+        .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+        .env("AWS_LAMBDA_LOG_STREAM_NAME", "test")
+        .env("AWS_LAMBDA_LOG_GROUP_NAME", "test")
+        .env("TCQ_TABLE_PREFIX", prefix)
+        .env("TCQ_QUEUE_ACCESS_TOKEN", "test-queue-token")
+        .env("TCQ_ROOT_ACCESS_TOKEN", crate::ROOT_ACCESS_TOKEN)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null());
+    cmd
 }
 
 /// One call of an AWS JSON-protocol API on LocalStack (which does not check signatures):
