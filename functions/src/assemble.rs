@@ -50,9 +50,31 @@ pub fn auth_service(
     auth
 }
 
+/// The queue's and root's tokens (see [`static_token`]), each given directly or else named
+/// by the settings' secret; both read at once, since they sit on a function's cold start.
+pub async fn static_tokens(
+    queue_direct: Option<&str>,
+    root_direct: Option<&str>,
+    settings: &QueueSettings,
+) -> Result<(Option<Arc<RotatingToken>>, Option<Arc<RotatingToken>>), BoxError> {
+    let (queue, root) = tokio::join!(
+        static_token(
+            queue_direct,
+            settings.queue_access_token_secret.as_deref(),
+            settings
+        ),
+        static_token(
+            root_direct,
+            settings.root_access_token_secret.as_deref(),
+            settings
+        ),
+    );
+    Ok((queue?, root?))
+}
+
 /// A static client's token: `direct` when given (fixed), else the one in the Secrets Manager
 /// secret named `secret`, read again as the settings say, else none.
-pub async fn static_token(
+async fn static_token(
     direct: Option<&str>,
     secret: Option<&str>,
     settings: &QueueSettings,

@@ -203,30 +203,23 @@ pub async fn start(cfg: ServerConfig, sink: Arc<dyn EventSink>) -> Result<Runnin
     std::fs::create_dir_all(&cfg.data_dir)?;
     let store = open_store(&cfg).await?;
     restrict(&cfg.data_dir, created)?;
-    let q = &cfg.queue;
     // As deployed (the claim service) the tokens are read from Secrets Manager and read
     // again when rotated; locally they are configured or kept in the data directory.
     let kept = |c: IssuerCredentials| Arc::new(RotatingToken::fixed(c.access_token));
+    let (queue_token, root_token) = assemble::static_tokens(
+        cfg.queue_access_token.as_deref(),
+        cfg.root_access_token.as_deref(),
+        &cfg.queue,
+    )
+    .await?;
     let issuer = Issuer {
-        client_id: q.queue_client_id.clone(),
-        token: match assemble::static_token(
-            cfg.queue_access_token.as_deref(),
-            q.queue_access_token_secret.as_deref(),
-            q,
-        )
-        .await?
-        {
+        client_id: cfg.queue.queue_client_id.clone(),
+        token: match queue_token {
             Some(t) => t,
             None => kept(issuer(&cfg)?),
         },
     };
-    let root = match assemble::static_token(
-        cfg.root_access_token.as_deref(),
-        q.root_access_token_secret.as_deref(),
-        q,
-    )
-    .await?
-    {
+    let root = match root_token {
         Some(t) => t,
         None => kept(root(&cfg)?),
     };

@@ -7,14 +7,14 @@ use async_trait::async_trait;
 use aws_sdk_secretsmanager::Client;
 use std::sync::Mutex;
 
-/// A token kept in a Secrets Manager secret: its `AWSCURRENT` version, when that version was
-/// made, and its `AWSPREVIOUS` version (read only when the current version changed, so a read
-/// with nothing rotated is one call).
+/// A token kept in a Secrets Manager secret: its `AWSCURRENT` version and when that version
+/// was made (one call per read) and, asked separately, its `AWSPREVIOUS` version (read once per
+/// current version).
 pub struct SecretToken {
     client: Client,
     name: String,
-    /// The current version's id and the previous token read with it.
-    known: Mutex<Option<(String, Option<String>)>>,
+    /// The current version's id, and the previous token once read for it.
+    known: Mutex<Option<(String, Option<Option<String>>)>>,
 }
 
 impl SecretToken {
@@ -70,23 +70,35 @@ impl TokenSource for SecretToken {
             .secret_string()
             .ok_or_else(|| format!("secret {} has no string value", self.name))?;
         let version = out.version_id().unwrap_or_default().to_string();
-        let since = out.created_date().and_then(|d| d.to_millis().ok()).map(Ts);
-        let known = self.known.lock().ok().and_then(|k| k.clone());
-        let previous = match known {
-            Some((v, previous)) if v == version => previous,
-            _ => self
-                .stage("AWSPREVIOUS")
-                .await?
-                .and_then(|o| o.secret_string().map(token_in)),
-        };
         if let Ok(mut k) = self.known.lock() {
-            *k = Some((version, previous.clone()));
+            if k.as_ref().is_none_or(|(v, _)| *v != version) {
+                *k = Some((version, None));
+            }
         }
         Ok(TokenVersions {
             current: token_in(text),
-            since,
-            previous,
+            since: out.created_date().and_then(|d| d.to_millis().ok()).map(Ts),
         })
+    }
+
+    async fn previous(&self) -> Result<Option<String>, String> {
+        let known = self.known.lock().ok().and_then(|k| k.clone());
+        if let Some((_, Some(previous))) = known {
+            return Ok(previous);
+        }
+        let previous = self
+            .stage("AWSPREVIOUS")
+            .await?
+            .and_then(|o| o.secret_string().map(token_in));
+        if let Ok(mut k) = self.known.lock() {
+            if let Some((v, _)) = known {
+                // Unless a read has moved on to another version meanwhile.
+                if k.as_ref().is_some_and(|(now, _)| *now == v) {
+                    *k = Some((v, Some(previous.clone())));
+                }
+            }
+        }
+        Ok(previous)
     }
 }
 

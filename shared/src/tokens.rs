@@ -50,8 +50,6 @@ pub struct TokenVersions {
     pub current: String,
     /// When the current token was made (its version's creation), if the source knows.
     pub since: Option<Ts>,
-    /// The token it replaced, if still kept.
-    pub previous: Option<String>,
 }
 
 /// Where a token is kept.
@@ -59,6 +57,10 @@ pub struct TokenVersions {
 pub trait TokenSource: Send + Sync {
     /// The token as kept now.
     async fn read(&self) -> Result<TokenVersions, String>;
+
+    /// The token the current one replaced, if still kept. Asked only when a certificate
+    /// fails within the grace, so that start and refreshes read the current one alone.
+    async fn previous(&self) -> Result<Option<String>, String>;
 }
 
 #[derive(Debug, Clone)]
@@ -108,7 +110,6 @@ impl RotatingToken {
         TokenVersions {
             current,
             since: None,
-            previous: None,
         }
     }
 
@@ -131,50 +132,50 @@ impl RotatingToken {
         }
     }
 
-    fn held(&self) -> Held {
+    /// `f` of what is held (every request asks: nothing is copied but what `f` takes).
+    fn with_held<T>(&self, f: impl FnOnce(&Held) -> T) -> T {
         match self.held.lock() {
-            Ok(h) => h.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
+            Ok(h) => f(&h),
+            Err(poisoned) => f(&poisoned.into_inner()),
         }
     }
 
     /// The token as last read, without reading (for signatures that must not wait).
     pub fn cached(&self) -> String {
-        self.held().versions.current
+        self.with_held(|h| h.versions.current.clone())
     }
 
     /// The token, read again first if the refresh has passed since the last read.
     pub async fn current(&self, now: Ts) -> String {
-        let h = self.held();
-        if self.source.is_some() && now.0 - h.read_at.0 >= self.rotation.refresh_ms {
+        let due = self.with_held(|h| now.0 - h.read_at.0 >= self.rotation.refresh_ms);
+        if self.source.is_some() && due {
             self.read_again(now, false).await;
         }
         self.cached()
     }
 
-    /// The tokens to try after a signature failed with `tried`: the previous token within
-    /// its grace if what was signed is a certificate, then the token as read again now (if
-    /// reads for mismatches are not too frequent) when it differs.
+    /// The tokens to try after a signature failed with `tried`: the token as read again now
+    /// (if reads for mismatches are not too frequent) when it differs, then, if what was
+    /// signed is a certificate, the previous token within its grace.
     pub async fn after_mismatch(&self, tried: &str, now: Ts, certificate: bool) -> Vec<String> {
-        if self.source.is_none() {
+        let Some(source) = &self.source else {
             return vec![];
-        }
+        };
         self.read_again(now, true).await;
-        let h = self.held();
+        let (current, since) = self.with_held(|h| (h.versions.current.clone(), h.versions.since));
         let mut out = vec![];
-        if h.versions.current != tried {
-            out.push(h.versions.current.clone());
+        if current != tried {
+            out.push(current);
         }
-        let in_grace = h
-            .versions
-            .since
-            .is_none_or(|since| now.0 < since.0 + self.rotation.grace_ms);
-        if let Some(p) = h
-            .versions
-            .previous
-            .filter(|p| certificate && in_grace && p != tried)
-        {
-            out.push(p);
+        let in_grace = since.is_none_or(|since| now.0 < since.0 + self.rotation.grace_ms);
+        if certificate && in_grace {
+            match source.previous().await {
+                Ok(Some(p)) if p != tried => out.push(p),
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading a rotated token's previous version failed")
+                }
+            }
         }
         out
     }
@@ -189,9 +190,9 @@ impl RotatingToken {
         if self.reads.load(Ordering::SeqCst) != before {
             return;
         }
-        let h = self.held();
         let recent = |at: Ts| now.0 - at.0 < MISMATCH_REREAD_MS;
-        if forced && (recent(h.read_at) || h.forced_at.is_some_and(recent)) {
+        let skip = self.with_held(|h| recent(h.read_at) || h.forced_at.is_some_and(recent));
+        if forced && skip {
             return;
         }
         let read = source.read().await;
@@ -228,26 +229,29 @@ mod tests {
 
     /// A source an operator rotates: each rotation makes a new current and keeps the last.
     struct Kept {
-        versions: Mutex<TokenVersions>,
+        /// The current version and the token before it.
+        versions: Mutex<(TokenVersions, Option<String>)>,
         reads: AtomicU64,
     }
 
     impl Kept {
         fn new(token: &str) -> Arc<Self> {
             Arc::new(Kept {
-                versions: Mutex::new(TokenVersions {
-                    current: token.into(),
-                    since: Some(Ts(0)),
-                    previous: None,
-                }),
+                versions: Mutex::new((
+                    TokenVersions {
+                        current: token.into(),
+                        since: Some(Ts(0)),
+                    },
+                    None,
+                )),
                 reads: AtomicU64::new(0),
             })
         }
         fn rotate(&self, token: &str, at: Ts) {
             let mut v = self.versions.lock().unwrap();
-            let old = std::mem::replace(&mut v.current, token.into());
-            v.previous = Some(old);
-            v.since = Some(at);
+            let old = std::mem::replace(&mut v.0.current, token.into());
+            v.0.since = Some(at);
+            v.1 = Some(old);
         }
         fn reads(&self) -> u64 {
             self.reads.load(Ordering::SeqCst)
@@ -258,7 +262,11 @@ mod tests {
     impl TokenSource for Kept {
         async fn read(&self) -> Result<TokenVersions, String> {
             self.reads.fetch_add(1, Ordering::SeqCst);
-            Ok(self.versions.lock().unwrap().clone())
+            Ok(self.versions.lock().unwrap().0.clone())
+        }
+
+        async fn previous(&self) -> Result<Option<String>, String> {
+            Ok(self.versions.lock().unwrap().1.clone())
         }
     }
 

@@ -153,20 +153,13 @@ pub fn kebab(name: &str) -> String {
 /// Secrets: the queue's access token (required) and the root client's (optional; without it
 /// there is no root client, and clients must already exist in the `auth` table).
 pub async fn api(cfg: &LambdaConfig) -> Result<Api, Error> {
-    let q = &cfg.queue;
-    let token = assemble::static_token(
+    let (token, root) = assemble::static_tokens(
         cfg.queue_access_token.as_deref(),
-        q.queue_access_token_secret.as_deref(),
-        q,
-    )
-    .await?
-    .ok_or("TCQ_QUEUE_ACCESS_TOKEN or TCQ_QUEUE_ACCESS_TOKEN_SECRET is not set (the queue's credentials, used to issue workers' temporary credentials)")?;
-    let root = assemble::static_token(
         cfg.root_access_token.as_deref(),
-        q.root_access_token_secret.as_deref(),
-        q,
+        &cfg.queue,
     )
     .await?;
+    let token = token.ok_or("TCQ_QUEUE_ACCESS_TOKEN or TCQ_QUEUE_ACCESS_TOKEN_SECRET is not set (the queue's credentials, used to issue workers' temporary credentials)")?;
     if root.is_none() {
         tracing::warn!("TCQ_ROOT_ACCESS_TOKEN is not set: no root client");
     }
