@@ -138,7 +138,8 @@ pub trait Target {
     /// SIGKILLs (a part of) it, `pick` choosing what, and waits until it serves again: what
     /// it killed, and the seconds it took to serve again if it had to be restarted.
     fn kill(&mut self, pick: u64) -> impl std::future::Future<Output = (String, Option<f64>)>;
-    /// How many task statuses still hold events for the sweeper, once it had its time;
+    /// How many tasks still have events waiting for the sweeper (in their outboxes, or held),
+    /// once it had its time;
     /// `None` if it cannot tell.
     fn outboxes_left(&self) -> impl std::future::Future<Output = Option<u64>> {
         async { None }
@@ -229,6 +230,8 @@ impl Target for Shape {
                     .await
                     .ok()?;
             }
+            let held = shared::events::held::held_records::<shared::records::task::TaskRecord>;
+            n += held(queue.store.as_ref(), 1000).await.ok()?.len() as u64;
             if n == 0 || Instant::now() > until {
                 return Some(n);
             }

@@ -208,7 +208,8 @@ async fn run_job(
             let result = (streams.run)(&ctx, stream_images(records), Ts::now()).await;
             if result.is_ok() {
                 observe_lag(queue, job, records, Ts::now());
-            } else if job.publishes {
+            }
+            if job.publishes && result.as_ref().map_or(true, |h| h.held > 0) {
                 // The batch's events wait: as long as its oldest change.
                 let oldest = records
                     .iter()
@@ -218,7 +219,7 @@ async fn run_job(
                     .map(Ts);
                 jobs::report_unpublished(queue, job.name, oldest, Ts::now());
             }
-            let reply = stream_batch_reply(records, result, streams.only_copy)?;
+            let reply = stream_batch_reply(records, result.map(|h| h.done), streams.only_copy)?;
             return Ok(serde_json::to_value(reply)?);
         }
         Invoked::Broker => {

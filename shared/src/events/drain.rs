@@ -154,7 +154,9 @@ pub async fn drain_written<R: Outboxed>(
     }
     let mut events = Vec::new();
     for (rec, _) in &written {
-        events.extend(checked_events(store, prefix, rec, published).await?);
+        events.extend(
+            checked_events(store, R::TABLE, prefix, rec.pk(), rec.outbox(), published).await?,
+        );
     }
     if let Err(e) = sink.publish(&events).await {
         tracing::warn!(error = %e, "publishing failed; events stay in the outbox");
@@ -185,19 +187,21 @@ pub async fn drain_written<R: Outboxed>(
     Ok(DrainOutcome::Delivered(events.len()))
 }
 
-/// The events of a record's outbox to publish (leaving out those in `published`, which went
-/// out already); one that fails its message schema is kept aside instead.
-async fn checked_events<R: Outboxed>(
+/// The events of record `pk` of `table` to publish (leaving out those in `published`, which
+/// went out already); one that fails its message schema is kept aside instead.
+pub(crate) async fn checked_events(
     store: &dyn Store,
+    table: &'static str,
     prefix: &str,
-    rec: &R,
+    pk: &str,
+    outbox: &[OutboxEvent],
     published: &RecentIds,
 ) -> Result<Vec<Event>, StoreError> {
     let mut events = Vec::new();
-    for e in rec.outbox().iter().filter(|e| !published.contains(&e.id)) {
+    for e in outbox.iter().filter(|e| !published.contains(&e.id)) {
         match crate::schema::check(&format!("{}-message", e.exchange), &e.payload) {
             Ok(()) => events.push(to_event(prefix, e)),
-            Err(errors) => keep_dead_letter(store, R::TABLE, rec.pk(), e, errors).await?,
+            Err(errors) => keep_dead_letter(store, table, pk, e, errors).await?,
         }
     }
     Ok(events)
@@ -226,39 +230,24 @@ async fn keep_dead_letter(
         .map(|_| ())
 }
 
-/// Keeps the events of a stream-delivered record's image that could not be published: adds
-/// those the stored record no longer holds (a later write replaced them) ahead of its own,
-/// older first, and makes it hold its events for the sweeper ([`Outboxed::hold_for_sweep`]).
-async fn hold_for_sweep<R: Outboxed>(
-    store: &dyn Store,
-    image: R,
-    version: u64,
-    since: Ts,
-) -> Result<(), StoreError> {
-    update_record(store, image.clone(), version, |rec| {
-        let missing: Vec<OutboxEvent> = image
-            .outbox()
-            .iter()
-            .filter(|e| !rec.outbox().iter().any(|held| held.id == e.id))
-            .cloned()
-            .collect();
-        if missing.is_empty() && !rec.stream_delivered() {
-            return false;
-        }
-        rec.outbox_mut().splice(0..0, missing);
-        rec.hold_for_sweep(since);
-        true
-    })
-    .await
+/// What a batch of a change stream came to.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Streamed {
+    /// Events published.
+    pub delivered: usize,
+    /// Records whose events wait for the sweeper: stream records held
+    /// ([`super::held`]), or records whose outbox keeps them.
+    pub held: usize,
 }
 
 /// Delivers the outboxes in records' items as a change stream (DynamoDB Streams) reports
 /// them; other items are ignored. A stream-delivered record ([`Outboxed::stream_delivered`])
-/// has each image's own events published, in order, and nothing written; if that fails, the
-/// images' events are held for the sweeper (`hold_for_sweep`), so that they no longer
-/// depend on the stream's retries (nor on its 24-hour retention), and the error is returned
-/// so that the stream retries the batch too. Any other record has the events of its latest
+/// has each image's own events published, in order, and nothing written; if that fails, or
+/// if the record has events held already (which they must follow), the images' events are
+/// held for the sweeper ([`super::held`]), so that they no longer depend on the stream's
+/// retries (nor on its 24-hour retention). Any other record has the events of its latest
 /// image published and then removed: an event only leaves such an outbox once published.
+/// Only a failure to read or write the store is an error: the batch must then be retried.
 pub async fn drain_stream<R: Outboxed>(
     store: &dyn Store,
     sink: &dyn EventSink,
@@ -266,7 +255,7 @@ pub async fn drain_stream<R: Outboxed>(
     images: Vec<Item>,
     published: &RecentIds,
     now: Ts,
-) -> Result<DrainOutcome, DrainError> {
+) -> Result<Streamed, DrainError> {
     let mut streamed: Vec<(R, u64)> = vec![];
     let mut latest: std::collections::HashMap<String, (R, u64)> = Default::default();
     for item in images.into_iter().filter(|i| i.sk == R::SK) {
@@ -275,31 +264,51 @@ pub async fn drain_stream<R: Outboxed>(
             if !rec.outbox().is_empty() {
                 streamed.push((rec, version));
             }
-        } else if latest.get(rec.pk()).is_none_or(|(_, v)| *v < version) {
+        } else if !rec.outbox().is_empty() && latest.get(rec.pk()).is_none_or(|(_, v)| *v < version)
+        {
             latest.insert(rec.pk().to_string(), (rec, version));
         }
     }
-    let mut delivered = 0;
-    if !streamed.is_empty() {
-        let mut events = vec![];
-        for (rec, _) in &streamed {
-            events.extend(checked_events(store, prefix, rec, published).await?);
-        }
-        if let Err(e) = sink.publish(&events).await {
-            tracing::warn!(error = %e, "publishing failed; the events are held for the sweeper");
-            // Newest first: each adds its events ahead of those already held.
-            for (rec, version) in streamed.into_iter().rev() {
-                hold_for_sweep(store, rec, version, now).await?;
-            }
-            return Err(e.into());
-        }
-        published.extend(
-            streamed
-                .iter()
-                .flat_map(|(rec, _)| rec.outbox().iter().map(|e| e.id.as_str())),
-        );
-        delivered += events.len();
+    let mut out = Streamed::default();
+    if streamed.is_empty() && latest.is_empty() {
+        return Ok(out);
     }
+    let pks = streamed
+        .iter()
+        .map(|(r, _)| r.pk())
+        .chain(latest.keys().map(String::as_str));
+    let behind = super::held::holding::<R>(store, pks).await?;
+    // Events of a record with events held wait behind them; an outbox keeps its own.
+    let (wait, go): (Vec<_>, Vec<_>) = streamed
+        .into_iter()
+        .partition(|(r, _)| behind.contains(r.pk()));
+    let before = latest.len();
+    latest.retain(|pk, _| !behind.contains(pk));
+    super::held::hold(store, &wait, now).await?;
+    out.held += wait.len() + before - latest.len();
+    if !go.is_empty() {
+        let mut events = vec![];
+        for (rec, _) in &go {
+            events.extend(
+                checked_events(store, R::TABLE, prefix, rec.pk(), rec.outbox(), published).await?,
+            );
+        }
+        match sink.publish(&events).await {
+            Ok(()) => {
+                published.extend(
+                    go.iter()
+                        .flat_map(|(rec, _)| rec.outbox().iter().map(|e| e.id.as_str())),
+                );
+                out.delivered += events.len();
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "publishing failed; the events are held for the sweeper");
+                super::held::hold(store, &go, now).await?;
+                out.held += go.len();
+            }
+        }
+    }
+    let records = latest.len();
     match drain_written(
         store,
         sink,
@@ -308,13 +317,15 @@ pub async fn drain_stream<R: Outboxed>(
         published,
         now,
     )
-    .await?
+    .await
     {
-        DrainOutcome::Delivered(n) => delivered += n,
-        DrainOutcome::Empty if delivered == 0 => return Ok(DrainOutcome::Empty),
-        DrainOutcome::Empty => {}
+        Ok(DrainOutcome::Delivered(n)) => out.delivered += n,
+        Ok(DrainOutcome::Empty) => {}
+        // Their outboxes keep them, marked as waiting, for the sweeper.
+        Err(DrainError::Sink(_)) => out.held += records,
+        Err(e) => return Err(e),
     }
-    Ok(DrainOutcome::Delivered(delivered))
+    Ok(out)
 }
 
 /// What sweeping passes note of the events they could not deliver: when they run, and since
@@ -399,7 +410,7 @@ pub async fn drain_all<R: Outboxed>(
 mod tests {
     use super::*;
     use crate::events::RecordingSink;
-    use crate::records::task::{index, Priority, TaskRecord, SK_STATUS, TASKS};
+    use crate::records::task::{index, Priority, ReasonResolved, TaskRecord, SK_STATUS, TASKS};
     use crate::routing::Exchange;
     use crate::store::sqlite::SqliteStore;
     use crate::time::Ts;
@@ -505,12 +516,14 @@ mod tests {
         }
     }
 
-    /// Where the stream delivers events, each write stores only its own, the publisher
-    /// publishes every image's events and writes nothing; when it cannot, the events of every
-    /// image in the batch, even those a later write replaced, are held in order for the
-    /// sweeper.
+    /// Where the stream delivers events, each write stores only its own, and the publisher
+    /// publishes every image's events and writes nothing. When it cannot, it holds them for
+    /// the sweeper; a later image of the same task, in a later batch, is held behind them even
+    /// though the broker is back, and the sweeper delivers them in order: the held events
+    /// never take a later write's events ahead of an earlier one's.
     #[tokio::test]
-    async fn each_write_carries_its_own_events_and_a_failed_batch_is_held_whole() {
+    async fn held_events_keep_their_order_across_batches() {
+        use crate::events::held::{drain_held, held_records};
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(&dir.path().join("db")).unwrap();
         let id = crate::ids::new_slugid();
@@ -518,11 +531,14 @@ mod tests {
         rec.start_first_run(Ts(0));
         rec.emit_created();
         let first = put_status(&store, &rec, Cond::NotExists).await;
-        // The next write starts from the stored record, as every writer does.
+        // Each next write starts from the stored record, as every writer does.
         let mut rec: TaskRecord = serde_json::from_value(first.data.clone()).unwrap();
         assert_eq!(rec.outbox.len(), 2);
         rec.claim(0, "g", "w", Ts(1), Ts(1_000)).unwrap();
         let second = put_status(&store, &rec, Cond::Version(first.version)).await;
+        let mut rec: TaskRecord = serde_json::from_value(second.data.clone()).unwrap();
+        rec.resolve(0, ReasonResolved::Completed, Ts(2)).unwrap();
+        let third = put_status(&store, &rec, Cond::Version(second.version)).await;
         let names = |v: &serde_json::Value| -> Vec<String> {
             v["outbox"]
                 .as_array()
@@ -532,62 +548,92 @@ mod tests {
                 .collect()
         };
         assert_eq!(names(&second.data), ["task-running"]);
+        assert_eq!(names(&third.data), ["task-completed"]);
         assert!(second.indexes.iter().all(|e| e.index != index::OUTBOX));
-        let held = Waiting::at(Ts(60));
-        let sweep = || async {
-            let sink = RecordingSink::default();
-            let none = RecentIds::default();
-            drain_all::<TaskRecord>(&store, &sink, "x/", 10, &|_| false, &none, &held)
-                .await
-                .unwrap()
-                .0
-        };
-        assert_eq!(sweep().await, 0, "nothing for the sweeper");
-
-        let sink = RecordingSink::default();
-        let batch = vec![first.clone(), second.clone()];
         let none = RecentIds::default();
-        let out = drain_stream::<TaskRecord>(&store, &sink, "x/", batch, &none, Ts(40))
+        let sweep = |sink: &'static dyn EventSink, at: Ts| {
+            let (store, none) = (&store, &none);
+            async move {
+                let waiting = Waiting::at(at);
+                let out = drain_held::<TaskRecord>(store, sink, "x/", 10, none, &waiting).await;
+                let oldest = *waiting.oldest.lock().unwrap();
+                (out.map(|p| p.delivered), oldest)
+            }
+        };
+        static SINK: std::sync::LazyLock<RecordingSink> =
+            std::sync::LazyLock::new(RecordingSink::default);
+        let sent = || -> Vec<String> { SINK.events().into_iter().map(|e| e.exchange).collect() };
+
+        // The stream's first batch, the broker away: held, and acknowledged.
+        let out = drain_stream::<TaskRecord>(&store, &Down, "x/", vec![first], &none, Ts(50))
             .await
             .unwrap();
-        assert_eq!(out, DrainOutcome::Delivered(3));
-        let sent: Vec<String> = sink.events().into_iter().map(|e| e.exchange).collect();
-        assert_eq!(sent, ["x/task-defined", "x/task-pending", "x/task-running"]);
-        let stored = store.get(TASKS, &id, SK_STATUS).await.unwrap().unwrap();
         assert_eq!(
-            stored.version, second.version,
-            "the publisher wrote nothing"
+            out,
+            Streamed {
+                delivered: 0,
+                held: 1
+            }
         );
+        assert_eq!(
+            held_records::<TaskRecord>(&store, 10).await.unwrap(),
+            [id.clone()]
+        );
+        let stored = store.get(TASKS, &id, SK_STATUS).await.unwrap().unwrap();
+        assert_eq!(stored.version, third.version, "the record is left alone");
+        // A sweep that cannot publish says since when the events wait.
+        let (failed, oldest) = sweep(&Down, Ts(60)).await;
+        assert!(failed.is_err());
+        assert_eq!(oldest, Some(Ts(50)));
 
-        let batch = vec![first, second];
-        let out = drain_stream::<TaskRecord>(&store, &Down, "x/", batch, &none, Ts(50)).await;
-        assert!(out.is_err());
-        let stored = store.get(TASKS, &id, SK_STATUS).await.unwrap().unwrap();
-        assert_eq!(stored.data["sweep"], true);
+        // The broker is back before the sweeper's next pass: the next batch's image waits
+        // behind the held events rather than going out first.
+        let out = drain_stream::<TaskRecord>(&store, &*SINK, "x/", vec![second], &none, Ts(70))
+            .await
+            .unwrap();
         assert_eq!(
-            names(&stored.data),
-            ["task-defined", "task-pending", "task-running"]
+            out,
+            Streamed {
+                delivered: 0,
+                held: 1
+            }
         );
+        assert!(sent().is_empty());
+        let (swept, oldest) = sweep(&*SINK, Ts(80)).await;
+        assert_eq!(swept.unwrap(), 3);
+        assert_eq!(oldest, None, "nothing left waiting");
         assert_eq!(
-            stored.data["heldSince"],
-            json!(Ts(50)),
-            "held since it failed"
+            sent(),
+            ["x/task-defined", "x/task-pending", "x/task-running"]
         );
-        // A sweep that cannot publish either says since when the events wait.
-        let held = Waiting::at(Ts(60));
-        let failed = drain_all::<TaskRecord>(&store, &Down, "x/", 10, &|_| false, &none, &held);
-        assert!(failed.await.is_err());
-        assert_eq!(*held.oldest.lock().unwrap(), Some(Ts(50)));
-        let sink = RecordingSink::default();
-        let (fresh, held) = (RecentIds::default(), Waiting::at(Ts(70)));
-        let swept = drain_all::<TaskRecord>(&store, &sink, "x/", 10, &|_| false, &fresh, &held)
+        assert!(held_records::<TaskRecord>(&store, 10)
             .await
             .unwrap()
-            .0;
-        assert_eq!(swept, 3);
-        assert_eq!(*held.oldest.lock().unwrap(), None, "nothing left waiting");
-        let stored = store.get(TASKS, &id, SK_STATUS).await.unwrap().unwrap();
-        assert!(stored.data.get("heldSince").is_none(), "{}", stored.data);
+            .is_empty());
+
+        // Nothing held: the stream publishes again, and the next empty pass clears the marker.
+        let out = drain_stream::<TaskRecord>(&store, &*SINK, "x/", vec![third], &none, Ts(90))
+            .await
+            .unwrap();
+        assert_eq!(
+            out,
+            Streamed {
+                delivered: 1,
+                held: 0
+            }
+        );
+        assert_eq!(sweep(&*SINK, Ts(95)).await.0.unwrap(), 0);
+        let marker = store.get(TASKS, "~held", "marker").await.unwrap().unwrap();
+        assert_eq!(marker.data["set"], false);
+        assert_eq!(
+            sent(),
+            [
+                "x/task-defined",
+                "x/task-pending",
+                "x/task-running",
+                "x/task-completed"
+            ]
+        );
     }
 
     /// Task graphs where the stream delivers events: as task statuses, each write stores only
@@ -655,7 +701,13 @@ mod tests {
         let out = drain_stream::<GraphRecord>(&store, &sink, "s/", batch, &none, Ts(0))
             .await
             .unwrap();
-        assert_eq!(out, DrainOutcome::Delivered(2));
+        assert_eq!(
+            out,
+            Streamed {
+                delivered: 2,
+                held: 0
+            }
+        );
         let sent: Vec<String> = sink.events().into_iter().map(|e| e.exchange).collect();
         assert_eq!(sent, ["s/task-graph-running", "s/task-graph-finished"]);
         let stored = store.get(TASK_GRAPHS, &gid, SK_TASK_GRAPH).await.unwrap();
@@ -663,8 +715,22 @@ mod tests {
 
         let out =
             drain_stream::<GraphRecord>(&store, &Down, "s/", vec![first, second], &none, Ts(0))
-                .await;
-        assert!(out.is_err());
-        assert_eq!(sweep().await, 2, "held for the sweeper");
+                .await
+                .unwrap();
+        assert_eq!(
+            out,
+            Streamed {
+                delivered: 0,
+                held: 2
+            }
+        );
+        assert_eq!(sweep().await, 0, "nothing in the outbox index");
+        let sink = RecordingSink::default();
+        let waiting = Waiting::at(Ts(0));
+        let fresh = RecentIds::default();
+        let swept = crate::events::held::drain_held::<GraphRecord>(
+            &store, &sink, "s/", 10, &fresh, &waiting,
+        );
+        assert_eq!(swept.await.unwrap().delivered, 2, "held for the sweeper");
     }
 }

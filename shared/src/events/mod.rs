@@ -4,6 +4,7 @@
 #[cfg(feature = "amqp")]
 pub mod amqp;
 pub mod drain;
+pub mod held;
 pub mod legacy;
 
 use async_trait::async_trait;

@@ -57,7 +57,7 @@ pub struct Schedule {
 
 /// A job's handling of a batch of a table's changed items (its stream, deployed) at `now`.
 pub type OnStream =
-    for<'a> fn(&'a Context<'a>, Vec<Item>, Ts) -> BoxFuture<'a, Result<usize, JobError>>;
+    for<'a> fn(&'a Context<'a>, Vec<Item>, Ts) -> BoxFuture<'a, Result<super::Handled, JobError>>;
 
 /// A job's handling of a batch of the broker's messages (an Amazon MQ event) at `now`; the
 /// reply says what it did.
@@ -252,8 +252,9 @@ const TASKS_AND_GRAPHS: &[Need] = &[
 ];
 
 /// Publishes the events of the tasks and task-graphs tables' streams to RabbitMQ, with
-/// confirms. A failed batch is retried from its first record (at least once; order per task
-/// kept): its events are in the stream, or held in their outboxes for the sweeper.
+/// confirms. Events it cannot publish are held for the sweeper, in order per task
+/// ([`crate::events::held`]); a batch that could not be read or held is retried from its
+/// first record.
 pub static PUBLISHER: Job = Job {
     name: "publisher",
     about: "Publishes the events of the tasks and task-graphs tables' streams to RabbitMQ",
@@ -337,7 +338,13 @@ pub static DEPENDENCY_RESOLVER: Job = Job {
             retries: 10,
         }],
         only_copy: false,
-        run: |c, images, now| Box::pin(super::dependencies_of(c.queue, images, now)),
+        run: |c, images, now| {
+            Box::pin(async move {
+                super::dependencies_of(c.queue, images, now)
+                    .await
+                    .map(Into::into)
+            })
+        },
     }),
     ..scheduled(
         "dependencyResolver",

@@ -8,12 +8,14 @@ use crate::error::ApiError;
 use crate::events::drain::{
     drain_all, drain_stream, drain_written, DrainError, DrainOutcome, RecentIds, Waiting,
 };
+use crate::events::held::drain_held;
 use crate::events::EventSink;
 use crate::hints::LocalHints;
 use crate::metrics;
 use crate::queue::core::Pass;
 use crate::queue::Queue;
 use crate::records::graph::{GraphRecord, SK_TASK_GRAPH};
+use crate::records::outbox::Outboxed;
 use crate::records::task::{TaskRecord, SK_STATUS};
 use crate::store::Item;
 use crate::time::Ts;
@@ -217,17 +219,47 @@ impl Publisher {
     }
 
     async fn graph_pass(&self, queue: &Queue, held: &Waiting) -> Result<Pass, JobError> {
-        let (done, more) = drain_all::<GraphRecord>(
-            queue.store.as_ref(),
-            self.sink(),
+        self.pass::<GraphRecord>(
+            queue,
             &queue.cfg.scheduler_exchange_prefix,
-            BATCH,
             &|_| false,
+            held,
+        )
+        .await
+    }
+
+    /// One pass over `R`'s held events ([`crate::events::held`]), then, once none is left
+    /// (a record's outbox follows what it had held), over its outbox index.
+    async fn pass<R: Outboxed>(
+        &self,
+        queue: &Queue,
+        prefix: &str,
+        skip: &(dyn Fn(&str) -> bool + Sync),
+        held: &Waiting,
+    ) -> Result<Pass, JobError> {
+        let store = queue.store.as_ref();
+        let first =
+            drain_held::<R>(store, self.sink(), prefix, BATCH, &self.published, held).await?;
+        if first.more {
+            return Ok(Pass {
+                done: first.delivered,
+                more: true,
+            });
+        }
+        let (done, more) = drain_all::<R>(
+            store,
+            self.sink(),
+            prefix,
+            BATCH,
+            skip,
             &self.published,
             held,
         )
         .await?;
-        Ok(Pass { done, more })
+        Ok(Pass {
+            done: first.delivered + done,
+            more,
+        })
     }
 
     /// Passes over every shard of the outbox index, the tasks' and the task graphs', while
@@ -246,20 +278,12 @@ impl Publisher {
     ) -> Result<usize, JobError> {
         let held = Waiting::at(Ts::now());
         let result = repeat(budget, || async {
-            let (tasks, more) = drain_all::<TaskRecord>(
-                queue.store.as_ref(),
-                self.sink(),
-                &queue.cfg.exchange_prefix,
-                BATCH,
-                skip,
-                &self.published,
-                &held,
-            )
-            .await?;
+            let prefix = &queue.cfg.exchange_prefix;
+            let tasks = self.pass::<TaskRecord>(queue, prefix, skip, &held).await?;
             let graphs = self.graph_pass(queue, &held).await?;
             Ok::<_, JobError>(Pass {
-                done: tasks + graphs.done,
-                more: more || graphs.more,
+                done: tasks.done + graphs.done,
+                more: tasks.more || graphs.more,
             })
         })
         .await;
@@ -276,7 +300,7 @@ impl Publisher {
         queue: &Queue,
         images: Vec<Item>,
         now: Ts,
-    ) -> Result<usize, JobError> {
+    ) -> Result<Handled, JobError> {
         let (graphs, tasks): (Vec<Item>, Vec<Item>) =
             images.into_iter().partition(|i| i.sk == SK_TASK_GRAPH);
         let store = queue.store.as_ref();
@@ -298,7 +322,25 @@ impl Publisher {
             now,
         )
         .await?;
-        Ok(delivered(tasks) + delivered(graphs))
+        Ok(Handled {
+            done: tasks.delivered + graphs.delivered,
+            held: tasks.held + graphs.held,
+        })
+    }
+}
+
+/// What a job did with a batch of a stream.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Handled {
+    /// Records (or events) handled.
+    pub done: usize,
+    /// Records whose events were left waiting for the sweeper (the broker was away).
+    pub held: usize,
+}
+
+impl From<usize> for Handled {
+    fn from(done: usize) -> Self {
+        Handled { done, held: 0 }
     }
 }
 

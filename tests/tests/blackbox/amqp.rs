@@ -9,6 +9,8 @@ use crate::common::*;
 use blackbox::amqp::*;
 use blackbox::*;
 use serde_json::json;
+use shared::events::held::held_records;
+use shared::records::task::TaskRecord;
 use std::path::Path;
 use std::time::Duration;
 
@@ -421,8 +423,8 @@ fn unpublished_ages(logs: &Path, job: &str) -> Vec<f64> {
 }
 
 /// A broker outage longer than the publisher's stream retries, as deployed (the retries cut to
-/// 2 through `PublisherStreamRetries`, as the template allows): the stream gives the batches up,
-/// their events wait in their tasks' outboxes, the outbox sweeper says how long they have waited
+/// 2 through `PublisherStreamRetries`, as the template allows): the stream holds the batches'
+/// events for the sweeper rather than retrying them, the outbox sweeper says how long they have waited
 /// (`queue_unpublished_event_age_seconds`, which `HeldEventsAlarm` watches) and delivers every
 /// one once the broker is back, in order per task; then it reports 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -456,17 +458,15 @@ async fn events_outlast_a_broker_outage_longer_than_the_streams_retries() {
         .unwrap_or_default()
         .to_string();
     complete(&app, &claimed_id, 0).await;
-    // The stream gives up within its retries: every task then holds its events.
+    // Every task's events are held for the sweeper.
     let queue = app.domain_queue().await;
     poll(
         Duration::from_secs(60),
         "every task's events held",
         || async {
-            for id in &ids {
-                let item = queue.store.get("tasks", id, "status").await.ok()??;
-                item.data.get("heldSince")?;
-            }
-            Some(())
+            let store = queue.store.as_ref();
+            let held = held_records::<TaskRecord>(store, 100).await.ok()?;
+            ids.iter().all(|id| held.contains(id)).then_some(())
         },
     )
     .await;

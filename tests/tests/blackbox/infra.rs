@@ -1251,9 +1251,9 @@ fn template() -> Value {
                         "BatchSize": 100,
                         "MaximumBatchingWindowInSeconds": 1,
                         "FunctionResponseTypes": ["ReportBatchItemFailures"],
-                        // A batch given up on is not lost: its events stay in their outboxes
-                        // (or its marks in place) for the scheduled pass; its record lands in
-                        // the failure queue.
+                        // A batch given up on is not lost: its events are held (or its marks
+                        // in place) for the scheduled pass; its record lands in the failure
+                        // queue.
                         "MaximumRetryAttempts": r(&stream_retries(&handler)),
                         "DestinationConfig": {
                             "OnFailure": { "Destination": att(&queue_id(failures), "Arn") }
