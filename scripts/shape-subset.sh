@@ -24,7 +24,7 @@ CLAIMS=(claimwork:: claims:: workers:: claim_modes:: priority::a_lowest)
 # LocalStack: beside the claim tests they slowed cold starts until a claimWork waiter's 20 s
 # ran out (claimwork::claim_work_at_its_concurrency…, one CI run of 2916b35).
 HEAVY=(shape:: dependencies::fan_ amqp::events_outlast reliability::a_crash_loop_in_the_deployed
-       priority::a_lowest priority::without_aging lambda_secrets::a_rotated)
+       priority::a_lowest priority::without_aging lambda_secrets::a_rotated task_groups::a_group_too)
 SKIP=()
 for t in "${HEAVY[@]}"; do SKIP+=(--skip "$t"); done
 cargo test -p blackbox --test blackbox --locked -- --test-threads="$THREADS" "${SUBSET[@]}" "${SKIP[@]}"

@@ -51,6 +51,10 @@ pub struct QueueSettings {
     /// less, whatever their priorities, in milliseconds (0: never, upstream's strict order).
     #[arg(long, env = env::PRIORITY_AGING_MS, default_value_t = shared::queue::PRIORITY_AGING_MS as u64)]
     pub priority_aging_ms: u64,
+    /// How many members of a task group one cancelTaskGroup or changeTaskGroupPriority call
+    /// goes through before it answers; the `groupChanges` job does the rest.
+    #[arg(long, env = env::GROUP_CALL_TASKS, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub group_call_tasks: u64,
     /// Prefix of every exchange name.
     #[arg(long, env = env::EXCHANGE_PREFIX, default_value = shared::routing::DEFAULT_EXCHANGE_PREFIX)]
     pub exchange_prefix: String,
@@ -193,6 +197,7 @@ impl QueueSettings {
             recent_tasks_batch: self.recent_tasks_batch,
             recent_tasks_delay_ms: self.recent_tasks_delay_ms,
             priority_aging_ms: i64::try_from(self.priority_aging_ms).unwrap_or(i64::MAX),
+            group_call_tasks: self.group_call_tasks,
             ..QueueConfig::default()
         }
     }
@@ -272,6 +277,11 @@ pub struct ServerConfig {
     /// SQLite durability: `NORMAL` survives a killed process, `FULL` also power loss.
     #[arg(long, env = env::SQLITE_SYNC, default_value = "NORMAL", value_parser = ["NORMAL", "FULL"], ignore_case = true)]
     pub sqlite_sync: String,
+    /// With the embedded backend: answer secondary-index queries (and eventually consistent
+    /// reads) as they stood this many ms ago, as DynamoDB's may lag; for testing that
+    /// nothing relies on an index being current. Off when unset.
+    #[arg(long, env = env::INDEX_LAG_MS)]
+    pub index_lag_ms: Option<u64>,
     /// How often the claim and deadline reapers (and the dependency sweep) run, in ms.
     #[arg(long, env = env::REAPER_INTERVAL_MS, default_value_t = 500)]
     pub reaper_interval_ms: u64,

@@ -190,10 +190,15 @@ pub async fn open_store(cfg: &ServerConfig) -> Result<Arc<dyn Store>, BoxError> 
             assemble::open_dynamodb(&cfg.queue, cfg.create_tables).await?,
         ));
     }
-    Ok(Arc::new(SqliteStore::open_with(
-        &cfg.data_dir.join("queue.db"),
-        cfg.sqlite_sync(),
-    )?))
+    let store = SqliteStore::open_with(&cfg.data_dir.join("queue.db"), cfg.sqlite_sync())?;
+    Ok(match cfg.index_lag_ms {
+        Some(ms) => {
+            let lag = std::time::Duration::from_millis(ms);
+            let indexes = shared::store::declared_indexes();
+            Arc::new(shared::store::index_lag::IndexLag::new(store, lag, &indexes).await?)
+        }
+        None => Arc::new(store),
+    })
 }
 
 /// Starts the server and its background loops; events go to `sink` (and to RabbitMQ first,

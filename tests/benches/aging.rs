@@ -20,15 +20,11 @@
 
 use blackbox::env_num;
 use serde_json::{json, Value};
-use shared::creds::IssuerCredentials;
 use shared::ids::{TaskId, TaskQueueId};
-use shared::queue::{Queue, QueueConfig};
+use shared::queue::QueueConfig;
 use shared::records::task::{Priority, ReasonResolved};
-use shared::signal::LocalSignal;
-use shared::store::sqlite::SqliteStore;
 use shared::time::{Budget, Ts, MINUTE};
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The simulation's parameters.
@@ -113,14 +109,8 @@ fn definition(tq: &TaskQueueId, priority: Priority, now: Ts) -> Value {
 
 async fn simulate(sim: Sim, aging_ms: i64, arrivals: &[Arrival]) -> Outcome {
     let dir = tempfile::tempdir().expect("temp dir");
-    let store = SqliteStore::open(&dir.path().join("queue.db")).expect("SQLite store");
-    let queue = Queue::new(
-        Arc::new(store),
-        Arc::new(LocalSignal::default()),
-        IssuerCredentials {
-            client_id: "static/q".into(),
-            access_token: "t".into(),
-        },
+    let queue = blackbox::embedded_queue(
+        &dir.path().join("queue.db"),
         QueueConfig {
             priority_aging_ms: aging_ms,
             ..QueueConfig::default()

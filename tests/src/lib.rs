@@ -281,6 +281,7 @@ async fn spawn_shape(
         ),
         ("TCQ_LEGACY_EXCHANGES", q.legacy_exchanges.to_string()),
         ("TCQ_RECENT_TASKS_BATCH", q.recent_tasks_batch.to_string()),
+        ("TCQ_GROUP_CALL_TASKS", q.group_call_tasks.to_string()),
         (
             "TCQ_RECENT_TASKS_DELAY_MS",
             q.recent_tasks_delay_ms.to_string(),
@@ -385,6 +386,21 @@ fn record_ran_in_shape() {
 /// for seeding and looking at what the functions wrote.
 pub async fn shape_queue(stack: &str) -> Arc<shared::queue::Queue> {
     Arc::new(queue_over(&format!("{stack}-"), true).await)
+}
+
+/// The queue's own operations over an embedded store at `path` (benches that drive the queue
+/// in process), with `cfg`.
+pub fn embedded_queue(path: &Path, cfg: shared::queue::QueueConfig) -> shared::queue::Queue {
+    let store = shared::store::sqlite::SqliteStore::open(path).expect("SQLite store");
+    shared::queue::Queue::new(
+        Arc::new(store),
+        Arc::new(shared::signal::LocalSignal::default()),
+        shared::creds::IssuerCredentials {
+            client_id: "static/q".into(),
+            access_token: "t".into(),
+        },
+        cfg,
+    )
 }
 
 /// The queue's own operations over DynamoDB tables named `<prefix><table>` (LocalStack from

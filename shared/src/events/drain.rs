@@ -577,7 +577,7 @@ mod tests {
         );
         assert_eq!(
             held_records::<TaskRecord>(&store, 10).await.unwrap(),
-            [id.clone()]
+            std::slice::from_ref(&id)
         );
         let stored = store.get(TASKS, &id, SK_STATUS).await.unwrap().unwrap();
         assert_eq!(stored.version, third.version, "the record is left alone");

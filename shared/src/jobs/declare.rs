@@ -328,6 +328,18 @@ pub static PRIORITY_AGER: Job = Job {
     )
 };
 
+/// Goes on with the cancellations and priority changes of task groups too large for one call
+/// (`TCQ_GROUP_CALL_TASKS` members), from where each got to: deployed every minute, locally
+/// every `reaper_interval_ms`.
+pub static GROUP_CHANGES: Job = scheduled(
+    "groupChanges",
+    "Finishes cancelling or re-prioritising the tasks of large task groups",
+    "rate(1 minute)",
+    Local::Reapers,
+    TASKS_AND_GROUPS,
+    Run::Repeat(|c, now, budget| Box::pin(c.queue.advance_group_changes_once(now, BATCH, budget))),
+);
+
 /// Makes the dependents of resolved tasks pending: as resolutions are written (the tasks
 /// table's stream), and on a schedule for what a failed batch left marked.
 pub static DEPENDENCY_RESOLVER: Job = Job {
@@ -504,11 +516,12 @@ pub static WORKER_GONE_RESOLVER: Job = Job {
 };
 
 /// Every job, in the order of the stack's functions.
-pub static JOBS: [&Job; 12] = [
+pub static JOBS: [&Job; 13] = [
     &PUBLISHER,
     &CLAIM_REAPER,
     &DEADLINE_REAPER,
     &PRIORITY_AGER,
+    &GROUP_CHANGES,
     &DEPENDENCY_RESOLVER,
     &OUTBOX_SWEEPER,
     &EXCHANGE_DECLARER,

@@ -27,6 +27,33 @@ pub struct Claim {
     pub credentials: creds::TempCredentials,
 }
 
+/// Pages of the pending index one claim pass reads at most while their entries are stale.
+const STALE_PAGES: usize = 4;
+
+/// Why a candidate run was not claimed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Missed {
+    /// Another claimer (or a change) took it during this call.
+    Lost,
+    /// It had moved on before this call began: the index entry or hint that offered it
+    /// was stale.
+    Stale,
+}
+
+impl Missed {
+    /// Why run `run_id` of `rec`, no longer claimable, was missed by a call at `now`: stale
+    /// if it was claimed or resolved before `now`.
+    fn of(rec: &TaskRecord, run_id: u32, now: Ts) -> Missed {
+        let run = rec.runs.get(run_id as usize);
+        let moved = run.and_then(|r| r.started.or(r.resolved));
+        match moved {
+            Some(at) if at < now => Missed::Stale,
+            None if rec.deadline <= now => Missed::Stale,
+            _ => Missed::Lost,
+        }
+    }
+}
+
 /// What one claim pass did.
 pub struct ClaimPass {
     /// The runs claimed.
@@ -154,44 +181,57 @@ impl Queue {
         // A few spare candidates beyond `count` absorb lost races without reading (and
         // decoding) a long stretch of the index on every call.
         let limit = count + 4;
-        let page = self
-            .store
-            .query_index(
-                TASKS,
-                index::PENDING,
-                q.as_str(),
-                &SkRange::default(),
-                None,
-                limit,
-            )
-            .await?;
-        // Candidates are tried in queue order (priority, then age), so a worker without
-        // competition gets strict FIFO. Once a candidate is lost to a concurrent claimer, the
-        // rest of the equally-ranked head is rotated by a random amount, so that racing
-        // workers spread out instead of all fighting over the next item.
-        let mut candidates: std::collections::VecDeque<Item> = page.items.into();
+        let mut after = None;
         let mut spread = false;
         let mut lost = 0;
         let mut claims = Vec::new();
-        while let Some(item) = candidates.pop_front() {
-            if claims.len() >= count {
-                break;
-            }
-            let rec: TaskRecord = serde_json::from_value(item.data)?;
-            let Some(run_id) = claimable(&rec, now) else {
-                continue;
-            };
-            match self
-                .claim_seen(rec, item.version, run_id, worker_group, worker_id, now)
-                .await?
-            {
-                Some(claim) => claims.push(claim),
-                None if !spread => {
-                    lost += 1;
-                    spread = true;
-                    spread_head(candidates.make_contiguous(), count);
+        // An index that lags its items (a GSI) may head the queue with entries of runs
+        // already claimed; a page of nothing but those leads on to the next, a few at most.
+        for _ in 0..STALE_PAGES {
+            let page = self
+                .store
+                .query_index(
+                    TASKS,
+                    index::PENDING,
+                    q.as_str(),
+                    &SkRange::default(),
+                    after.as_ref(),
+                    limit,
+                )
+                .await?;
+            // Candidates are tried in queue order (priority, then age), so a worker without
+            // competition gets strict FIFO. Once a candidate is lost to a concurrent claimer,
+            // the rest of the equally-ranked head is rotated by a random amount, so that
+            // racing workers spread out instead of all fighting over the next item.
+            let mut candidates: std::collections::VecDeque<Item> = page.items.into();
+            let mut stale = 0;
+            while let Some(item) = candidates.pop_front() {
+                if claims.len() >= count {
+                    break;
                 }
-                None => lost += 1,
+                let rec: TaskRecord = serde_json::from_value(item.data)?;
+                let Some(run_id) = claimable(&rec, now) else {
+                    continue;
+                };
+                match self
+                    .claim_seen(rec, item.version, run_id, worker_group, worker_id, now)
+                    .await?
+                {
+                    Ok(claim) => claims.push(claim),
+                    // An entry that lags behind its item: no race to spread out from, and
+                    // nothing to look again for at once.
+                    Err(Missed::Stale) => stale += 1,
+                    Err(Missed::Lost) if !spread => {
+                        lost += 1;
+                        spread = true;
+                        spread_head(candidates.make_contiguous(), count);
+                    }
+                    Err(Missed::Lost) => lost += 1,
+                }
+            }
+            match page.next {
+                Some(next) if claims.len() < count && stale > 0 => after = Some(next),
+                _ => break,
             }
         }
         Ok(ClaimPass { claims, lost })
@@ -208,7 +248,7 @@ impl Queue {
         worker_group: &str,
         worker_id: &str,
         now: Ts,
-    ) -> ApiResult<Option<Claim>> {
+    ) -> ApiResult<Result<Claim, Missed>> {
         let taken_until = now.plus(self.cfg.claim_timeout_ms);
         let task_id = rec.task_id.clone();
         let (claimed, def) = tokio::join!(
@@ -224,8 +264,8 @@ impl Queue {
             self.load_def(&task_id)
         );
         match claimed? {
-            Some(rec) => Ok(Some(self.finish_claim(rec, run_id, def?, now).await?)),
-            None => Ok(None),
+            Ok(rec) => Ok(Ok(self.finish_claim(rec, run_id, def?, now).await?)),
+            Err(missed) => Ok(Err(missed)),
         }
     }
 
@@ -245,8 +285,10 @@ impl Queue {
         let Some(run_id) = claimable(&rec, now) else {
             return Ok(None);
         };
-        self.claim_seen(rec, version, run_id, worker_group, worker_id, now)
-            .await
+        Ok(self
+            .claim_seen(rec, version, run_id, worker_group, worker_id, now)
+            .await?
+            .ok())
     }
 
     /// A wake-up's hint for a run made pending: the status item's data as just written and
@@ -296,7 +338,7 @@ impl Queue {
         worker_id: &str,
         now: Ts,
         taken_until: Ts,
-    ) -> ApiResult<Option<TaskRecord>> {
+    ) -> ApiResult<Result<TaskRecord, Missed>> {
         // A lost condition re-reads the item: another claimer's win shows as a run no longer
         // pending (given up at once), while a background write (the publisher removing events,
         // the dependency worker clearing its mark) leaves the run pending, and giving up then
@@ -309,17 +351,17 @@ impl Queue {
                 || rec.runs[run_id as usize].state != RunState::Pending
                 || rec.deadline <= now
             {
-                return Ok(None);
+                return Ok(Err(Missed::of(&rec, run_id, now)));
             }
             let task_id = rec.task_id.clone();
             if rec.claim(run_id, worker_group, worker_id, now, taken_until)?
                 != ClaimOutcome::Claimed
             {
-                return Ok(None);
+                return Ok(Err(Missed::Lost));
             }
             match self.save(&rec, version).await? {
                 Ok(()) => {
-                    return Ok(Some(rec));
+                    return Ok(Ok(rec));
                 }
                 Err(e) if e.is_condition_failed() => match self.load(&task_id).await? {
                     // Stale index entry or a concurrent change: look again at the real item.
@@ -327,12 +369,12 @@ impl Queue {
                         rec = fresh;
                         version = v;
                     }
-                    None => return Ok(None),
+                    None => return Ok(Err(Missed::Stale)),
                 },
                 Err(e) => return Err(e.into()),
             }
         }
-        Ok(None)
+        Ok(Err(Missed::Lost))
     }
 
     /// claimWork: long-polls until at least one run is claimed or the timeout passes. With
@@ -590,6 +632,53 @@ mod tests {
             },
             super::super::QueueConfig::default(),
         )
+    }
+
+    /// With the pending index a second behind (as a GSI may be), a worker claiming one task
+    /// after another still gets them oldest first: the entry of the run it just claimed is
+    /// stale, not a race lost, so nothing is spread out and the long poll does not spin.
+    #[tokio::test]
+    async fn stale_entries_of_claimed_runs_keep_the_order_and_are_not_races() {
+        use crate::store::index_lag::IndexLag;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let inner = SqliteStore::open(&dir.path().join("q.db")).expect("SQLite");
+        let lag = std::time::Duration::from_millis(400);
+        let store = IndexLag::new(inner, lag, &crate::store::declared_indexes())
+            .await
+            .expect("lagging store");
+        let q = Queue::new(
+            Arc::new(store),
+            Arc::new(LocalSignal::default()),
+            IssuerCredentials {
+                client_id: "static/q".into(),
+                access_token: "t".into(),
+            },
+            super::super::QueueConfig::default(),
+        );
+        let tq = TaskQueueId::parse("p/w").expect("task queue");
+        let mut ids = vec![];
+        for i in 0..6 {
+            let now = Ts::now();
+            let mut body = json!({"taskQueueId": "p/w", "created": now,
+                "deadline": now.plus(3_600_000), "payload": {}, "metadata": {"name": "n",
+                "description": "d", "owner": "o@example.com", "source": "https://example.com/"}});
+            crate::schema::validate_input("create-task-request", &mut body).expect("valid");
+            let id = TaskId::parse(&crate::ids::new_slugid()).expect("id");
+            q.create_task(&id, body, false, now.plus(i))
+                .await
+                .expect("createTask");
+            ids.push(id.as_str().to_string());
+        }
+        tokio::time::sleep(lag).await;
+        for id in &ids {
+            let pass = q
+                .try_claim_work(&tq, "g", "w", 1, Ts::now())
+                .await
+                .expect("claim");
+            assert_eq!(pass.claims.len(), 1);
+            assert_eq!(pass.claims[0].record.task_id, *id, "oldest first");
+            assert_eq!(pass.lost, 0, "stale entries are no lost races");
+        }
     }
 
     /// A hint is taken only as this deployment signed it: a changed byte, or one signed

@@ -63,6 +63,10 @@ pub struct QueueConfig {
     /// whatever their priorities (30 minutes; 0: never, upstream's strict order). See
     /// [`super::aging`].
     pub priority_aging_ms: i64,
+    /// How many members of a task group one cancelTaskGroup or changeTaskGroupPriority call
+    /// goes through before it answers and leaves the rest to the `groupChanges` job (2,000:
+    /// a call also stops after 10 s, well within the HTTP API's 30 s).
+    pub group_call_tasks: u64,
 }
 
 impl Default for QueueConfig {
@@ -82,6 +86,7 @@ impl Default for QueueConfig {
             recent_tasks_batch: 5,
             recent_tasks_delay_ms: MINUTE,
             priority_aging_ms: PRIORITY_AGING_MS,
+            group_call_tasks: 2_000,
         }
     }
 }

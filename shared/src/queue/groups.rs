@@ -16,20 +16,47 @@
 //! once. Group events travel in a member task's outbox (no CCs), so the one publisher and
 //! its sweeper deliver them like any other.
 //!
+//! cancelTaskGroup and changeTaskGroupPriority go through the members in taskId order, at most
+//! `group_call_tasks` of them (and [`CALL_TIME`]) in one call. A call that stops short notes
+//! the change and where it got to on the group item (`change`), with a mark in the
+//! `~changes/<shard>` partition written in the same transaction; the `groupChanges` job finds
+//! the marks (strongly consistent, no index) and goes on from there, writing its progress the
+//! same way, conditioned on the group's version, until the last member, when change and mark
+//! go. A cancellation may be helped by another call; a priority change is refused (409) while
+//! any change is under way, so two priorities never race over the same tasks.
+//!
 
-use super::core::{backoff, Queue, MAX_ATTEMPTS, PARALLEL};
+use super::core::{backoff, Pass, Queue, MAX_ATTEMPTS, PARALLEL};
 use super::counter;
 use crate::error::{ApiError, ApiResult};
 use crate::page::{encode_token, PageReq, MAX_PAGE};
 use crate::records::group::{
-    member_task_id, sk_member, GroupRecord, SK_GROUP, SK_MEMBER_PREFIX, TASK_GROUPS,
+    change_mark, changes_pk, member_task_id, sk_member, GroupAction, GroupChange, GroupRecord,
+    SK_GROUP, SK_MEMBER_PREFIX, TASK_GROUPS,
 };
 use crate::records::task::{Priority, TaskRecord, TASKS};
 use crate::routing::Exchange;
+use crate::store::shard::SHARDS;
 use crate::store::{Cond, Cursor, SkRange, WriteOp};
-use crate::time::Ts;
+use crate::time::{Budget, Ts};
 use futures_util::future::try_join_all;
 use serde_json::{json, Value};
+
+/// The longest one cancelTaskGroup or changeTaskGroupPriority call goes through members
+/// (besides `group_call_tasks`), well within the HTTP API's 30 s limit.
+const CALL_TIME: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// What one stretch of a group change did.
+struct Stretch {
+    /// Members it went through (existing, not expired).
+    seen: u64,
+    /// Tasks it changed.
+    changed: Vec<String>,
+    /// The last member it went through, or where it started.
+    last: Option<String>,
+    /// True if it got to the end of the group.
+    finished: bool,
+}
 
 /// A group item as read, with its version.
 pub(crate) type Versioned<T> = (T, u64);
@@ -101,21 +128,31 @@ impl Queue {
         Ok((ids, page.next))
     }
 
-    /// Every member taskId of a group, in taskId order.
-    async fn member_ids(&self, group_id: &str) -> ApiResult<Vec<String>> {
-        let mut ids = Vec::new();
+    /// How many members the group has (its member items, read a page of keys at a time).
+    async fn member_count(&self, group_id: &str) -> ApiResult<u64> {
+        let mut n = 0;
         let mut after = None;
         loop {
             let (page, next) = self
                 .members_page(group_id, after.as_ref(), MAX_PAGE)
                 .await?;
-            ids.extend(page);
+            n += page.len() as u64;
             match next {
                 Some(c) => after = Some(c),
-                None => return Ok(ids),
+                None => return Ok(n),
             }
         }
     }
+
+    /// True if the group has no unresolved task (its counter, strongly consistent; it may
+    /// still count a task that resolved moments ago, never miss one that has not).
+    async fn all_resolved(&self, group_id: &str) -> ApiResult<bool> {
+        let shares = counter::shares(self.store.as_ref(), group_id, true).await?;
+        Ok(shares
+            .iter()
+            .all(|s| crate::records::group::share_count(s) == 0))
+    }
+
     /// The member task that carries a group event: the first in taskId order that still
     /// exists and has not expired (members are read a page at a time, so a large group costs
     /// no more than its first live member).
@@ -192,63 +229,235 @@ impl Queue {
         )))
     }
 
-    /// Applies `f` to every member task that is unresolved and before its deadline, a few at
-    /// a time. Returns the group's size (its members that exist) and the ids `f` reported
-    /// as affected.
-    async fn for_each_unresolved(
+    /// Applies `action` to the members in `ids` that exist, have not expired, are unresolved
+    /// and before their deadline, [`PARALLEL`] at a time: how many exist, and those changed.
+    async fn change_members(
+        &self,
+        ids: &[String],
+        action: GroupAction,
+        now: Ts,
+    ) -> ApiResult<(u64, Vec<String>)> {
+        let results = try_join_all(ids.iter().map(|id| async move {
+            let Some((rec, _)) = self.load(id).await? else {
+                return Ok::<_, ApiError>(None);
+            };
+            if rec.expires <= now {
+                return Ok(None);
+            }
+            let (_, hit) = self
+                .mutate(id, |r| {
+                    if !(r.is_unresolved() && r.deadline > now) {
+                        return Ok(false);
+                    }
+                    match action {
+                        GroupAction::Cancel => r.cancel(now).map(|_| true),
+                        GroupAction::Priority { priority } => {
+                            r.set_priority(priority);
+                            Ok(true)
+                        }
+                    }
+                })
+                .await?;
+            Ok(Some(hit.then(|| id.clone())))
+        }))
+        .await?;
+        let mut seen = 0;
+        let mut changed = vec![];
+        for r in results.into_iter().flatten() {
+            seen += 1;
+            changed.extend(r);
+        }
+        Ok((seen, changed))
+    }
+
+    /// Applies `action` to the group's members after `after` (taskId order), a page of
+    /// [`PARALLEL`] at a time, until it went through `limit` members or `budget` ran out.
+    async fn change_stretch(
         &self,
         group_id: &str,
+        action: GroupAction,
+        after: Option<String>,
+        limit: u64,
+        budget: Option<&Budget>,
         now: Ts,
-        f: impl Fn(&mut TaskRecord) -> ApiResult<bool> + Copy,
-    ) -> ApiResult<(usize, Vec<String>)> {
-        let ids = self.member_ids(group_id).await?;
-        let mut size = 0;
-        let mut affected = Vec::new();
-        for chunk in ids.chunks(PARALLEL) {
-            let results = try_join_all(chunk.iter().map(|id| async move {
-                let Some((rec, _)) = self.load(id).await? else {
-                    return Ok::<_, ApiError>(None);
-                };
-                if rec.expires <= now {
-                    return Ok(None);
+    ) -> ApiResult<Stretch> {
+        let mut out = Stretch {
+            seen: 0,
+            changed: vec![],
+            last: after,
+            finished: false,
+        };
+        let mut cursor = out
+            .last
+            .as_deref()
+            .map(|l| (sk_member(l), group_id.to_string(), sk_member(l)));
+        let mut visited = 0;
+        while visited < limit && budget.is_none_or(Budget::left) {
+            let (ids, next) = self
+                .members_page(group_id, cursor.as_ref(), PARALLEL)
+                .await?;
+            visited += ids.len() as u64;
+            let (seen, changed) = self.change_members(&ids, action, now).await?;
+            out.seen += seen;
+            out.changed.extend(changed);
+            if let Some(last) = ids.last() {
+                out.last = Some(last.clone());
+            }
+            match next {
+                Some(c) => cursor = Some(c),
+                None => {
+                    out.finished = true;
+                    break;
                 }
-                let (_, hit) = self
-                    .mutate(id, |r| {
-                        if r.is_unresolved() && r.deadline > now {
-                            f(r)
-                        } else {
-                            Ok(false)
-                        }
-                    })
-                    .await?;
-                Ok(Some(hit.then(|| id.clone())))
-            }))
-            .await?;
-            for r in results.into_iter().flatten() {
-                size += 1;
-                affected.extend(r);
             }
         }
-        Ok((size, affected))
+        Ok(out)
+    }
+
+    /// Notes what a stretch of a group change did on the group item (and its mark, for the
+    /// `groupChanges` job): the change under way, or none once it is done. A change that
+    /// finishes publishes `task-group-priority-changed` if it changed priorities. The group
+    /// item is written conditioned on the version read, so a stretch that another one (of a
+    /// call, of the job) went past leaves the further one's place.
+    async fn note_stretch(
+        &self,
+        group_id: &str,
+        action: GroupAction,
+        stretch: &Stretch,
+        now: Ts,
+    ) -> ApiResult<()> {
+        for attempt in 0..MAX_ATTEMPTS {
+            let Some((mut group, version)) = self.live_group(group_id, now).await? else {
+                return Ok(());
+            };
+            let under_way = group.change.clone().filter(|c| c.action == action);
+            if stretch.finished && under_way.is_none() {
+                // One call went through the whole group, or another finished it first.
+                return Ok(());
+            }
+            let mut change = under_way.unwrap_or(GroupChange {
+                action,
+                since: now,
+                after: None,
+                seen: 0,
+                changed: 0,
+            });
+            change.after = change.after.max(stretch.last.clone());
+            change.seen += stretch.seen;
+            change.changed += stretch.changed.len() as u64;
+            let done = stretch.finished.then(|| change.clone());
+            group.change = (!stretch.finished).then_some(change);
+            let mark = change_mark(group_id);
+            let mark_op = match group.change {
+                Some(_) => WriteOp::Put {
+                    table: TASK_GROUPS,
+                    item: mark,
+                    cond: Cond::None,
+                },
+                None => WriteOp::Delete {
+                    table: TASK_GROUPS,
+                    pk: mark.pk,
+                    sk: mark.sk,
+                    cond: Cond::None,
+                },
+            };
+            let ops = vec![
+                WriteOp::Put {
+                    table: TASK_GROUPS,
+                    item: group.item(),
+                    cond: Cond::Version(version),
+                },
+                mark_op,
+            ];
+            match self.store.transact(ops).await {
+                Ok(()) => {
+                    if let (Some(done), GroupAction::Priority { priority }) = (done, action) {
+                        self.announce_priority(&group, priority, done.changed, now)
+                            .await?;
+                    }
+                    return Ok(());
+                }
+                Err(e) if e.is_condition_failed() => backoff(attempt).await,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(ApiError::conflict(format!(
+            "Task group {group_id} is changing too fast; try again"
+        )))
+    }
+
+    /// Publishes `task-group-priority-changed` through a member's outbox.
+    async fn announce_priority(
+        &self,
+        group: &GroupRecord,
+        priority: Priority,
+        affected: u64,
+        now: Ts,
+    ) -> ApiResult<()> {
+        let group_id = group.task_group_id.as_str();
+        if let Some((carrier, _)) = self.carrier(group_id, now).await? {
+            let payload = json!({
+                "taskGroupId": group_id,
+                "schedulerId": group.scheduler_id,
+                "newPriority": priority.as_str(),
+                "tasksAffected": affected,
+            });
+            let payload = payload.as_object().cloned().unwrap_or_default();
+            self.mutate(&carrier.task_id, |r| {
+                r.emit_group_event(Exchange::TaskGroupPriorityChanged, payload.clone());
+                Ok(())
+            })
+            .await?;
+        }
+        Ok(())
     }
 
     /// cancelTaskGroup (the caller checked the group exists and is sealed, see
     /// [`GroupRecord::check_cancellable`]): cancels every unresolved task whose deadline is
-    /// still ahead, each with its `task-exception`.
+    /// still ahead, each with its `task-exception`. One call goes through at most
+    /// `group_call_tasks` members (going on from where a cancellation under way got to);
+    /// the `groupChanges` job does the rest. The reply counts what this call did.
     pub async fn cancel_task_group(&self, group_id: &str, now: Ts) -> ApiResult<Value> {
-        let (size, ids) = self
-            .for_each_unresolved(group_id, now, |r| r.cancel(now).map(|_| true))
+        let group = self.task_group(group_id, now).await?;
+        let action = GroupAction::Cancel;
+        let after = match group.change {
+            Some(c) if c.action == action => c.after,
+            Some(c) => return Err(Self::change_under_way(group_id, &c)),
+            None => None,
+        };
+        if after.is_none() && self.all_resolved(group_id).await? {
+            // Nothing to go through: a repeat, as upstream, cancels none.
+            return Ok(json!({
+                "taskGroupId": group_id,
+                "taskGroupSize": self.member_count(group_id).await?,
+                "cancelledCount": 0,
+                "taskIds": [],
+            }));
+        }
+        let limit = self.cfg.group_call_tasks;
+        let stretch = self
+            .change_stretch(
+                group_id,
+                action,
+                after,
+                limit,
+                Some(&Budget::of(CALL_TIME)),
+                now,
+            )
             .await?;
+        self.note_stretch(group_id, action, &stretch, now).await?;
         Ok(json!({
             "taskGroupId": group_id,
-            "taskGroupSize": size,
-            "cancelledCount": ids.len(),
-            "taskIds": ids,
+            "taskGroupSize": stretch.seen,
+            "cancelledCount": stretch.changed.len(),
+            "taskIds": stretch.changed,
         }))
     }
 
     /// changeTaskGroupPriority: sets the priority of every unresolved task of the group, then
-    /// publishes `task-group-priority-changed` (through a member's outbox).
+    /// publishes `task-group-priority-changed` (through a member's outbox). One call goes
+    /// through at most `group_call_tasks` members; the `groupChanges` job does the rest and
+    /// publishes the event, with every task it changed counted, once done.
     pub async fn change_task_group_priority(
         &self,
         group_id: &str,
@@ -256,29 +465,123 @@ impl Queue {
         now: Ts,
     ) -> ApiResult<Value> {
         let group = self.task_group(group_id, now).await?;
-        let (_, ids) = self
-            .for_each_unresolved(group_id, now, |r| {
-                r.set_priority(priority);
-                Ok(true)
-            })
-            .await?;
-        let reply = json!({
+        if let Some(c) = &group.change {
+            return Err(Self::change_under_way(group_id, c));
+        }
+        let action = GroupAction::Priority { priority };
+        let limit = self.cfg.group_call_tasks;
+        let stretch = if self.all_resolved(group_id).await? {
+            Stretch {
+                seen: 0,
+                changed: vec![],
+                last: None,
+                finished: true,
+            }
+        } else {
+            self.change_stretch(
+                group_id,
+                action,
+                None,
+                limit,
+                Some(&Budget::of(CALL_TIME)),
+                now,
+            )
+            .await?
+        };
+        if stretch.finished {
+            let affected = stretch.changed.len() as u64;
+            self.announce_priority(&group, priority, affected, now)
+                .await?;
+        } else {
+            self.note_stretch(group_id, action, &stretch, now).await?;
+        }
+        Ok(json!({
             "taskGroupId": group_id,
             "schedulerId": group.scheduler_id,
             "newPriority": priority.as_str(),
-            "tasksAffected": ids.len(),
-            "taskIds": ids,
-        });
-        if let Some((carrier, _)) = self.carrier(group_id, now).await? {
-            let mut payload = reply.as_object().cloned().unwrap_or_default();
-            payload.remove("taskIds");
-            self.mutate(&carrier.task_id, |r| {
-                r.emit_group_event(Exchange::TaskGroupPriorityChanged, payload.clone());
-                Ok(())
-            })
-            .await?;
+            "tasksAffected": stretch.changed.len(),
+            "taskIds": stretch.changed,
+        }))
+    }
+
+    fn change_under_way(group_id: &str, change: &GroupChange) -> ApiError {
+        let what = match change.action {
+            GroupAction::Cancel => "being cancelled".to_string(),
+            GroupAction::Priority { priority } => {
+                format!("changing its tasks' priority to {}", priority.as_str())
+            }
+        };
+        ApiError::conflict(format!(
+            "Task group {group_id} is {what} (since {}, {} tasks so far); try again once that is done",
+            change.since, change.changed
+        ))
+    }
+
+    /// One pass of the `groupChanges` job: goes on with every group change under way (its
+    /// mark found strongly consistent in [`changes_pk`]'s partitions, up to `batch` a shard)
+    /// while `budget` lasts. A mark whose group has no change under way (any more) goes, on
+    /// the version read, so that a change noted meanwhile keeps it.
+    pub async fn advance_group_changes_once(
+        &self,
+        now: Ts,
+        batch: usize,
+        budget: &Budget,
+    ) -> ApiResult<Pass> {
+        let mut pass = Pass {
+            done: 0,
+            more: false,
+        };
+        for shard in 0..SHARDS {
+            let page = self
+                .store
+                .query(
+                    TASK_GROUPS,
+                    &changes_pk(shard),
+                    &SkRange::default(),
+                    None,
+                    batch,
+                )
+                .await?;
+            pass.more |= page.next.is_some();
+            for mark in page.items {
+                if !budget.left() {
+                    pass.more = true;
+                    return Ok(pass);
+                }
+                let group_id = mark.sk.as_str();
+                let change = self
+                    .live_group(group_id, now)
+                    .await?
+                    .and_then(|(g, _)| g.change);
+                let Some(change) = change else {
+                    let gone = WriteOp::Delete {
+                        table: TASK_GROUPS,
+                        pk: mark.pk.clone(),
+                        sk: mark.sk.clone(),
+                        cond: Cond::Version(mark.version),
+                    };
+                    match self.store.write(gone).await {
+                        Err(e) if !e.is_condition_failed() => return Err(e.into()),
+                        _ => continue,
+                    }
+                };
+                let stretch = self
+                    .change_stretch(
+                        group_id,
+                        change.action,
+                        change.after,
+                        u64::MAX,
+                        Some(budget),
+                        now,
+                    )
+                    .await?;
+                self.note_stretch(group_id, change.action, &stretch, now)
+                    .await?;
+                pass.done += stretch.changed.len();
+                pass.more |= !stretch.finished;
+            }
         }
-        Ok(reply)
+        Ok(pass)
     }
 
     /// The task-group writes that go into the creating transaction: the group item (created,

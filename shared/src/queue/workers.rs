@@ -331,14 +331,16 @@ impl Queue {
         Ok(())
     }
 
-    /// True if the worker is quarantined at `now`, with the record read (eventually) to
-    /// decide, which [`Queue::record_seen`] can reuse.
+    /// True if the worker is quarantined at `now`, with the record read to decide, which
+    /// [`Queue::record_seen`] can reuse. The read is strongly consistent (1 read unit rather
+    /// than 0.5): an eventually consistent one can miss a quarantine written moments ago and
+    /// hand the worker a task (seen with 1 s of index lag, `TCQ_INDEX_LAG_MS`).
     pub async fn quarantined(
         &self,
         key: WorkerKey<'_>,
         now: Ts,
     ) -> ApiResult<(bool, Option<(WorkerRecord, u64)>)> {
-        let read = self.read_worker(key, false).await?;
+        let read = self.read_worker(key, true).await?;
         let q = read.as_ref().is_some_and(|(r, _)| r.quarantined(now));
         Ok((q, read))
     }

@@ -11,6 +11,7 @@
 //! group item by `expires`, for the expiry job.
 
 use crate::error::{ApiError, ApiResult};
+use crate::records::task::Priority;
 use crate::store::shard::{shard_of, shard_pk, time_key, SHARDS};
 use crate::store::{Cond, IndexEntry, Item, WriteOp};
 use crate::time::Ts;
@@ -64,6 +65,10 @@ pub struct GroupRecord {
     /// When it was sealed: no task may join it since.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sealed: Option<Ts>,
+    /// A change of every unresolved task (cancelTaskGroup, changeTaskGroupPriority) that one
+    /// call could not finish, which the `groupChanges` job goes on with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change: Option<GroupChange>,
     /// Attributes this build does not know, kept through rewrites ([`super::Unknown`]).
     #[serde(flatten)]
     pub unknown: super::Unknown,
@@ -78,6 +83,7 @@ impl GroupRecord {
             scheduler_id: scheduler_id.to_string(),
             expires,
             sealed: None,
+            change: None,
         }
     }
 
@@ -148,6 +154,74 @@ impl GroupRecord {
         }
         out
     }
+}
+
+/// What a group change does to each unresolved task of the group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "action")]
+pub enum GroupAction {
+    /// cancelTaskGroup: cancels it.
+    Cancel,
+    /// changeTaskGroupPriority: gives it this priority.
+    Priority {
+        /// The new priority.
+        priority: Priority,
+    },
+}
+
+/// A change of every unresolved task of a group, under way: where it got to (members are
+/// gone through in taskId order) and what it did so far.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupChange {
+    /// What it does.
+    #[serde(flatten)]
+    pub action: GroupAction,
+    /// When it was asked for.
+    pub since: Ts,
+    /// The last member it went through (taskId), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+    /// Members it went through.
+    pub seen: u64,
+    /// Tasks it changed.
+    pub changed: u64,
+}
+
+impl GroupChange {
+    /// How getTaskGroup shows it (`change`, this queue's addition).
+    pub fn to_json(&self) -> Value {
+        let mut out = json!({
+            "since": self.since,
+            "tasksSeen": self.seen,
+            "tasksChanged": self.changed,
+        });
+        match self.action {
+            GroupAction::Cancel => out["action"] = json!("cancel"),
+            GroupAction::Priority { priority } => {
+                out["action"] = json!("priority");
+                out["newPriority"] = json!(priority.as_str());
+            }
+        }
+        out
+    }
+}
+
+/// Partition of the marks of the groups with a change under way, by the group's shard (a key
+/// no group has: taskGroupIds are slugids, which have no `~`).
+pub fn changes_pk(shard: u32) -> String {
+    format!("~changes/{shard}")
+}
+
+/// The mark of a group with a change under way, which the `groupChanges` job looks for: in
+/// the table, not an index, so that the job reads it strongly consistent.
+pub fn change_mark(task_group_id: &str) -> Item {
+    Item::new(
+        changes_pk(shard_of(task_group_id)),
+        task_group_id,
+        json!({}),
+        vec![],
+    )
 }
 
 /// A member item: `task_id` belongs to the group until it expires.

@@ -846,8 +846,7 @@ impl Store for DynamoStore {
     }
 }
 
-/// The resource declarations shared with LocalStack and the SAM template.
-pub const RESOURCES_JSON: &str = include_str!("../../../infra/resources.json");
+pub use super::RESOURCES_JSON;
 
 /// `(table, index)` pairs declared with `"projection": "KEYS_ONLY"` in [`RESOURCES_JSON`]:
 /// their queries read the items from the table.

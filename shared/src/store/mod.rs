@@ -16,11 +16,37 @@
 pub mod conformance;
 #[cfg(feature = "aws")]
 pub mod dynamodb;
+pub mod index_lag;
 pub mod shard;
 pub mod sqlite;
 
 use async_trait::async_trait;
 use serde_json::Value;
+
+/// The resource declarations (tables and their indexes) shared with LocalStack and the SAM
+/// template.
+pub const RESOURCES_JSON: &str = include_str!("../../../infra/resources.json");
+
+/// Every `(table, index)` pair [`RESOURCES_JSON`] declares, the test tables' included.
+pub fn declared_indexes() -> Vec<(&'static str, &'static str)> {
+    static ALL: std::sync::OnceLock<Vec<(&'static str, &'static str)>> = std::sync::OnceLock::new();
+    ALL.get_or_init(|| {
+        let spec: Value = serde_json::from_str(RESOURCES_JSON).unwrap_or_default();
+        let leak = |v: &Value| -> &'static str {
+            Box::leak(v.as_str().unwrap_or_default().to_string().into_boxed_str())
+        };
+        let mut out = vec![];
+        for key in ["tables", "test_tables"] {
+            for t in spec[key].as_array().into_iter().flatten() {
+                for g in t["indexes"].as_array().into_iter().flatten() {
+                    out.push((leak(&t["name"]), leak(&g["name"])));
+                }
+            }
+        }
+        out
+    })
+    .clone()
+}
 
 /// DynamoDB's transaction limit.
 pub const MAX_TRANSACTION_ITEMS: usize = 100;

@@ -85,9 +85,7 @@ async fn an_expired_claim_without_retries_is_final() {
     assert_eq!(s["runs"][0]["reasonResolved"], "claim-expired");
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(status(&app, &id).await, s, "nothing more happens");
-    let counts = app.queue().taskQueueCounts(&tq).await.unwrap();
-    assert_eq!(counts["pendingTasks"], 0);
-    assert_eq!(counts["claimedTasks"], 0);
+    counts_settle(&app, &tq, Some(0), Some(0)).await;
 }
 
 #[tokio::test]
@@ -141,42 +139,20 @@ async fn a_claim_expires_once_reclaiming_stops() {
 #[tokio::test]
 async fn claimed_counts_follow_claims_and_expiry() {
     let app = short_claims().await;
-    let q = app.queue();
     let tq = task_queue_id();
     let a = create(&app, &def_with(&tq, json!({"retries": 0}))).await;
     let b = create(&app, &def_with(&tq, json!({"retries": 0}))).await;
-    let counts = q.taskQueueCounts(&tq).await.unwrap();
-    assert_eq!(
-        (
-            counts["pendingTasks"].as_u64(),
-            counts["claimedTasks"].as_u64()
-        ),
-        (Some(2), Some(0))
-    );
+    counts_settle(&app, &tq, Some(2), Some(0)).await;
     claim_one(&app, &tq, "g", "w").await;
     claim_one(&app, &tq, "g", "w").await;
-    let counts = q.taskQueueCounts(&tq).await.unwrap();
-    assert_eq!(
-        (
-            counts["pendingTasks"].as_u64(),
-            counts["claimedTasks"].as_u64()
-        ),
-        (Some(0), Some(2))
-    );
+    counts_settle(&app, &tq, Some(0), Some(2)).await;
     for id in [&a, &b] {
         wait_status(&app, id, Duration::from_secs(10) + tenths(20), |s| {
             s["state"] == "exception"
         })
         .await;
     }
-    let counts = q.taskQueueCounts(&tq).await.unwrap();
-    assert_eq!(
-        (
-            counts["pendingTasks"].as_u64(),
-            counts["claimedTasks"].as_u64()
-        ),
-        (Some(0), Some(0))
-    );
+    counts_settle(&app, &tq, Some(0), Some(0)).await;
 }
 
 /// A claim ends at `takenUntil`, not when the reaper comes by (as deployed it runs once a

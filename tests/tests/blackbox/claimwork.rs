@@ -457,6 +457,7 @@ async fn claim_work_at_its_concurrency_answers_at_once_and_the_rest_goes_on() {
     };
     // The rest of the queue works meanwhile; a claimWork that finds work needs no slot.
     let id = create(&app, &task_def(&busy)).await;
+    counts_settle(&app, &busy, Some(1), None).await;
     let r = q.claimWork(&busy, &worker("g", "w", 1)).await.unwrap();
     assert_eq!(r["tasks"][0]["status"]["taskId"], id.as_str());
     let r = q.reportCompleted(&id, "0").await.expect("reportCompleted");

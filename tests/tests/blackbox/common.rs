@@ -97,6 +97,34 @@ where
     }
 }
 
+/// The task queue's counts (taskQueueCounts) once they show `pending` pending and `claimed`
+/// claimed runs (`None`: any). They come from secondary indexes, which on DynamoDB lag the
+/// writes (by up to about a second; by `TCQ_INDEX_LAG_MS` on the embedded backend), so a
+/// caller that has just written reads them until they agree, as any client on AWS would.
+pub async fn counts_settle(
+    app: &TestServer,
+    tq: &str,
+    pending: Option<u64>,
+    claimed: Option<u64>,
+) -> Value {
+    let q = app.queue();
+    let mut last = Value::Null;
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let c = q.taskQueueCounts(tq).await.expect("taskQueueCounts");
+        let fits = |key: &str, want: Option<u64>| want.is_none_or(|n| c[key].as_u64() == Some(n));
+        if fits("pendingTasks", pending) && fits("claimedTasks", claimed) {
+            return c;
+        }
+        assert!(
+            Instant::now() < until,
+            "counts of {tq} never showed pending {pending:?}, claimed {claimed:?}: last {last}"
+        );
+        last = c;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Polls the status of `id` until `pred` holds; returns that status.
 pub async fn wait_status(
     app: &TestServer,

@@ -43,6 +43,7 @@ async fn twenty_workers_claim_five_hundred_tasks_exactly_once() {
         created.extend(c.await.unwrap());
     }
     assert_eq!(created.len(), tasks_n);
+    counts_settle(&app, &tq, Some(tasks_n as u64), None).await;
     assert_eq!(
         app.queue().pendingTasks(&tq).await.unwrap()["pendingTasks"],
         tasks_n as u64
@@ -119,9 +120,7 @@ async fn twenty_workers_claim_five_hundred_tasks_exactly_once() {
         assert_eq!(s["state"], "completed", "{s:#}");
         assert_eq!(s["runs"].as_array().unwrap().len(), 1);
     }
-    let counts = app.queue().taskQueueCounts(&tq).await.unwrap();
-    assert_eq!(counts["pendingTasks"], 0);
-    assert_eq!(counts["claimedTasks"], 0);
+    counts_settle(&app, &tq, Some(0), Some(0)).await;
 
     // One task-running message per task.
     let running = poll(

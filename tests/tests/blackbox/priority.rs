@@ -89,6 +89,16 @@ async fn change_task_priority_reorders_pending_work() {
     let ev = wait_events(&app, &a, "task-priority-changed", None, 1).await;
     assert_eq!(ev[0].payload["oldPriority"], "lowest");
     assert_eq!(ev[0].payload["newPriority"], "highest");
+    // The pending index follows (at once here; within about a second on DynamoDB).
+    poll(
+        Duration::from_secs(10),
+        "the pending index to follow",
+        || async {
+            let l = q.listPendingTasks(&tq, None, None).await.ok()?;
+            (l["tasks"][0]["taskId"] == a.as_str()).then_some(())
+        },
+    )
+    .await;
 
     let first = claim_one(&app, &tq, "g", "w").await;
     assert_eq!(first["status"]["taskId"], a.as_str());

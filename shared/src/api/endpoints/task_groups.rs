@@ -85,7 +85,12 @@ async fn get(api: &Api, call: &mut Call) -> ApiResult<Reply> {
     let gid = call.task_group_id()?;
     call.authorize(&Params::new().one("taskGroupId", gid.as_str()))?;
     let group = api.queue.task_group(gid.as_str(), call.now).await?;
-    Reply::ok(Value::Object(group.to_json()))
+    let mut body = group.to_json();
+    if let Some(change) = &group.change {
+        // This queue's addition: a cancellation or priority change still under way.
+        body.insert("change".into(), change.to_json());
+    }
+    Reply::ok(Value::Object(body))
 }
 
 async fn list(api: &Api, call: &mut Call) -> ApiResult<Reply> {
