@@ -388,6 +388,23 @@ pub async fn shape_queue(stack: &str) -> Arc<shared::queue::Queue> {
     Arc::new(queue_over(&format!("{stack}-"), true).await)
 }
 
+/// How far the embedded backend's indexes lag its writes in this run (`TCQ_INDEX_LAG_MS`,
+/// none when unset).
+pub fn index_lag() -> Duration {
+    Duration::from_millis(env_num("TCQ_INDEX_LAG_MS", 0))
+}
+
+/// Waits until every index shows what was written before the call. For the tests that read
+/// an index, or run a job that does, at once after writing and check exactly what it shows:
+/// on DynamoDB nothing bounds an index's lag, so only the embedded backend's, which is set on
+/// purpose (`TCQ_INDEX_LAG_MS`), is waited for.
+pub async fn settle_indexes() {
+    let lag = index_lag();
+    if !lag.is_zero() {
+        tokio::time::sleep(lag + Duration::from_millis(50)).await;
+    }
+}
+
 /// The queue's own operations over an embedded store at `path` (benches that drive the queue
 /// in process), with `cfg`.
 pub fn embedded_queue(path: &Path, cfg: shared::queue::QueueConfig) -> shared::queue::Queue {

@@ -695,6 +695,8 @@ async fn the_expiry_reaper_removes_rows_and_objects() {
         let budget = shared::jobs::Budget::of(std::time::Duration::from_secs(30));
         shared::jobs::declare::ARTIFACT_REAPER.run(ctx, budget)
     };
+    // The reaper finds them through the expiry index.
+    settle_indexes().await;
     let n = reaper(&grace).await.expect("reaper");
     assert_eq!(n, 0);
     // Without grace: two reapers at once delete both rows exactly once between them.

@@ -185,6 +185,12 @@ async fn a_claim_work_waiting_in_another_process_gets_a_new_task_within_2_s() {
     if not_in_shape("starts server processes of its own") {
         return;
     }
+    if !index_lag().is_zero() {
+        // Each process keeps its own lagging copy of the indexes, which sees only its own
+        // writes (shared::store::index_lag): two over one SQLite file are not DynamoDB.
+        eprintln!("two server processes over one file: not with TCQ_INDEX_LAG_MS");
+        return;
+    }
     for broker in [true, false] {
         let dir = tempfile::tempdir().unwrap();
         let mut envs = vec![("TCQ_CLAIM_WORK_TIMEOUT_MS", "30000".to_string())];

@@ -49,6 +49,7 @@ async fn tasks_and_claims_survive_a_sigkill() {
             .unwrap();
         created.push(id);
     }
+    settle_indexes().await;
     let claim = q.claimWork(&tq, &worker("g", "w", 10)).await.unwrap();
     let claimed: HashSet<String> = claim["tasks"]
         .as_array()

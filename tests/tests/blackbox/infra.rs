@@ -2539,6 +2539,7 @@ async fn a_decoded_gateway_path_is_served_as_the_client_signed_it() {
         .createTask(&blackbox::slugid(), &blackbox::task_def(&tq))
         .await
         .expect("createTask");
+    blackbox::settle_indexes().await;
     let encoded = format!("{PREFIX}/pending/{}", tq.replace('/', "%2F"));
     let event = decoded_gateway_event(
         "GET",

@@ -146,6 +146,7 @@ async fn a_server_printing_emf_counts_each_call_once() {
             .await
             .expect("createTask");
     }
+    settle_indexes().await;
     let r = q
         .claimWork(&tq, &worker("g", "w", 2))
         .await
@@ -221,6 +222,8 @@ async fn run_mix(root: &str) -> Mix {
         async move {
             let id = slugid();
             q.createTask(&id, &def).await.expect("createTask");
+            // The next claim finds it through the pending index.
+            settle_indexes().await;
             id
         }
     };

@@ -645,6 +645,8 @@ async fn the_artifact_reaper_expires_objects_and_abandoned_uploads() {
     let key = |n: &str| shared::records::object::blob_key(n);
     let private = shared::blobs::Bucket::Private;
     let budget = shared::time::Budget::of(std::time::Duration::from_secs(60));
+    // The reaper finds them through the expiry index.
+    settle_indexes().await;
     // Before either is due, nothing goes.
     queue
         .expire_artifacts_once(blobs.as_ref(), now, 1000, &budget)

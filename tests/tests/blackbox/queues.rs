@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 use std::collections::HashSet;
 
 async fn counts(app: &TestServer, tq: &str) -> (u64, u64) {
+    settle_indexes().await;
     let c = app.queue().taskQueueCounts(tq).await.unwrap();
     assert_eq!(c["taskQueueId"], tq);
     (
@@ -39,6 +40,7 @@ async fn counts_follow_creation_claims_and_resolution() {
     assert_eq!(counts(&app, &tq).await, (3, 0));
     // Re-creating an existing task does not count it twice.
     q.createTask(&first, &def).await.unwrap();
+    settle_indexes().await;
     assert_eq!(q.pendingTasks(&tq).await.unwrap()["pendingTasks"], 3);
 
     let c1 = claim_one(&app, &tq, "g", "w").await;
@@ -72,6 +74,7 @@ async fn list_pending_tasks_pages_in_insertion_order() {
         ids.push(create(&app, &task_def(&tq)).await);
         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
     }
+    settle_indexes().await;
     let p1 = q.listPendingTasks(&tq, None, Some("6")).await.unwrap();
     let items1 = p1["tasks"].as_array().unwrap();
     assert_eq!(items1.len(), 6);
@@ -101,10 +104,12 @@ async fn list_pending_tasks_pages_in_insertion_order() {
     assert_dates(&p1);
     shared::schema::check("list-pending-tasks-response", &p1).unwrap();
     // Without a limit everything comes in one page.
+    settle_indexes().await;
     let all = q.listPendingTasks(&tq, None, None).await.unwrap();
     assert_eq!(all["tasks"].as_array().unwrap().len(), 10);
     // Claimed tasks leave the pending list.
     claim_one(&app, &tq, "g", "w").await;
+    settle_indexes().await;
     let after = q.listPendingTasks(&tq, None, None).await.unwrap();
     assert_eq!(after["tasks"].as_array().unwrap().len(), 9);
 }
@@ -122,9 +127,11 @@ async fn list_claimed_tasks_pages_and_describes_the_claim() {
     for _ in 0..5 {
         ids.insert(create(&app, &task_def(&tq)).await);
     }
+    settle_indexes().await;
     let claimed = q.claimWork(&tq, &worker("grp", "wkr", 5)).await.unwrap();
     assert_eq!(claimed["tasks"].as_array().unwrap().len(), 5);
 
+    settle_indexes().await;
     let mut seen = HashSet::new();
     let mut token: Option<String> = None;
     let mut pages = 0;
@@ -156,6 +163,7 @@ async fn list_claimed_tasks_pages_and_describes_the_claim() {
     // Resolved tasks leave the claimed list.
     let one = ids.iter().next().unwrap();
     complete(&app, one, 0).await;
+    settle_indexes().await;
     let after = q.listClaimedTasks(&tq, None, None).await.unwrap();
     assert_eq!(after["tasks"].as_array().unwrap().len(), 4);
 }
@@ -185,6 +193,7 @@ async fn task_queue_ids_work_raw_and_percent_encoded() {
     for _ in 0..3 {
         create(&app, &task_def(&tq)).await;
     }
+    settle_indexes().await;
     // claimWork, raw and encoded.
     for enc in [tq.clone(), tq.replace('/', "%2F")] {
         let (code, body) = raw(
@@ -198,6 +207,7 @@ async fn task_queue_ids_work_raw_and_percent_encoded() {
         assert_eq!(body["tasks"].as_array().unwrap().len(), 1);
         assert_eq!(body["tasks"][0]["task"]["taskQueueId"], tq.as_str());
     }
+    settle_indexes().await;
     for body in both_encodings(&app, &tq, "/pending/{tq}").await {
         assert_eq!(body["pendingTasks"], 1);
         assert_eq!(body["taskQueueId"], tq.as_str());
@@ -228,6 +238,7 @@ async fn a_continuation_token_only_continues_its_own_listing() {
     for _ in 0..3 {
         create(&app, &task_def(&tq)).await;
     }
+    settle_indexes().await;
     let p1 = q.listPendingTasks(&tq, None, Some("1")).await.unwrap();
     let token = p1["continuationToken"].as_str().unwrap();
     let p2 = q
@@ -259,6 +270,7 @@ async fn claimed_tasks_are_listed_in_claim_order() {
             .unwrap();
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
+    settle_indexes().await;
     let listed = q.listClaimedTasks(&tq, None, None).await.unwrap();
     let order: Vec<&str> = listed["tasks"]
         .as_array()
