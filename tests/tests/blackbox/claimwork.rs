@@ -129,6 +129,7 @@ async fn claim_work_returns_up_to_the_requested_number() {
     for _ in 0..5 {
         create(&app, &task_def(&tq)).await;
     }
+    settle_indexes().await;
     let start = Instant::now();
     let r = q.claimWork(&tq, &worker("g", "w", 3)).await.unwrap();
     assert_eq!(r["tasks"].as_array().unwrap().len(), 3);

@@ -40,6 +40,8 @@ async fn claims_follow_all_seven_priorities() {
             create(&app, &def_with(&tq, json!({ "priority": p }))).await,
         ));
     }
+    // Claims order what the pending index shows.
+    settle_indexes().await;
     for want in ORDER {
         let c = claim_one(&app, &tq, "g", "w").await;
         let (_, id) = ids.iter().find(|(p, _)| *p == want).unwrap();
@@ -60,6 +62,7 @@ async fn one_claim_work_call_returns_the_highest_priorities_first() {
     for p in ["low", "lowest", "medium", "lowest", "highest", "low"] {
         create(&app, &def_with(&tq, json!({ "priority": p }))).await;
     }
+    settle_indexes().await;
     let r = q.claimWork(&tq, &worker("g", "w", 3)).await.unwrap();
     let mut got: Vec<&str> = r["tasks"]
         .as_array()
