@@ -42,17 +42,12 @@ ALONE=(-p blackbox --test blackbox --locked -- --ignored --exact amqp_restart::a
 cargo test "${ALONE[@]}"
 # The same with every index (and eventually consistent read) a second behind the writes, as
 # DynamoDB's may lag (TCQ_INDEX_LAG_MS, shared::store::index_lag): the capabilities that act on
-# what an index shows. Left out: a wake-up between processes within 2 s (the lag alone is half
-# of it); worker-manager's removal of a worker within the lag of its claim (its run is then
-# found by the claim's expiry; see RELIABILITY.md); and the two aging races, whose load of
-# `highest` tasks is only claimable a second after each is created.
+# what an index shows. The whole suite runs so in scripts/index-lag.sh.
 phase "embedded, indexes 1 s behind: bounded subset"
 LAGGED=(lifecycle:: claims:: claimwork:: deadlines:: dependencies:: task_groups:: priority::
         retries:: idempotency:: workers:: scheduling:: concurrency::)
 TCQ_INDEX_LAG_MS=1000 cargo test -p blackbox --test blackbox --locked -- --test-threads="$THREADS" \
-  "${LAGGED[@]}" --skip claimwork::a_claim_work_waiting_in_another_process \
-  --skip workers::runs_of_a_worker_that_worker_manager_removed \
-  --skip priority::a_lowest_task_is_claimed_after --skip priority::without_aging
+  "${LAGGED[@]}"
 # The fuzz targets (fuzz/), bounded: 10 s each from the committed seeds, which hold every input
 # that once failed, built unoptimised (installs cargo-fuzz on first use; about 4 minutes with
 # the build; an optimised build took 2.5 minutes more, 2026-11-27).

@@ -240,12 +240,17 @@ pub async fn start(cfg: ServerConfig, sink: Arc<dyn EventSink>) -> Result<Runnin
         Some(_) => shared::metrics::Metrics::draining(true),
         None => shared::metrics::Metrics::new(),
     };
+    let mut queue_cfg = cfg.queue.queue_config();
+    if !cfg.on_aws() {
+        // The embedded store's indexes are current, but for a lag put on them on purpose.
+        queue_cfg.index_settle_ms = cfg.index_lag_ms.map_or(0, |lag| lag.saturating_mul(2));
+    }
     let queue = Arc::new(
         Queue::new(
             store,
             assemble::work_signal(cfg.amqp_url.as_deref(), &cfg.queue),
             issuer,
-            cfg.queue.queue_config(),
+            queue_cfg,
         )
         .with_observer(hints.clone())
         .with_metrics(Arc::new(metrics)),

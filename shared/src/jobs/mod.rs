@@ -445,7 +445,9 @@ pub async fn resolution_batch(
 /// `exception`/`worker-shutdown` at `now`, with a retry where allowed
 /// ([`Queue::resolve_gone_workers`]). A message that cannot name a worker is logged and
 /// skipped, never retried; a failure of the store fails the whole batch, which is redelivered
-/// (resolving is idempotent). The reply counts `messages`, `resolved` runs and `skipped`.
+/// (resolving is idempotent). The claimed index is read again after
+/// [`QueueConfig::index_settle_ms`](crate::queue::QueueConfig::index_settle_ms), for runs
+/// claimed within its lag. The reply counts `messages`, `resolved` runs and `skipped`.
 pub async fn worker_gone_batch(
     queue: &Queue,
     event: &serde_json::Value,
@@ -485,12 +487,28 @@ pub async fn worker_gone_batch(
         }
     }
     let mut resolved = 0;
-    for (pool, workers) in &pools {
-        let n = queue.resolve_gone_workers(pool, workers, now).await?;
-        if n > 0 {
-            tracing::info!(worker_pool_id = %pool, workers = workers.len(), runs = n, "resolved the runs of workers worker-manager let go");
+    // A run claimed just before the message may not be in the claimed index yet (a GSI
+    // lags its writes): a second look, once the index has settled, finds it.
+    let settle = queue.cfg.index_settle_ms;
+    let looks = if settle > 0 && !pools.is_empty() {
+        2
+    } else {
+        1
+    };
+    for look in 0..looks {
+        let now = if look == 0 {
+            now
+        } else {
+            tokio::time::sleep(std::time::Duration::from_millis(settle)).await;
+            now.plus(i64::try_from(settle).unwrap_or(i64::MAX))
+        };
+        for (pool, workers) in &pools {
+            let n = queue.resolve_gone_workers(pool, workers, now).await?;
+            if n > 0 {
+                tracing::info!(worker_pool_id = %pool, workers = workers.len(), runs = n, look, "resolved the runs of workers worker-manager let go");
+            }
+            resolved += n;
         }
-        resolved += n;
     }
     Ok(serde_json::json!({
         "messages": messages.len(), "resolved": resolved, "skipped": skipped

@@ -67,6 +67,11 @@ pub struct QueueConfig {
     /// goes through before it answers and leaves the rest to the `groupChanges` job (2,000:
     /// a call also stops after 10 s, well within the HTTP API's 30 s).
     pub group_call_tasks: u64,
+    /// How long a write may take to show in every secondary index, for the jobs that must
+    /// find every run written before they began: worker-manager's removals look again this
+    /// long after their first look (2 s: DynamoDB's indexes usually follow within a second;
+    /// 0 where they are current, as in the embedded store).
+    pub index_settle_ms: u64,
 }
 
 impl Default for QueueConfig {
@@ -87,6 +92,7 @@ impl Default for QueueConfig {
             recent_tasks_delay_ms: MINUTE,
             priority_aging_ms: PRIORITY_AGING_MS,
             group_call_tasks: 2_000,
+            index_settle_ms: 2_000,
         }
     }
 }
