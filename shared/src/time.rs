@@ -48,13 +48,48 @@ impl Ts {
 }
 
 impl fmt::Display for Ts {
-    /// `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+    /// `YYYY-MM-DDTHH:MM:SS.mmmZ`. Every record, status and event renders several, so years
+    /// 0–9999 are rendered by hand (a tenth of chrono's instructions); others through chrono.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match Utc.timestamp_millis_opt(self.0).single() {
-            Some(d) => f.write_str(&d.to_rfc3339_opts(SecondsFormat::Millis, true)),
-            None => write!(f, "invalid-time({})", self.0),
+        let (secs, ms) = (self.0.div_euclid(1000), self.0.rem_euclid(1000));
+        let (days, day_secs) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+        let (y, m, d) = civil_from_days(days);
+        if !(0..=9999).contains(&y) {
+            return match Utc.timestamp_millis_opt(self.0).single() {
+                Some(d) => f.write_str(&d.to_rfc3339_opts(SecondsFormat::Millis, true)),
+                None => write!(f, "invalid-time({})", self.0),
+            };
         }
+        let mut out = *b"0000-00-00T00:00:00.000Z";
+        let mut put = |at: usize, width: usize, mut v: i64| {
+            for i in (at..at + width).rev() {
+                out[i] = b'0' + (v % 10) as u8;
+                v /= 10;
+            }
+        };
+        put(0, 4, y);
+        put(5, 2, m);
+        put(8, 2, d);
+        put(11, 2, day_secs / 3600);
+        put(14, 2, day_secs / 60 % 60);
+        put(17, 2, day_secs % 60);
+        put(20, 3, ms);
+        f.write_str(std::str::from_utf8(&out).map_err(|_| fmt::Error)?)
     }
+}
+
+/// The proleptic Gregorian (year, month, day) of a count of days since 1970-01-01 (Howard
+/// Hinnant's `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 impl fmt::Debug for Ts {
@@ -94,6 +129,39 @@ mod tests {
     fn offsets_are_normalised_to_utc() {
         let t = Ts::parse("2026-01-02T04:04:05.000+01:00").unwrap();
         assert_eq!(t.to_string(), "2026-01-02T03:04:05.000Z");
+    }
+
+    /// The hand-rendered form is chrono's, over four centuries of instants and the edges.
+    #[test]
+    fn renders_as_chrono_does() {
+        let chrono = |t: i64| {
+            Utc.timestamp_millis_opt(t)
+                .single()
+                .map(|d| d.to_rfc3339_opts(SecondsFormat::Millis, true))
+        };
+        let mut t: i64 = -2_208_988_800_000; // 1900
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        while t < 10_413_792_000_000 {
+            // 2300
+            assert_eq!(Some(Ts(t).to_string()), chrono(t), "{t}");
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            t += (x % (3 * DAY as u64)) as i64;
+        }
+        for t in [
+            0,
+            -1,
+            1,
+            -62_167_219_200_000,     // 0000-01-01
+            253_402_300_799_999,     // 9999-12-31T23:59:59.999
+            253_402_300_800_000,     // 10000: chrono's form
+            -62_167_219_200_001,     // -0001: chrono's form
+            951_782_400_000,         // 2000-02-29
+            4_107_542_400_000 - DAY, // 2100-02-28
+        ] {
+            assert_eq!(Some(Ts(t).to_string()), chrono(t), "{t}");
+        }
     }
 
     #[test]

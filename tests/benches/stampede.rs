@@ -40,9 +40,9 @@ impl WorkSignal for WakeAll {
     fn waiter(&self, q: &str) -> Waiter {
         self.0.waiter(q)
     }
-    fn notify(&self, q: &str, _hint: Option<shared::signal::Hint>) {
+    fn notify(&self, q: &str, _hint: &dyn Fn() -> Option<shared::signal::Hint>) {
         for _ in 0..self.0.waiting(q).max(1) {
-            self.0.notify(q, None);
+            self.0.notify(q, &|| None);
         }
     }
 }

@@ -417,8 +417,8 @@ impl Queue {
             .last()
             .is_some_and(|r| r.state == RunState::Pending)
         {
-            let hint = self.pending_hint(rec, version);
-            self.signal.notify(&rec.task_queue_id, hint);
+            let hint = || self.pending_hint(rec, version);
+            self.signal.notify(&rec.task_queue_id, &hint);
         }
         self.observer.task_written(rec, version);
     }

@@ -177,9 +177,9 @@ impl WorkSignal for AmqpSignal {
         Waiter::new(q, self.registry.clone(), Some(remote))
     }
 
-    fn notify(&self, q: &str, hint: Option<Hint>) {
-        if !self.registry.wake_one(q, &hint) {
-            self.broker.publish(q, hint);
+    fn notify(&self, q: &str, hint: &dyn Fn() -> Option<Hint>) {
+        if !self.registry.wake_one(q, hint) {
+            self.broker.publish(q, hint());
         }
     }
 
@@ -447,7 +447,7 @@ impl Link<'_> {
                 // Its waiter has left (or holds a delivery already): another waiter of
                 // this process takes it, or it goes back to the queue for another process.
                 if let Some((settle, hint)) = refused {
-                    settle(b.registry.wake_one(&q, &hint));
+                    settle(b.registry.wake_one(&q, &|| hint.clone()));
                 }
             }
         }));
@@ -478,7 +478,7 @@ mod tests {
             let s = Arc::new(AmqpSignal::start(url.clone(), "exchange/x/v1/"));
             let start = Instant::now();
             for _ in 0..10_000 {
-                s.notify("p/w", None);
+                s.notify("p/w", &|| None);
             }
             s.flush(Duration::from_millis(50)).await;
             assert!(start.elapsed() < Duration::from_millis(500), "{url}");
@@ -493,7 +493,7 @@ mod tests {
                 })
             };
             tokio::time::sleep(Duration::from_millis(100)).await;
-            s.notify("p/w", None);
+            s.notify("p/w", &|| None);
             let crosses = tokio::time::timeout(Duration::from_secs(1), waiter)
                 .await
                 .expect("woken by this process's notify")

@@ -34,8 +34,10 @@ pub trait WorkSignal: Send + Sync + 'static {
     /// made pending meanwhile wakes it (its next [`Waiter::wait`] returns at once).
     fn waiter(&self, task_queue_id: &str) -> Waiter;
     /// Signals one new pending run on a queue: one waiter is woken, in this process when
-    /// one here can take it, else (across processes) in another; it gets `hint`.
-    fn notify(&self, task_queue_id: &str, hint: Option<Hint>);
+    /// one here can take it, else (across processes) in another; it gets what `hint` makes,
+    /// which is made only when a waiter or the broker takes it (signing one costs a hash of
+    /// the whole record).
+    fn notify(&self, task_queue_id: &str, hint: &dyn Fn() -> Option<Hint>);
     /// Waits (at most `within`) until the wake-ups notified so far, and the waiters that
     /// left, are through with the broker; a Lambda function calls it before answering, as it
     /// is frozen afterwards.
@@ -172,7 +174,7 @@ impl Registry {
     /// Wakes one waiter of `q` that has no wake-up yet, the longest parked first, else one
     /// that is reading the index (its next wait returns at once). False when there is none:
     /// every waiter here is already due to read again. The waiter woken gets `hint`.
-    pub(crate) fn wake_one(&self, q: &str, hint: &Option<Hint>) -> bool {
+    pub(crate) fn wake_one(&self, q: &str, hint: &dyn Fn() -> Option<Hint>) -> bool {
         let queues = self.lock();
         let Some(w) = queues.get(q) else {
             return false;
@@ -185,7 +187,7 @@ impl Registry {
             }
             if s.parked {
                 s.woken = true;
-                s.woken_hint = hint.clone();
+                s.woken_hint = hint();
                 drop(s);
                 slot.notify.notify_waiters();
                 return true;
@@ -196,7 +198,7 @@ impl Registry {
             Some(slot) => {
                 let mut s = slot.lock();
                 s.woken = true;
-                s.woken_hint = hint.clone();
+                s.woken_hint = hint();
                 drop(s);
                 // It may have parked since it was looked at.
                 slot.notify.notify_waiters();
@@ -355,7 +357,7 @@ impl Drop for Waiter {
             r.unsubscribe(&self.slot);
         }
         if let Some(hint) = unused {
-            if !self.registry.wake_one(&self.q, &hint) {
+            if !self.registry.wake_one(&self.q, &|| hint.clone()) {
                 if let Some(r) = &self.remote {
                     r.publish(&self.q, hint);
                 }
@@ -383,8 +385,8 @@ impl WorkSignal for LocalSignal {
         Waiter::new(q, self.registry.clone(), None)
     }
 
-    fn notify(&self, q: &str, hint: Option<Hint>) {
-        self.registry.wake_one(q, &hint);
+    fn notify(&self, q: &str, hint: &dyn Fn() -> Option<Hint>) {
+        self.registry.wake_one(q, hint);
     }
 }
 
@@ -398,7 +400,7 @@ mod tests {
     async fn a_notify_after_registering_is_never_lost() {
         let s = LocalSignal::default();
         let mut w = s.waiter("q");
-        s.notify("q", None);
+        s.notify("q", &|| None);
         let start = Instant::now();
         w.wait(Duration::from_secs(5)).await;
         assert!(start.elapsed() < Duration::from_secs(1));
@@ -406,6 +408,22 @@ mod tests {
         let start = Instant::now();
         w.wait(Duration::from_millis(100)).await;
         assert!(start.elapsed() >= Duration::from_millis(90));
+    }
+
+    /// A wake-up's hint is made only when a waiter takes it.
+    #[test]
+    fn a_hint_is_made_only_for_a_waiter() {
+        let s = LocalSignal::default();
+        let made = AtomicUsize::new(0);
+        let hint = || {
+            made.fetch_add(1, Ordering::SeqCst);
+            None
+        };
+        s.notify("q", &hint);
+        assert_eq!(made.load(Ordering::SeqCst), 0, "no waiter, no hint");
+        let _w = s.waiter("q");
+        s.notify("q", &hint);
+        assert_eq!(made.load(Ordering::SeqCst), 1);
     }
 
     /// Spawns `n` waiters of `q`, each waiting once; counts those woken before `timeout`.
@@ -438,7 +456,7 @@ mod tests {
         let (woken, handles) = parked(&s, "q", 100, Duration::from_secs(2)).await;
         let (other, other_handles) = parked(&s, "other", 10, Duration::from_secs(2)).await;
         for _ in 0..3 {
-            s.notify("q", None);
+            s.notify("q", &|| None);
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert_eq!(woken.load(Ordering::SeqCst), 3, "three runs wake three");
@@ -457,8 +475,8 @@ mod tests {
         let reading = s.waiter("q");
         let (woken, handles) = parked(&s, "q", 1, Duration::from_secs(2)).await;
         // The parked one is preferred; a second notify goes to the reader.
-        s.notify("q", None);
-        s.notify("q", None);
+        s.notify("q", &|| None);
+        s.notify("q", &|| None);
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert_eq!(woken.load(Ordering::SeqCst), 1);
         let (woken2, handles2) = parked(&s, "q", 1, Duration::from_secs(2)).await;
@@ -526,7 +544,7 @@ mod tests {
             !s.waiter("q").wait(Duration::from_millis(1)).await,
             "not woken"
         );
-        s.notify("r", None);
+        s.notify("r", &|| None);
         assert!(other.wait(Duration::from_secs(5)).await, "woken");
     }
 }

@@ -286,7 +286,7 @@ async fn a_wake_up_crosses_processes_to_one_waiter_through_the_broker() {
     let other_waiter = wait(&processes[0], &other, &not_woken);
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     for _ in 0..2 {
-        writer.notify(&tq, None);
+        writer.notify(&tq, &|| None);
     }
     writer.flush(Duration::from_secs(1)).await;
     let until = Instant::now() + Duration::from_secs(5);
@@ -319,7 +319,7 @@ async fn a_wake_up_crosses_processes_to_one_waiter_through_the_broker() {
     }
     other_waiter.abort();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    writer.notify(&tq, None);
+    writer.notify(&tq, &|| None);
     let until = Instant::now() + Duration::from_secs(5);
     while woken.load(Ordering::SeqCst) < 3 && Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -337,7 +337,7 @@ async fn a_wake_up_crosses_processes_to_one_waiter_through_the_broker() {
     while !reader.crosses_processes() && Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    writer.notify(&third, None);
+    writer.notify(&third, &|| None);
     writer.flush(Duration::from_secs(1)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let handed = Arc::new(AtomicUsize::new(0));
