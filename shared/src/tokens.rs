@@ -181,8 +181,10 @@ impl RotatingToken {
     }
 
     /// Reads the source unless another call read it while this one waited, or (`forced`, for
-    /// a mismatch) one did less than [`MISMATCH_REREAD_MS`] ago. A failed read keeps the
-    /// token held and is retried at the next mismatch or refresh.
+    /// a mismatch) another mismatch did less than [`MISMATCH_REREAD_MS`] ago. A scheduled
+    /// read does not hold a mismatch back: a rotation just after it must work at its first
+    /// use. A failed read keeps the token held and is retried at the next mismatch or
+    /// refresh.
     async fn read_again(&self, now: Ts, forced: bool) {
         let Some(source) = &self.source else { return };
         let before = self.reads.load(Ordering::SeqCst);
@@ -191,7 +193,7 @@ impl RotatingToken {
             return;
         }
         let recent = |at: Ts| now.0 - at.0 < MISMATCH_REREAD_MS;
-        let skip = self.with_held(|h| recent(h.read_at) || h.forced_at.is_some_and(recent));
+        let skip = self.with_held(|h| h.forced_at.is_some_and(recent));
         if forced && skip {
             return;
         }
@@ -298,6 +300,19 @@ mod tests {
         assert_eq!(t.current(Ts(700_000)).await, "b", "640_001 read it last");
         assert_eq!(t.current(Ts(700_001)).await, "c");
         assert_eq!(kept.reads(), reads + 1);
+    }
+
+    /// A rotation moments after the token was read (a function's start) works at its first
+    /// use, not only once a mismatch interval has passed.
+    #[tokio::test]
+    async fn a_rotation_just_after_a_read_works_at_its_first_use() {
+        let kept = Kept::new("a");
+        let t = RotatingToken::read_from(kept.clone(), ROT, Ts(0))
+            .await
+            .unwrap();
+        kept.rotate("b", Ts(500));
+        assert_eq!(t.after_mismatch("a", Ts(1_000), false).await, vec!["b"]);
+        assert_eq!(kept.reads(), 2);
     }
 
     #[tokio::test]

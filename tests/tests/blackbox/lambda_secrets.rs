@@ -109,18 +109,15 @@ async fn a_rotated_token_works_without_a_redeploy() {
     let old_root = shape.root_access_token.clone();
     let q = as_root(&old_root);
     let tq = task_queue_id();
-    let task = |n: usize| {
-        let tq = tq.clone();
-        let q = &q;
-        async move {
-            let ids: Vec<String> = (0..n).map(|_| slugid()).collect();
-            for id in &ids {
-                q.createTask(id, &task_def(&tq)).await.expect("createTask");
-            }
-            ids
+    // Creates `n` tasks as the client `q` (each phase passes the one it means to test).
+    async fn task(q: &taskcluster::Queue, tq: &str, n: usize) -> Vec<String> {
+        let ids: Vec<String> = (0..n).map(|_| slugid()).collect();
+        for id in &ids {
+            q.createTask(id, &task_def(tq)).await.expect("createTask");
         }
-    };
-    let ids = task(1).await;
+        ids
+    }
+    let ids = task(&q, &tq, 1).await;
     let claimed = q
         .claimWork(&tq, &worker("g", "w", 1))
         .await
@@ -151,7 +148,7 @@ async fn a_rotated_token_works_without_a_redeploy() {
 
     // The new root token, at once, on the functions it meets (a few routes).
     let q = as_root(&new_root);
-    let more = task(3).await;
+    let more = task(&q, &tq, 3).await;
     q.status(&more[0])
         .await
         .expect("status with the new root token");
