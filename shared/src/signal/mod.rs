@@ -173,39 +173,44 @@ impl Registry {
 
     /// Wakes one waiter of `q` that has no wake-up yet, the longest parked first, else one
     /// that is reading the index (its next wait returns at once). False when there is none:
-    /// every waiter here is already due to read again. The waiter woken gets `hint`.
+    /// every waiter here is already due to read again. The waiter woken gets `hint`, made
+    /// outside the locks (it encodes and signs a record) and at most once.
     pub(crate) fn wake_one(&self, q: &str, hint: &dyn Fn() -> Option<Hint>) -> bool {
-        let queues = self.lock();
-        let Some(w) = queues.get(q) else {
-            return false;
-        };
-        let mut reading = None;
-        for slot in &w.slots {
+        let mut made: Option<Option<Hint>> = None;
+        // Another wake-up, or the waiter's leaving, may come between the choice and the
+        // wake-up: then choose again (a rare race, which moves things forward).
+        while let Some(slot) = self.wakeable(q) {
+            let h = made.take().unwrap_or_else(hint);
             let mut s = slot.lock();
-            if s.awake() {
+            if s.awake() || s.left {
+                made = Some(h);
+                continue;
+            }
+            s.woken = true;
+            s.woken_hint = h;
+            drop(s);
+            // A waiter that was reading may have parked since.
+            slot.notify.notify_waiters();
+            return true;
+        }
+        false
+    }
+
+    /// The waiter of `q` [`Registry::wake_one`] would wake now.
+    fn wakeable(&self, q: &str) -> Option<Arc<Slot>> {
+        let queues = self.lock();
+        let mut reading = None;
+        for slot in &queues.get(q)?.slots {
+            let s = slot.lock();
+            if s.awake() || s.left {
                 continue;
             }
             if s.parked {
-                s.woken = true;
-                s.woken_hint = hint();
-                drop(s);
-                slot.notify.notify_waiters();
-                return true;
+                return Some(slot.clone());
             }
             reading = reading.or(Some(slot));
         }
-        match reading {
-            Some(slot) => {
-                let mut s = slot.lock();
-                s.woken = true;
-                s.woken_hint = hint();
-                drop(s);
-                // It may have parked since it was looked at.
-                slot.notify.notify_waiters();
-                true
-            }
-            None => false,
-        }
+        reading.cloned()
     }
 
     /// How many waiters of `q` this process has.
