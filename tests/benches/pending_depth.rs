@@ -95,14 +95,15 @@ impl Template {
             .await
             .expect("read")
             .expect("definition")
-            .data;
+            .data
+            .into_value();
         let status = queue
             .store
             .get(keys::TASKS, id.as_str(), keys::SK_STATUS)
             .await
             .expect("read")
             .expect("status");
-        let rec: TaskRecord = serde_json::from_value(status.data).expect("record");
+        let rec: TaskRecord = status.data.decode().expect("record");
         assert_eq!(rec.runs.len(), 1, "the template task is pending");
         Template { def, rec }
     }

@@ -269,7 +269,7 @@ impl AuthService {
             .store
             .get(keys::AUTH, pk, &sk)
             .await?
-            .map(|i| (i.data, i.version)))
+            .map(|i| (i.data.into_value(), i.version)))
     }
 
     /// A client for authentication: static ones first, then stored ones.
@@ -335,7 +335,7 @@ impl AuthService {
                     1000,
                 )
                 .await?;
-            out.extend(page.items.into_iter().map(|i| i.data));
+            out.extend(page.items.into_iter().map(|i| i.data.into_value()));
             match page.next {
                 Some(c) => after = Some(c),
                 None => return Ok(out),

@@ -7,7 +7,7 @@ use super::{Event, EventSink, SinkError};
 use crate::records::outbox::{OutboxEvent, Outboxed, OUTBOX_INDEX};
 use crate::records::task::sk_dead_letter;
 use crate::store::shard::{shard_pk, SHARDS};
-use crate::store::{Cond, Item, SkRange, Store, StoreError, WriteOp};
+use crate::store::{Cond, Data, Item, SkRange, Store, StoreError, WriteOp};
 use crate::time::Ts;
 use std::sync::Mutex;
 
@@ -78,7 +78,10 @@ fn to_event(prefix: &str, e: &OutboxEvent) -> Event {
 }
 
 fn decode<R: Outboxed>(item: Item) -> Result<(R, u64), StoreError> {
-    let rec = serde_json::from_value(item.data).map_err(|e| StoreError::Other(e.to_string()))?;
+    let rec = item
+        .data
+        .decode()
+        .map_err(|e| StoreError::Other(e.to_string()))?;
     Ok((rec, item.version))
 }
 
@@ -95,7 +98,7 @@ async fn update_record<R: Outboxed>(
         if !change(&mut rec) {
             return Ok(());
         }
-        let data = serde_json::to_value(&rec).map_err(|e| StoreError::Other(e.to_string()))?;
+        let data = Data::encode(&rec).map_err(|e| StoreError::Other(e.to_string()))?;
         let item = Item::new(rec.pk(), R::SK, data, rec.index_entries());
         let op = WriteOp::Put {
             table: R::TABLE,
@@ -445,7 +448,7 @@ mod tests {
 
     /// Writes a status item as the queue does; returns its image (as a stream would carry it).
     async fn put_status(store: &SqliteStore, rec: &TaskRecord, cond: Cond) -> Item {
-        let data = rec.stored_json().unwrap();
+        let data = crate::records::outbox::stored_data(rec).unwrap();
         let item = Item::new(&rec.task_id, SK_STATUS, data, rec.index_entries());
         let version = store
             .write(WriteOp::Put {
@@ -532,11 +535,11 @@ mod tests {
         rec.emit_created();
         let first = put_status(&store, &rec, Cond::NotExists).await;
         // Each next write starts from the stored record, as every writer does.
-        let mut rec: TaskRecord = serde_json::from_value(first.data.clone()).unwrap();
+        let mut rec: TaskRecord = first.data.decode().unwrap();
         assert_eq!(rec.outbox.len(), 2);
         rec.claim(0, "g", "w", Ts(1), Ts(1_000)).unwrap();
         let second = put_status(&store, &rec, Cond::Version(first.version)).await;
-        let mut rec: TaskRecord = serde_json::from_value(second.data.clone()).unwrap();
+        let mut rec: TaskRecord = second.data.decode().unwrap();
         rec.resolve(0, ReasonResolved::Completed, Ts(2)).unwrap();
         let third = put_status(&store, &rec, Cond::Version(second.version)).await;
         let names = |v: &serde_json::Value| -> Vec<String> {
@@ -679,7 +682,7 @@ mod tests {
             }
         };
         let first = put(&g, Cond::NotExists).await;
-        let mut g: GraphRecord = serde_json::from_value(first.data.clone()).unwrap();
+        let mut g: GraphRecord = first.data.decode().unwrap();
         g.state = state::FINISHED.into();
         g.emit(Exchange::TaskGraphFinished);
         let second = put(&g, Cond::Version(first.version)).await;

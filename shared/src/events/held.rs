@@ -19,7 +19,7 @@ use super::drain::{checked_events, DrainError, RecentIds, Waiting};
 use super::EventSink;
 use crate::records::outbox::{OutboxEvent, Outboxed};
 use crate::store::shard::{shard_of, SHARDS};
-use crate::store::{Cond, Item, SkRange, Store, StoreError, WriteOp};
+use crate::store::{Cond, Data, Item, SkRange, Store, StoreError, WriteOp};
 use crate::time::Ts;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
@@ -122,7 +122,7 @@ pub(crate) async fn hold<R: Outboxed>(
             since,
             events: rec.outbox().to_vec(),
         };
-        let data = serde_json::to_value(&held).map_err(|e| StoreError::Other(e.to_string()))?;
+        let data = Data::encode(&held).map_err(|e| StoreError::Other(e.to_string()))?;
         let item = Item::new(
             held_pk(shard_of(rec.pk())),
             held_sk(rec.pk(), *version),
@@ -183,7 +183,9 @@ pub async fn drain_held<R: Outboxed>(
             out.more |= page.next.is_some() || page.items.len() >= batch;
             let mut held = Vec::with_capacity(page.items.len());
             for item in &page.items {
-                let h: Held = serde_json::from_value(item.data.clone())
+                let h: Held = item
+                    .data
+                    .decode()
                     .map_err(|e| StoreError::Other(e.to_string()))?;
                 held.push(h);
             }

@@ -103,7 +103,7 @@ pub async fn dependencies_of(queue: &Queue, images: Vec<Item>, now: Ts) -> Resul
         }
     }
     let mut marked = newest.into_values().map(|i| {
-        let rec = serde_json::from_value::<TaskRecord>(i.data).ok();
+        let rec = i.data.decode::<TaskRecord>().ok();
         (i.pk, rec.map(|r| (r, i.version)))
     });
     let mut n = 0;

@@ -75,7 +75,7 @@ impl Queue {
         let items: Vec<_> = pages.into_iter().flat_map(|p| p.items).collect();
         for chunk in items.chunks(PARALLEL) {
             let writes = chunk.iter().map(|item| async move {
-                let rec: TaskRecord = serde_json::from_value(item.data.clone())?;
+                let rec: TaskRecord = item.data.decode()?;
                 self.age_run(rec, item.version).await
             });
             aged += futures_util::future::try_join_all(writes)

@@ -209,7 +209,7 @@ impl Queue {
                 if claims.len() >= count {
                     break;
                 }
-                let rec: TaskRecord = serde_json::from_value(item.data)?;
+                let rec: TaskRecord = item.data.decode()?;
                 let Some(run_id) = claimable(&rec, now) else {
                     continue;
                 };

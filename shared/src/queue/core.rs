@@ -306,7 +306,7 @@ impl Queue {
             .get_as(TASKS, task_id, SK_STATUS, consistent)
             .await?;
         match item {
-            Some(item) => Ok(Some((serde_json::from_value(item.data)?, item.version))),
+            Some(item) => Ok(Some((item.data.decode()?, item.version))),
             None => Ok(None),
         }
     }
@@ -321,7 +321,7 @@ impl Queue {
         items
             .into_iter()
             .map(|i| match i {
-                Some(item) => Ok(Some(serde_json::from_value(item.data)?)),
+                Some(item) => Ok(Some(item.data.decode()?)),
                 None => Ok(None),
             })
             .collect()
@@ -335,12 +335,12 @@ impl Queue {
         // Definitions never change, so an eventually consistent read is current whenever it
         // finds one; only a task created moments ago may need the strong read.
         let def = match self.store.get_eventual(TASKS, task_id, SK_DEF).await? {
-            Some(i) => Some(i.data),
+            Some(i) => Some(i.data.into_value()),
             None => self
                 .store
                 .get(TASKS, task_id, SK_DEF)
                 .await?
-                .map(|i| i.data),
+                .map(|i| i.data.into_value()),
         };
         if let Some(d) = &def {
             self.remember_def(task_id, d);
@@ -374,8 +374,9 @@ impl Queue {
             let found = self.store.get_many(TASKS, &keys, consistent).await?;
             for (i, item) in missing.into_iter().zip(found) {
                 if let Some(item) = item {
-                    self.remember_def(ids[i], &item.data);
-                    out[i] = Some(item.data);
+                    let def = item.data.into_value();
+                    self.remember_def(ids[i], &def);
+                    out[i] = Some(def);
                 }
             }
         }
@@ -403,7 +404,7 @@ impl Queue {
         Ok(Item::new(
             rec.task_id.clone(),
             SK_STATUS,
-            rec.stored_json()?,
+            crate::records::outbox::stored_data(rec)?,
             rec.index_entries(),
         ))
     }

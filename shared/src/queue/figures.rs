@@ -184,10 +184,7 @@ impl Queue {
                 let page = store
                     .query_index(TASKS, index::PENDING, tq.as_str(), &range, None, 1)
                     .await?;
-                let first = page
-                    .items
-                    .first()
-                    .map(|i| serde_json::from_value::<TaskRecord>(i.data.clone()));
+                let first = page.items.first().map(|i| i.data.decode::<TaskRecord>());
                 Ok::<_, crate::error::ApiError>(match first {
                     Some(rec) => rec?.runs.last().map(|r| r.scheduled),
                     None => None,

@@ -51,7 +51,7 @@ impl Queue {
         let due = self.due_in(TASKS, index::CLAIMS, now, batch).await?;
         let mut claims = vec![];
         for item in due.items {
-            let rec: TaskRecord = serde_json::from_value(item.data)?;
+            let rec: TaskRecord = item.data.decode()?;
             if let Some((run, Some(until))) = rec.runs.last().map(|r| (r.run_id, r.taken_until)) {
                 claims.push((rec.task_id, run, until));
             }

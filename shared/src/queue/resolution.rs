@@ -78,7 +78,7 @@ impl Queue {
                 )
                 .await?;
             for item in page.items {
-                let rec: TaskRecord = serde_json::from_value(item.data)?;
+                let rec: TaskRecord = item.data.decode()?;
                 let Some(run) = rec.runs.last() else { continue };
                 let (Some(group), Some(worker)) = (&run.worker_group, &run.worker_id) else {
                     continue;

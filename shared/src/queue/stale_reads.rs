@@ -201,7 +201,7 @@ async fn image(store: &Lagging, id: &TaskId) -> (TaskRecord, u64) {
         .await
         .unwrap()
         .unwrap();
-    (serde_json::from_value(item.data).unwrap(), item.version)
+    (item.data.decode().unwrap(), item.version)
 }
 
 /// The group's unresolved count, summed over its shares.

@@ -55,7 +55,7 @@ impl Queue {
         let mut last = after;
         let mut listed = Vec::with_capacity(res.items.len());
         for item in res.items {
-            let rec: TaskRecord = serde_json::from_value(item.data)?;
+            let rec: TaskRecord = item.data.decode()?;
             listed.push((rec, item.pk, item.sk));
         }
         // Definitions are read in batches, a few at once, as a task group's listing reads

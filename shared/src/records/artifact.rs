@@ -9,7 +9,7 @@ use crate::blobs::Bucket;
 use crate::error::{ApiError, ApiResult};
 use crate::ids::check_key_part;
 use crate::store::shard::{shard_of, shard_pk, time_key};
-use crate::store::{IndexEntry, Item};
+use crate::store::{Data, IndexEntry, Item};
 use crate::time::{Ts, MINUTE};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -99,7 +99,7 @@ impl Artifact {
 
     /// The item, with its expiry entry.
     pub fn item(&self) -> ApiResult<Item> {
-        let data = serde_json::to_value(self).map_err(ApiError::internal)?;
+        let data = Data::encode(self).map_err(ApiError::internal)?;
         Ok(Item::new(
             self.task_id.clone(),
             artifact_sk(self.run_id, &self.name),
@@ -161,7 +161,7 @@ pub fn compatible(old: &Artifact, new: &Artifact) -> bool {
 
 /// Decodes an artifact item.
 pub fn decode(item: Item) -> ApiResult<Artifact> {
-    serde_json::from_value(item.data).map_err(ApiError::internal)
+    item.data.decode().map_err(ApiError::internal)
 }
 
 /// Parses a (schema-validated) createArtifact body into an artifact.

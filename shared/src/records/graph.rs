@@ -11,7 +11,7 @@
 use super::outbox::{outbox_entry, OutboxEvent, Outboxed};
 use crate::error::{ApiError, ApiResult};
 use crate::routing::Exchange;
-use crate::store::{IndexEntry, Item};
+use crate::store::{Data, IndexEntry, Item};
 use crate::time::Ts;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
@@ -134,11 +134,7 @@ impl GraphRecord {
     /// The graph's item: where the stream delivers the events, its outbox holds only those
     /// this write adds.
     pub fn item(&self) -> ApiResult<Item> {
-        let mut data = serde_json::to_value(self).map_err(ApiError::internal)?;
-        if !self.sweep {
-            let fresh: Vec<&OutboxEvent> = self.outbox.iter().filter(|e| e.fresh).collect();
-            data["outbox"] = serde_json::to_value(fresh).map_err(ApiError::internal)?;
-        }
+        let data = super::outbox::stored_data(self).map_err(ApiError::internal)?;
         Ok(Item::new(
             self.task_graph_id.clone(),
             SK_TASK_GRAPH,
@@ -244,7 +240,7 @@ impl GraphRecord {
 impl TaskNode {
     /// The node's item.
     pub fn item(&self, task_graph_id: &str) -> ApiResult<Item> {
-        let data = serde_json::to_value(self).map_err(ApiError::internal)?;
+        let data = Data::encode(self).map_err(ApiError::internal)?;
         Ok(Item::new(
             task_graph_id,
             sk_graph_task(&self.task_id),

@@ -13,7 +13,7 @@
 use crate::error::{ApiError, ApiResult};
 use crate::records::task::Priority;
 use crate::store::shard::{shard_of, shard_pk, time_key, SHARDS};
-use crate::store::{Cond, IndexEntry, Item, WriteOp};
+use crate::store::{Cond, Data, IndexEntry, Item, WriteOp};
 use crate::time::Ts;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
@@ -89,12 +89,12 @@ impl GroupRecord {
 
     /// Decodes a stored group item.
     pub fn from_item(item: &Item) -> ApiResult<Self> {
-        serde_json::from_value(item.data.clone()).map_err(ApiError::internal)
+        item.data.decode().map_err(ApiError::internal)
     }
 
     /// The item, with its expiry entry.
     pub fn item(&self) -> Item {
-        let data = serde_json::to_value(self).unwrap_or_else(|_| json!({}));
+        let data = Data::encode(self).unwrap_or_else(|_| json!({}).into());
         Item::new(
             self.task_group_id.as_str(),
             SK_GROUP,

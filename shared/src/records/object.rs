@@ -9,7 +9,7 @@ use super::artifact::ARTIFACT_EXPIRY;
 use crate::error::{ApiError, ApiResult};
 use crate::ids::check_key_part;
 use crate::store::shard::{shard_of, shard_pk, time_key};
-use crate::store::{IndexEntry, Item};
+use crate::store::{Data, IndexEntry, Item};
 use crate::time::{Ts, DAY};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -72,7 +72,7 @@ impl ObjectRecord {
 
     /// The item, with its expiry entry.
     pub fn item(&self) -> ApiResult<Item> {
-        let data = serde_json::to_value(self).map_err(ApiError::internal)?;
+        let data = Data::encode(self).map_err(ApiError::internal)?;
         let entry = IndexEntry {
             index: ARTIFACT_EXPIRY,
             pk: shard_pk(ARTIFACT_EXPIRY, shard_of(&self.name)),
@@ -99,7 +99,7 @@ pub fn is_object_item(item: &Item) -> bool {
 
 /// Decodes an object item.
 pub fn decode(item: Item) -> ApiResult<ObjectRecord> {
-    serde_json::from_value(item.data).map_err(ApiError::internal)
+    item.data.decode().map_err(ApiError::internal)
 }
 
 /// The `hashes` of a request, as strings.

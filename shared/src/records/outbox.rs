@@ -1,7 +1,7 @@
 //! The outbox: events written into the item of the record they concern, in the same
 //! conditional write as the change they announce, and removed once published.
 
-use crate::store::IndexEntry;
+use crate::store::{Data, IndexEntry};
 use crate::time::Ts;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -64,6 +64,18 @@ pub trait Outboxed:
     }
     /// Forgets [`Outboxed::held_since`] (its outbox emptied).
     fn clear_held(&mut self) {}
+}
+
+/// The data of an outboxed record's item: the record, except that where the stream delivers
+/// the events, its outbox holds only those this write adds (each earlier write's own are in
+/// its stream record).
+pub fn stored_data<R: Outboxed>(rec: &R) -> serde_json::Result<Data> {
+    if !rec.stream_delivered() || rec.outbox().iter().all(|e| e.fresh) {
+        return Data::encode(rec);
+    }
+    let mut fresh = rec.clone();
+    fresh.outbox_mut().retain(|e| e.fresh);
+    Data::encode(&fresh)
 }
 
 /// Records written before their `sweep` flag existed always had their outbox entry.

@@ -528,17 +528,6 @@ impl TaskRecord {
         runs
     }
 
-    /// The item's data: the record, whose outbox, where the stream delivers the events, holds
-    /// only those this write adds (each earlier write's own are in its stream record).
-    pub fn stored_json(&self) -> serde_json::Result<Value> {
-        let mut data = serde_json::to_value(self)?;
-        if !self.sweep {
-            let fresh: Vec<&OutboxEvent> = self.outbox.iter().filter(|e| e.fresh).collect();
-            data["outbox"] = serde_json::to_value(fresh)?;
-        }
-        Ok(data)
-    }
-
     /// Where the last run sorts in the pending index while pending.
     pub fn pending_rank(&self) -> PendingRank {
         match self.runs.last() {

@@ -15,7 +15,7 @@
 
 use crate::ids::TaskQueueId;
 use crate::store::shard::{shard_of, shard_pk, time_key};
-use crate::store::{IndexEntry, Item};
+use crate::store::{Data, IndexEntry, Item};
 use crate::time::{Ts, DAY, HOUR};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -80,7 +80,7 @@ pub struct TaskQueueRecord {
 impl TaskQueueRecord {
     /// Decodes a stored item.
     pub fn from_item(item: &Item) -> Option<Self> {
-        serde_json::from_value(item.data.clone()).ok()
+        item.data.decode().ok()
     }
 
     /// Decodes a stored item if the task queue lives at `now` (reads hide expired ones).
@@ -93,7 +93,7 @@ impl TaskQueueRecord {
         Item::new(
             PK_TASK_QUEUES,
             self.task_queue_id.clone(),
-            json!(self),
+            Data::encode(self).unwrap_or_else(|_| json!({}).into()),
             vec![expiry_entry(
                 PK_TASK_QUEUES,
                 &self.task_queue_id,
@@ -184,7 +184,7 @@ pub struct WorkerRecord {
 impl WorkerRecord {
     /// Decodes a stored item.
     pub fn from_item(item: &Item) -> Option<Self> {
-        serde_json::from_value(item.data.clone()).ok()
+        item.data.decode().ok()
     }
 
     /// The item to store.
@@ -195,7 +195,12 @@ impl WorkerRecord {
         );
         let until = self.expires.max(self.quarantine_until.unwrap_or(Ts(0)));
         let entry = expiry_entry(&pk, &sk, until);
-        Item::new(pk, sk, json!(self), vec![entry])
+        Item::new(
+            pk,
+            sk,
+            Data::encode(self).unwrap_or_else(|_| json!({}).into()),
+            vec![entry],
+        )
     }
 
     /// Seen at `now`, having claimed `runs`: a new record, or `old` with `expires` pushed

@@ -91,7 +91,7 @@ impl Scheduler {
         sk: &str,
     ) -> ApiResult<Option<(T, u64)>> {
         match self.store().get(TASK_GRAPHS, gid, sk).await? {
-            Some(item) => Ok(Some((serde_json::from_value(item.data)?, item.version))),
+            Some(item) => Ok(Some((item.data.decode()?, item.version))),
             None => Ok(None),
         }
     }
@@ -559,7 +559,7 @@ impl Scheduler {
                 .query(TASK_GRAPHS, gid, &range, after.as_ref(), 1000)
                 .await?;
             for item in page.items {
-                out.push(serde_json::from_value(item.data)?);
+                out.push(item.data.decode()?);
             }
             match page.next {
                 Some(c) => after = Some(c),

@@ -289,11 +289,10 @@ impl DynamoStore {
             .and_then(|n| n.parse().ok())
             .unwrap_or(0);
         let data = match m.get("d") {
-            Some(AttributeValue::B(b)) => serde_json::from_slice(&inflate(b.as_ref())?),
-            Some(AttributeValue::S(text)) => serde_json::from_str(text),
+            Some(AttributeValue::B(b)) => Data::from_bytes(inflate(b.as_ref())?),
+            Some(AttributeValue::S(text)) => Data::from_bytes(text.clone().into_bytes()),
             _ => return Err(StoreError::Other("item lacks d".into())),
-        }
-        .map_err(other)?;
+        };
         Ok(Item {
             pk: get("pk")?,
             sk: get("sk")?,
@@ -307,8 +306,8 @@ impl DynamoStore {
     /// data `d`, or `None` if the data cannot be read.
     pub fn item_from_image(pk: &str, sk: &str, version: u64, data: ImageData<'_>) -> Option<Item> {
         let data = match data {
-            ImageData::Deflated(bytes) => serde_json::from_slice(&inflate(bytes).ok()?).ok()?,
-            ImageData::Json(text) => serde_json::from_str(text).ok()?,
+            ImageData::Deflated(bytes) => Data::from_bytes(inflate(bytes).ok()?),
+            ImageData::Json(text) => Data::from_bytes(text.as_bytes().to_vec()),
         };
         Some(Item {
             pk: pk.to_string(),

@@ -14,6 +14,7 @@
 //! "read, compute, write with `Cond::Version(read_version)`".
 
 pub mod conformance;
+pub mod data;
 #[cfg(feature = "aws")]
 pub mod dynamodb;
 pub mod index_lag;
@@ -21,6 +22,7 @@ pub mod shard;
 pub mod sqlite;
 
 use async_trait::async_trait;
+pub use data::Data;
 use serde_json::Value;
 
 /// The resource declarations (tables and their indexes) shared with LocalStack and the SAM
@@ -82,7 +84,7 @@ pub struct Item {
     /// Version assigned by the store (1 on first write, +1 on every write). Ignored on input.
     pub version: u64,
     /// The item's attributes.
-    pub data: Value,
+    pub data: Data,
     /// The index entries this item appears under.
     pub indexes: Vec<IndexEntry>,
 }
@@ -92,14 +94,14 @@ impl Item {
     pub fn new(
         pk: impl Into<String>,
         sk: impl Into<String>,
-        data: Value,
+        data: impl Into<Data>,
         indexes: Vec<IndexEntry>,
     ) -> Self {
         Item {
             pk: pk.into(),
             sk: sk.into(),
             version: 0,
-            data,
+            data: data.into(),
             indexes,
         }
     }
@@ -448,8 +450,11 @@ pub fn check_transaction(ops: &[WriteOp]) -> Result<(), StoreError> {
 }
 
 /// Serialises an item's data, enforcing the item size limit (keys and indexes included).
-pub fn encode_item(item: &Item) -> Result<Vec<u8>, StoreError> {
-    let bytes = serde_json::to_vec(&item.data).map_err(|e| StoreError::Other(e.to_string()))?;
+pub fn encode_item(item: &Item) -> Result<std::borrow::Cow<'_, [u8]>, StoreError> {
+    let bytes = item
+        .data
+        .encoded()
+        .map_err(|e| StoreError::Other(e.to_string()))?;
     let size = bytes.len()
         + item.pk.len()
         + item.sk.len()

@@ -192,7 +192,7 @@ async fn items_a_newer_build_wrote_are_served_and_their_attributes_kept() {
         data["runs"][0]["newerRunAttribute"] = json!("kept");
         // Its index entries, as any build derives them from the task's state (a read does
         // not return them).
-        let rec: TaskRecord = serde_json::from_value(data.clone()).expect("a task record");
+        let rec: TaskRecord = data.decode().expect("a task record");
         let newer = Item::new(item.pk, item.sk, data, rec.index_entries());
         let op = WriteOp::Put {
             table: TASKS,

@@ -79,7 +79,10 @@ async fn data_is_stored_deflated_and_json_items_are_still_read() {
     .await
     .expect("PutItem");
     let old = store.get("conformance", "b", "s").await.unwrap().unwrap();
-    assert_eq!((old.version, old.data), (4, json!({ "old": true })));
+    assert_eq!(
+        (old.version, old.data.into_value()),
+        (4, json!({ "old": true }))
+    );
     store
         .write(WriteOp::Put {
             table: "conformance",
