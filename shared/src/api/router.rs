@@ -56,9 +56,20 @@ fn param_of(p: &'static str) -> Option<(&'static str, bool)> {
     })
 }
 
+/// Whether a literal pattern segment matches a raw path segment.
+fn literal_matches(p: &str, raw: &str) -> bool {
+    p == raw || (raw.contains('%') && p == decode(raw))
+}
+
 /// Matches the segments of a path under the prefix against one route.
 fn match_route(route: &'static str, segs: &[&str]) -> Option<Vec<(&'static str, String)>> {
-    let pat: Vec<&'static str> = route.trim_start_matches('/').split('/').collect();
+    let route = route.trim_start_matches('/');
+    // Most routes tried differ in their first segment: refuse those before allocating.
+    let first = route.split('/').next().unwrap_or_default();
+    if param_of(first).is_none() && !literal_matches(first, segs.first()?) {
+        return None;
+    }
+    let pat: Vec<&'static str> = route.split('/').collect();
     let spans = pat.iter().position(|p| param_of(p).is_some_and(|(_, s)| s));
     let (head, tail) = match spans {
         Some(i) if segs.len() >= pat.len() => (i, pat.len() - i - 1),
@@ -66,23 +77,20 @@ fn match_route(route: &'static str, segs: &[&str]) -> Option<Vec<(&'static str, 
         _ => return None,
     };
     let mut out = Vec::new();
-    let mut bind = |p: &'static str, raw: String| match param_of(p) {
+    let mut bind = |p: &'static str, raw: &str| match param_of(p) {
         Some((name, _)) if !raw.is_empty() => {
-            out.push((name, raw));
+            out.push((name, raw.to_string()));
             true
         }
         Some(_) => false,
-        None => p == decode(&raw),
+        None => literal_matches(p, raw),
     };
-    let ok = pat[..head]
-        .iter()
-        .zip(segs)
-        .all(|(p, s)| bind(p, s.to_string()))
+    let ok = pat[..head].iter().zip(segs).all(|(p, s)| bind(p, s))
         && pat[pat.len() - tail..]
             .iter()
             .zip(&segs[segs.len() - tail..])
-            .all(|(p, s)| bind(p, s.to_string()))
-        && spans.is_none_or(|i| bind(pat[i], segs[head..segs.len() - tail].join("/")));
+            .all(|(p, s)| bind(p, s))
+        && spans.is_none_or(|i| bind(pat[i], &segs[head..segs.len() - tail].join("/")));
     ok.then_some(out)
 }
 
