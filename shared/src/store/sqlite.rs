@@ -295,13 +295,11 @@ fn apply(
                     .collect::<Result<_, _>>()
                     .map_err(other)?,
             };
-            let kept = |i: &str, ipk: &str, isk: &str| {
-                item.indexes
-                    .iter()
-                    .any(|e| e.index == i && e.pk == ipk && e.sk == isk)
+            let same = |e: &IndexEntry, (i, ipk, isk): &(String, String, String)| {
+                e.index == i && &e.pk == ipk && &e.sk == isk
             };
-            for (i, ipk, isk) in &old {
-                if !kept(i, ipk, isk) {
+            for row @ (i, ipk, isk) in &old {
+                if !item.indexes.iter().any(|e| same(e, row)) {
                     tx.prepare_cached("DELETE FROM idx WHERE tbl=?1 AND idx=?2 AND ipk=?3 AND isk=?4 AND pk=?5 AND sk=?6")
                         .map_err(other)?
                         .execute(params![table, i, ipk, isk, pk, sk])
@@ -309,10 +307,7 @@ fn apply(
                 }
             }
             for e in &item.indexes {
-                if old
-                    .iter()
-                    .any(|(i, ipk, isk)| e.index == i && &e.pk == ipk && &e.sk == isk)
-                {
+                if old.iter().any(|row| same(e, row)) {
                     continue;
                 }
                 tx.prepare_cached("INSERT OR REPLACE INTO idx (tbl, idx, ipk, isk, pk, sk) VALUES (?1, ?2, ?3, ?4, ?5, ?6)").map_err(other)?.execute(
