@@ -277,12 +277,18 @@ mod tests {
         grace_ms: 600_000,
     };
 
-    #[tokio::test]
-    async fn a_rotated_token_is_read_at_its_first_mismatch_and_on_schedule() {
+    /// A source holding "a", and a token read from it at `at`.
+    async fn started(at: Ts) -> (Arc<Kept>, RotatingToken) {
         let kept = Kept::new("a");
-        let t = RotatingToken::read_from(kept.clone(), ROT, Ts(1_000))
+        let t = RotatingToken::read_from(kept.clone(), ROT, at)
             .await
             .unwrap();
+        (kept, t)
+    }
+
+    #[tokio::test]
+    async fn a_rotated_token_is_read_at_its_first_mismatch_and_on_schedule() {
+        let (kept, t) = started(Ts(1_000)).await;
         assert_eq!(t.current(Ts(30_000)).await, "a");
         assert_eq!(kept.reads(), 1, "no read before the refresh");
         kept.rotate("b", Ts(40_000));
@@ -306,10 +312,7 @@ mod tests {
     /// use, not only once a mismatch interval has passed.
     #[tokio::test]
     async fn a_rotation_just_after_a_read_works_at_its_first_use() {
-        let kept = Kept::new("a");
-        let t = RotatingToken::read_from(kept.clone(), ROT, Ts(0))
-            .await
-            .unwrap();
+        let (kept, t) = started(Ts(0)).await;
         kept.rotate("b", Ts(500));
         assert_eq!(t.after_mismatch("a", Ts(1_000), false).await, vec!["b"]);
         assert_eq!(kept.reads(), 2);
@@ -317,12 +320,8 @@ mod tests {
 
     #[tokio::test]
     async fn bad_signatures_read_at_most_once_per_interval() {
-        let kept = Kept::new("a");
-        let t = Arc::new(
-            RotatingToken::read_from(kept.clone(), ROT, Ts(0))
-                .await
-                .unwrap(),
-        );
+        let (kept, t) = started(Ts(0)).await;
+        let t = Arc::new(t);
         let mut calls = vec![];
         for i in 0..50 {
             let t = t.clone();

@@ -8,12 +8,24 @@ use serde_json::Value;
 use std::borrow::Cow;
 use std::sync::OnceLock;
 
-/// An item's attributes: encoded JSON, a parsed `Value`, or both (never neither).
+/// An item's attributes: encoded JSON, a `Value`, or both (never neither).
 pub struct Data {
-    /// The JSON text, while it matches `value` (a mutable borrow of the value drops it).
+    /// The JSON text, while it matches the value (a mutable borrow of the value drops it).
     bytes: Option<Vec<u8>>,
-    /// The parsed value, made on first use as a `Value`.
-    value: OnceLock<Value>,
+    /// A value given, or changed through a mutable borrow: then it is what the item holds.
+    owned: Option<Value>,
+    /// The value parsed from `bytes`, made on first use as a `Value`.
+    parsed: OnceLock<Value>,
+}
+
+/// Parses stored text; text that is not JSON reads as `Null` (typed decoding reports it).
+fn parse(bytes: Option<&[u8]>) -> Value {
+    bytes.map_or(Value::Null, |b| {
+        serde_json::from_slice(b).unwrap_or_else(|e| {
+            tracing::error!(error = %e, "stored item data is not JSON");
+            Value::Null
+        })
+    })
 }
 
 impl Data {
@@ -21,7 +33,8 @@ impl Data {
     pub fn from_bytes(bytes: Vec<u8>) -> Data {
         Data {
             bytes: Some(bytes),
-            value: OnceLock::new(),
+            owned: None,
+            parsed: OnceLock::new(),
         }
     }
 
@@ -32,10 +45,9 @@ impl Data {
 
     /// Decodes a typed record, from the JSON text if it is at hand.
     pub fn decode<T: DeserializeOwned>(&self) -> serde_json::Result<T> {
-        match (&self.bytes, self.value.get()) {
-            (Some(bytes), _) => serde_json::from_slice(bytes),
-            (None, Some(value)) => T::deserialize(value),
-            (None, None) => T::deserialize(&Value::Null),
+        match &self.bytes {
+            Some(bytes) => serde_json::from_slice(bytes),
+            None => T::deserialize(self.value()),
         }
     }
 
@@ -48,19 +60,17 @@ impl Data {
     }
 
     /// The attributes as a `Value`.
-    pub fn into_value(mut self) -> Value {
-        self.value();
-        self.value.take().unwrap_or(Value::Null)
+    pub fn into_value(self) -> Value {
+        self.owned
+            .or_else(|| self.parsed.into_inner())
+            .unwrap_or_else(|| parse(self.bytes.as_deref()))
     }
 
     fn value(&self) -> &Value {
-        self.value.get_or_init(|| match &self.bytes {
-            Some(bytes) => serde_json::from_slice(bytes).unwrap_or_else(|e| {
-                tracing::error!(error = %e, "stored item data is not JSON");
-                Value::Null
-            }),
-            None => Value::Null,
-        })
+        match &self.owned {
+            Some(v) => v,
+            None => self.parsed.get_or_init(|| parse(self.bytes.as_deref())),
+        }
     }
 }
 
@@ -68,7 +78,8 @@ impl From<Value> for Data {
     fn from(value: Value) -> Data {
         Data {
             bytes: None,
-            value: OnceLock::from(value),
+            owned: Some(value),
+            parsed: OnceLock::new(),
         }
     }
 }
@@ -82,9 +93,13 @@ impl std::ops::Deref for Data {
 
 impl std::ops::DerefMut for Data {
     fn deref_mut(&mut self) -> &mut Value {
-        self.value();
-        self.bytes = None;
-        self.value.get_mut().expect("made by value()")
+        let bytes = self.bytes.take();
+        let value = self
+            .owned
+            .take()
+            .or_else(|| self.parsed.take())
+            .unwrap_or_else(|| parse(bytes.as_deref()));
+        self.owned.insert(value)
     }
 }
 
@@ -92,7 +107,8 @@ impl Clone for Data {
     fn clone(&self) -> Data {
         Data {
             bytes: self.bytes.clone(),
-            value: self.value.clone(),
+            owned: self.owned.clone(),
+            parsed: self.parsed.clone(),
         }
     }
 }
@@ -130,11 +146,11 @@ mod tests {
     fn a_record_goes_to_text_and_back_without_a_value() {
         let rec = json!({"a": 1, "b": ["x"]});
         let data = Data::encode(&rec).unwrap();
-        assert!(data.value.get().is_none());
+        assert!(data.parsed.get().is_none());
         assert_eq!(data.encoded().unwrap().as_ref(), br#"{"a":1,"b":["x"]}"#);
         let back: Value = data.decode().unwrap();
         assert_eq!(back, rec);
-        assert!(data.value.get().is_none(), "decoding built no Value");
+        assert!(data.parsed.get().is_none(), "decoding built no Value");
         assert_eq!(data["b"][0], "x");
     }
 

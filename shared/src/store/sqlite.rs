@@ -328,14 +328,14 @@ fn encode(op: &WriteOp) -> Result<Option<Vec<u8>>, StoreError> {
     }
 }
 
-fn row_to_item(pk: String, sk: String, version: i64, data: Vec<u8>) -> Result<Item, StoreError> {
-    Ok(Item {
+fn row_to_item(pk: String, sk: String, version: i64, data: Vec<u8>) -> Item {
+    Item {
         pk,
         sk,
         version: version as u64,
         data: Data::from_bytes(data),
         indexes: vec![],
-    })
+    }
 }
 
 /// `after < key` on (a, b, c) and the range's prefix/upper bound, as SQL and parameters.
@@ -384,7 +384,7 @@ impl Store for SqliteStore {
                 })
                 .optional()
                 .map_err(other)?;
-            row.map(|(v, d)| row_to_item(pk, sk, v, d)).transpose()
+            Ok(row.map(|(v, d)| row_to_item(pk, sk, v, d)))
         })
         .await
     }
@@ -417,7 +417,7 @@ impl Store for SqliteStore {
             let mut items = Vec::new();
             for row in rows {
                 let (sk, v, d) = row.map_err(other)?;
-                items.push(row_to_item(pk.clone(), sk, v, d)?);
+                items.push(row_to_item(pk.clone(), sk, v, d));
             }
             let next = if items.len() > limit {
                 items.truncate(limit);
@@ -473,7 +473,7 @@ impl Store for SqliteStore {
             for row in rows {
                 let (isk, pk, sk, v, d) = row.map_err(other)?;
                 cursors.push((isk, pk.clone(), sk.clone()));
-                items.push(row_to_item(pk, sk, v, d)?);
+                items.push(row_to_item(pk, sk, v, d));
             }
             let next = if items.len() > limit {
                 items.truncate(limit);
