@@ -62,6 +62,11 @@ struct SlotState {
     crosses: bool,
     /// The waiter has left: a delivery that comes now goes to someone else.
     left: bool,
+    /// Wake-ups from every process have just started to reach the waiter: it reads the
+    /// index once more (its next wait returns at once), since a wake-up sent before went
+    /// nowhere (RabbitMQ drops a message for a queue nobody has declared yet) and its run
+    /// may have been written after the waiter's last read.
+    recheck: bool,
 }
 
 impl SlotState {
@@ -102,9 +107,19 @@ impl Slot {
         Ok(())
     }
 
-    /// Marks whether wake-ups from every process now reach this waiter.
+    /// Marks whether wake-ups from every process now reach this waiter; when they start
+    /// to, it reads the index once more ([`SlotState::recheck`]).
     pub(crate) fn set_crosses(&self, crosses: bool) {
-        self.lock().crosses = crosses;
+        let started = {
+            let mut s = self.lock();
+            let started = crosses && !s.crosses;
+            s.crosses = crosses;
+            s.recheck |= started;
+            started
+        };
+        if started {
+            self.notify.notify_waiters();
+        }
     }
 
     /// Takes back a delivery the waiter has not used (it is leaving, or the broker link that
@@ -275,8 +290,9 @@ impl Waiter {
     }
 
     /// Waits until this waiter is woken (returns at once if it was woken since its last
-    /// wait), or `timeout` passes; true when woken. Either way, one wake-up it held counts as
-    /// used.
+    /// wait), or `timeout` passes; true when woken, or when wake-ups from other processes
+    /// have started to reach it since (it should read the index again). Either way, one
+    /// wake-up it held counts as used.
     pub async fn wait(&mut self, timeout: Duration) -> bool {
         if !self.subscribed {
             self.subscribed = true;
@@ -291,7 +307,7 @@ impl Waiter {
         notified.as_mut().enable();
         let awake = {
             let mut s = self.slot.lock();
-            s.parked = !s.awake();
+            s.parked = !s.awake() && !s.recheck;
             !s.parked
         };
         if !awake {
@@ -302,6 +318,7 @@ impl Waiter {
         let (woken, settle) = {
             let mut s = self.slot.lock();
             s.parked = false;
+            let recheck = std::mem::take(&mut s.recheck);
             if s.woken {
                 s.woken = false;
                 self.hint = s.woken_hint.take();
@@ -311,7 +328,7 @@ impl Waiter {
                     self.hint = hint;
                     settle
                 });
-                (held.is_some(), held)
+                (held.is_some() || recheck, held)
             }
         };
         if let Some(settle) = settle {
@@ -514,6 +531,43 @@ mod tests {
         let held = w.slot.take_held().expect("held");
         held(false);
         assert_eq!(*settled.lock().unwrap(), vec![true, false]);
+    }
+
+    /// Once wake-ups from every process reach a waiter, it reads the index once more (a
+    /// wake-up sent before its subscription went nowhere); again after a lost broker link.
+    #[tokio::test]
+    async fn a_waiter_reads_again_when_wake_ups_start_to_cross_processes() {
+        let s = LocalSignal::default();
+        let mut w = s.waiter("q");
+        let slot = w.slot.clone();
+        let parked = tokio::spawn(async move {
+            let start = Instant::now();
+            let woken = w.wait(Duration::from_secs(10)).await;
+            (w, woken, start.elapsed())
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        slot.set_crosses(true);
+        let (mut w, woken, took) = parked.await.unwrap();
+        assert!(woken && took < Duration::from_secs(5), "{took:?}");
+        assert!(w.take_hint().is_none(), "no run to take");
+        slot.set_crosses(true);
+        assert!(!w.wait(Duration::from_millis(50)).await, "once only");
+        slot.set_crosses(false);
+        assert!(
+            !w.wait(Duration::from_millis(50)).await,
+            "lost: nothing to read"
+        );
+        slot.set_crosses(true);
+        assert!(w.wait(Duration::from_secs(10)).await, "back: read again");
+        // A re-read due is no wake-up: leaving, the waiter hands nothing on.
+        slot.set_crosses(false);
+        slot.set_crosses(true);
+        let mut other = s.waiter("q");
+        drop(w);
+        assert!(
+            !other.wait(Duration::from_millis(50)).await,
+            "nothing handed on"
+        );
     }
 
     #[tokio::test]

@@ -262,12 +262,15 @@ async fn a_wake_up_crosses_processes_to_one_waiter_through_the_broker() {
         let mut w = p.waiter(q);
         let woken = woken.clone();
         tokio::spawn(async move {
-            // Subscribed on its first wait; it waits until woken or 20 s.
-            w.wait(Duration::from_millis(1)).await;
+            // Subscribed on its first wait. Once wake-ups from other processes reach it, a
+            // wait returns at once (nobody notifies yet): the caller reads the index again,
+            // for runs whose wake-ups went nowhere before. Then it waits until woken or 20 s.
             let until = Instant::now() + Duration::from_secs(10);
-            while !w.crosses_processes() && Instant::now() < until {
-                tokio::time::sleep(Duration::from_millis(10)).await;
+            let mut rechecked = w.wait(Duration::from_millis(1)).await;
+            while !rechecked && Instant::now() < until {
+                rechecked = w.wait(Duration::from_millis(10)).await;
             }
+            assert!(rechecked, "subscribed, then told to read again");
             assert!(w.crosses_processes(), "subscribed to wake-ups");
             let start = Instant::now();
             w.wait(Duration::from_secs(20)).await;
