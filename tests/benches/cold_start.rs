@@ -12,7 +12,8 @@
 //! `BENCH_COLD_STARTS` times (default 20) as the `create-task` function (`_HANDLER=createTask`,
 //! the environment of `runtime_api::start_function`), against fresh DynamoDB tables on
 //! LocalStack, each time with a fresh emulator. Init is spawn → its first `/next` poll (the
-//! runtime polls once its clients are built); then one createTask event is handed to it and
+//! runtime polls once its clients are built), and init CPU the process's CPU at that poll
+//! (every thread's, from /proc); then one createTask event is handed to it and
 //! its answer timed ("first request"). The same is done, interleaved, with a stripped copy
 //! of the binary (what cargo-lambda ships), unless `BENCH_STRIPPED=0`. The binary's stripped
 //! size and the size of a zip of it (`bootstrap` inside, as cargo-lambda packs it) are printed.
@@ -47,8 +48,19 @@ fn ms(d: Option<&Duration>) -> f64 {
     d.map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
 }
 
-/// One cold start: (init, first request), or an error message.
-async fn cold_start(bin: &Path, prefix: &str) -> Result<(Duration, Duration), String> {
+/// CPU time of a process's live threads, in nanoseconds from each one's schedstat (/proc's
+/// stat counts in 10 ms ticks, too coarse for an init).
+fn threads_cpu(pid: u32) -> Option<Duration> {
+    let mut ns = 0u64;
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let stat = std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok()?;
+        ns += stat.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(Duration::from_nanos(ns))
+}
+
+/// One cold start: (init, init's CPU, first request), or an error message.
+async fn cold_start(bin: &Path, prefix: &str) -> Result<(Duration, Duration, Duration), String> {
     let api = RuntimeApi::start().await;
     let mut cmd = blackbox::runtime_api::lambda_command(bin, &api, prefix);
     cmd.env("_HANDLER", "createTask")
@@ -68,6 +80,8 @@ async fn cold_start(bin: &Path, prefix: &str) -> Result<(Duration, Duration), St
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
         };
+        // The process's CPU once it polls: what its init took (it waits idle on /next).
+        let init_cpu = threads_cpu(child.id()).ok_or("no CPU time in /proc")?;
         let tq = blackbox::task_queue_id();
         let id = blackbox::slugid();
         let event = apigw_v2_event(
@@ -84,7 +98,7 @@ async fn cold_start(bin: &Path, prefix: &str) -> Result<(Duration, Duration), St
         if reply["statusCode"] != 200 {
             return Err(format!("createTask answered {reply}"));
         }
-        Ok((init, first))
+        Ok((init, init_cpu, first))
     }
     .await;
     child.kill().ok();
@@ -171,12 +185,14 @@ async fn main() {
     }
     let mut init: Vec<Vec<Duration>> = vec![vec![]; runs.len()];
     let mut first: Vec<Vec<Duration>> = vec![vec![]; runs.len()];
+    let mut init_cpu: Vec<Vec<Duration>> = vec![vec![]; runs.len()];
     let mut failures = 0;
     for i in 0..n {
         for (j, (_, path)) in runs.iter().enumerate() {
             match cold_start(path, &prefix).await {
-                Ok((a, b)) => {
+                Ok((a, c, b)) => {
                     init[j].push(a);
+                    init_cpu[j].push(c);
                     first[j].push(b);
                 }
                 Err(e) => {
@@ -196,16 +212,18 @@ async fn main() {
         size(&bin)
     );
     println!();
-    println!("| binary | starts | init min ms | init p50 ms | init max ms | first request p50 ms | first request max ms |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| binary | starts | init min ms | init p50 ms | init max ms | init CPU p50 / max ms | first request p50 ms | first request max ms |");
+    println!("|---|---|---|---|---|---|---|---|");
     for (j, (name, _)) in runs.iter().enumerate() {
         let v = &init[j];
         println!(
-            "| {name} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            "| {name} | {} | {:.1} | {:.1} | {:.1} | {:.0} / {:.0} | {:.1} | {:.1} |",
             v.len(),
             ms(v.iter().min()),
             pct(v, 50.0),
             ms(v.iter().max()),
+            pct(&init_cpu[j], 50.0),
+            ms(init_cpu[j].iter().max()),
             pct(&first[j], 50.0),
             ms(first[j].iter().max()),
         );

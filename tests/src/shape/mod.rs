@@ -159,6 +159,23 @@ pub struct Shape {
     broker: (String, Vec<String>),
 }
 
+/// One function's use so far (see [`Shape::usage`]).
+#[derive(Debug, Clone)]
+pub struct FunctionUsage {
+    /// Its logical id.
+    pub id: String,
+    /// Its memory size, in MB.
+    pub memory_mb: u64,
+    /// Invocations so far.
+    pub invocations: usize,
+    /// Instances started so far.
+    pub cold_starts: usize,
+    /// CPU seconds of its idle instances (user and system).
+    pub cpu_secs: f64,
+    /// Process ids of its idle instances.
+    pub pids: Vec<u32>,
+}
+
 impl Shape {
     /// Creates the stack's resources (keeping those that exist) and starts everything.
     pub async fn start(cfg: ShapeConfig) -> Result<Shape, Error> {
@@ -314,6 +331,23 @@ impl Shape {
                 rule.store(enabled, std::sync::atomic::Ordering::SeqCst);
             }
         }
+    }
+
+    /// Each function's invocations, cold starts and the CPU of its idle instances so far, by
+    /// logical id (read while nothing is invoked, as [`Shape::idle_cpu_secs`]).
+    pub fn usage(&self) -> Vec<FunctionUsage> {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.functions
+            .all()
+            .map(|p| FunctionUsage {
+                id: p.def.id.clone(),
+                memory_mb: p.def.memory_mb,
+                invocations: p.invocations.load(SeqCst),
+                cold_starts: p.cold_starts.load(SeqCst),
+                cpu_secs: p.idle_cpu_secs(),
+                pids: p.idle_pids(),
+            })
+            .collect()
     }
 
     /// Invocations of every function so far.

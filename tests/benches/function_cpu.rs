@@ -1,0 +1,149 @@
+//! Warm CPU per invocation of each function as deployed (issue 41.3): the deployed shape
+//! (every function of `infra/template.yaml` its own `lambda` process behind the Runtime API
+//! emulator, over LocalStack and RabbitMQ) serves life cycles of the official Rust client one
+//! at a time (createTask → claimWork → reportCompleted, events on), so each function keeps one
+//! warm instance. After `BENCH_WARMUP` life cycles (default 30), the CPU of every function's
+//! processes (user and system, from /proc) and its invocations are read, `BENCH_LIFECYCLES`
+//! more run (default 200), and they are read again once every instance is idle: the table
+//! gives each function's CPU per invocation and per life cycle over the measured ones, warm
+//! only (a function that started an instance meanwhile is marked). The stream functions'
+//! invocations each take a batch of records; the publisher's CPU is also given per event.
+//!
+//! Run:
+//!   cargo build --release -p functions --bin lambda
+//!   bash localstack/localstack.sh start
+//!   AWS_ENDPOINT_URL=http://127.0.0.1:4566 AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=test \
+//!   AWS_SECRET_ACCESS_KEY=test cargo bench -p blackbox --bench function_cpu
+//!
+//! Without a release `lambda` the debug one runs (and says so); `BENCH_LAMBDA_BIN` picks
+//! another binary (to compare two builds, run each in turn). `BENCH_PIDS=1` prints each
+//! function's process ids before the measured life cycles, for a profiler to attach to.
+
+use blackbox::shape::{FunctionUsage, Shape, ShapeConfig};
+use blackbox::{env_num, queue_client, task_def, task_queue_id};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// Task events a life cycle publishes: defined, pending, running, completed.
+const EVENTS_PER_LIFECYCLE: usize = 4;
+
+/// Runs `n` life cycles one after another on one task queue of its own.
+async fn lifecycles(q: &taskcluster::Queue, n: usize) {
+    let tq = task_queue_id();
+    let claim = json!({"workerGroup": "bench", "workerId": "w1", "tasks": 1});
+    for _ in 0..n {
+        let id = blackbox::slugid();
+        q.createTask(&id, &task_def(&tq)).await.expect("createTask");
+        let got = q.claimWork(&tq, &claim).await.expect("claimWork");
+        assert_eq!(got["tasks"][0]["status"]["taskId"], id.as_str(), "claimed");
+        q.reportCompleted(&id, "0").await.expect("reportCompleted");
+    }
+}
+
+/// Every function's usage once no instance is busy (stream and schedule invocations that
+/// the last life cycles started included).
+async fn settled_usage(shape: &Shape) -> BTreeMap<String, FunctionUsage> {
+    let mut last = shape.all_invocations();
+    loop {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let now = shape.all_invocations();
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    shape
+        .usage()
+        .into_iter()
+        .map(|u| (u.id.clone(), u))
+        .collect()
+}
+
+#[tokio::main]
+async fn main() {
+    let warmup: usize = env_num("BENCH_WARMUP", 30usize);
+    let n: usize = env_num("BENCH_LIFECYCLES", 200usize).max(1);
+    if std::env::var("AWS_ENDPOINT_URL").is_err() {
+        eprintln!("needs LocalStack and the AWS environment: see the header of this file");
+        std::process::exit(2);
+    }
+    let stack = format!(
+        "fcpu{}",
+        blackbox::slugid()
+            .chars()
+            .filter(char::is_ascii_alphabetic)
+            .take(8)
+            .collect::<String>()
+            .to_ascii_lowercase()
+    );
+    let mut sc = ShapeConfig::for_bench(&stack);
+    if let Ok(bin) = std::env::var("BENCH_LAMBDA_BIN") {
+        sc.lambda_bin = bin.into();
+    }
+    let bin = sc.lambda_bin.display().to_string();
+    let shape = match Shape::start(sc).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("the deployed shape did not start ({e}); is LocalStack running?");
+            std::process::exit(2);
+        }
+    };
+    let q = queue_client(&shape.root_url());
+    lifecycles(&q, warmup.max(1)).await;
+    let before = settled_usage(&shape).await;
+    if std::env::var("BENCH_PIDS").as_deref() == Ok("1") {
+        for u in before.values().filter(|u| !u.pids.is_empty()) {
+            println!("pids {}: {:?}", u.id, u.pids);
+        }
+    }
+    let start = Instant::now();
+    lifecycles(&q, n).await;
+    let took = start.elapsed();
+    let after = settled_usage(&shape).await;
+    shape.stop().await;
+
+    let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!("== warm CPU per invocation in the deployed shape ==");
+    println!(
+        "binary {bin}; {n} life cycles one at a time after {warmup} to warm up, in {:.1} s \
+         ({:.1} per second, LocalStack-bound); nproc={nproc}",
+        took.as_secs_f64(),
+        n as f64 / took.as_secs_f64()
+    );
+    println!();
+    println!("| function | memory MB | invocations | per life cycle | CPU per invocation ms | CPU per life cycle ms |");
+    println!("|---|---|---|---|---|---|");
+    let mut total = 0.0;
+    for (id, a) in &after {
+        let Some(b) = before.get(id) else { continue };
+        let calls = a.invocations - b.invocations;
+        if calls == 0 {
+            continue;
+        }
+        let cpu_ms = 1e3 * (a.cpu_secs - b.cpu_secs);
+        let cold = a.cold_starts - b.cold_starts;
+        // A function that started an instance meanwhile is a schedule's that first fired
+        // (or a cold one): its figures hold an init, and it is left out of the total.
+        let mark = if cold > 0 {
+            format!(" ({cold} cold starts, their init included)")
+        } else {
+            total += cpu_ms;
+            String::new()
+        };
+        println!(
+            "| {id}{mark} | {} | {calls} | {:.2} | {:.2} | {:.3} |",
+            a.memory_mb,
+            calls as f64 / n as f64,
+            cpu_ms / calls as f64,
+            cpu_ms / n as f64
+        );
+        if id.contains("Publisher") {
+            println!(
+                "|   per event ({EVENTS_PER_LIFECYCLE} task events a life cycle) | | | | {:.3} | |",
+                cpu_ms / (n * EVENTS_PER_LIFECYCLE) as f64
+            );
+        }
+    }
+    println!("| every warm function | | | | | {:.3} |", total / n as f64);
+}
