@@ -8,6 +8,8 @@
 //! gives each function's CPU per invocation and per life cycle over the measured ones, warm
 //! only (a function that started an instance meanwhile is marked). The stream functions'
 //! invocations each take a batch of records; the publisher's CPU is also given per event.
+//! A second table models each function's billed duration and price at 128–1024 MB from its
+//! CPU and its wait (see `billed_by_memory`).
 //!
 //! Run:
 //!   cargo build --release -p functions --bin lambda
@@ -146,4 +148,47 @@ async fn main() {
         }
     }
     println!("| every warm function | | | | | {:.3} |", total / n as f64);
+    billed_by_memory(&before, &after);
+}
+
+/// Memory at which a function gets one whole vCPU (AWS: "at 1,769 MB, a function has the
+/// equivalent of one vCPU"); below it, CPU shrinks in proportion to memory.
+const ONE_VCPU_MB: f64 = 1769.0;
+/// arm64 list prices (us-east-1): per GB-second of duration, and per request.
+const GB_SECOND_USD: f64 = 0.000_013_333_4;
+const REQUEST_USD: f64 = 0.000_000_2;
+
+/// A power-tuning table from what was measured: at `m` MB an invocation's CPU takes
+/// `cpu × 1769 / m` ms of wall time (one thread: more than one vCPU does not help), plus the
+/// time it waited here for the store and the broker (duration less CPU), billed per
+/// millisecond. The wait is LocalStack's on this machine, not DynamoDB's.
+fn billed_by_memory(
+    before: &BTreeMap<String, FunctionUsage>,
+    after: &BTreeMap<String, FunctionUsage>,
+) {
+    const SIZES: [f64; 4] = [128.0, 256.0, 512.0, 1024.0];
+    println!();
+    println!("billed duration per invocation by memory (model: CPU slowed below one vCPU, plus the measured wait; arm64 prices):");
+    println!();
+    println!("| function | CPU ms | wait ms | 128 MB | 256 MB | 512 MB | 1024 MB |");
+    println!("|---|---|---|---|---|---|---|");
+    for (id, a) in after {
+        let Some(b) = before.get(id) else { continue };
+        let calls = a.invocations - b.invocations;
+        if calls == 0 || a.cold_starts > b.cold_starts {
+            continue;
+        }
+        let cpu = 1e3 * (a.cpu_secs - b.cpu_secs) / calls as f64;
+        let wall = 1e3 * (a.busy_secs - b.busy_secs) / calls as f64;
+        let wait = (wall - cpu).max(0.0);
+        let cells: Vec<String> = SIZES
+            .iter()
+            .map(|mb| {
+                let billed = (cpu * (ONE_VCPU_MB / mb).max(1.0) + wait).ceil().max(1.0);
+                let usd = billed / 1e3 * mb / 1024.0 * GB_SECOND_USD + REQUEST_USD;
+                format!("{billed:.0} ms, ${:.2}/M", usd * 1e6)
+            })
+            .collect();
+        println!("| {id} | {cpu:.2} | {wait:.2} | {} |", cells.join(" | "));
+    }
 }

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -104,6 +104,9 @@ pub struct Pool {
     pub cold_starts: AtomicUsize,
     /// Invocations so far.
     pub invocations: AtomicUsize,
+    /// How long its invocations took, in microseconds, from the event's hand-over to the
+    /// answer (what Lambda bills as duration).
+    pub busy_micros: AtomicU64,
 }
 
 /// Gives a concurrency slot back however an invocation ends.
@@ -143,6 +146,7 @@ impl Pool {
             account,
             cold_starts: AtomicUsize::new(0),
             invocations: AtomicUsize::new(0),
+            busy_micros: AtomicU64::new(0),
         }
     }
 
@@ -260,6 +264,8 @@ impl Pool {
         if let Ok(mut b) = self.busy_pids.lock() {
             b.retain(|p| *p != pid);
         }
+        self.busy_micros
+            .fetch_add(started.elapsed().as_micros() as u64, Ordering::SeqCst);
         self.account.ended.send_modify(|n| *n += 1);
         let Some(outcome) = outcome else {
             tracing::warn!(function = %self.def.id, pid, "instance died during an invocation");

@@ -170,6 +170,8 @@ pub struct FunctionUsage {
     pub invocations: usize,
     /// Instances started so far.
     pub cold_starts: usize,
+    /// Seconds its invocations took (hand-over to answer), summed.
+    pub busy_secs: f64,
     /// CPU seconds of its idle instances (user and system).
     pub cpu_secs: f64,
     /// Process ids of its idle instances.
@@ -344,6 +346,7 @@ impl Shape {
                 memory_mb: p.def.memory_mb,
                 invocations: p.invocations.load(SeqCst),
                 cold_starts: p.cold_starts.load(SeqCst),
+                busy_secs: p.busy_micros.load(SeqCst) as f64 / 1e6,
                 cpu_secs: p.idle_cpu_secs(),
                 pids: p.idle_pids(),
             })
