@@ -70,15 +70,7 @@ async fn main() {
         eprintln!("needs LocalStack and the AWS environment: see the header of this file");
         std::process::exit(2);
     }
-    let stack = format!(
-        "fcpu{}",
-        blackbox::slugid()
-            .chars()
-            .filter(char::is_ascii_alphabetic)
-            .take(8)
-            .collect::<String>()
-            .to_ascii_lowercase()
-    );
+    let stack = blackbox::fresh_name("fcpu", 8);
     let mut sc = ShapeConfig::for_bench(&stack);
     if let Ok(bin) = std::env::var("BENCH_LAMBDA_BIN") {
         sc.lambda_bin = bin.into();

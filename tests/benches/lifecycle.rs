@@ -759,15 +759,7 @@ fn start_shape(
     srv_rt: &tokio::runtime::Runtime,
     for_expiry: bool,
 ) -> Option<(String, blackbox::shape::Shape, String)> {
-    let stack = format!(
-        "bench{}",
-        blackbox::slugid()
-            .chars()
-            .filter(char::is_ascii_alphabetic)
-            .take(8)
-            .collect::<String>()
-            .to_ascii_lowercase()
-    );
+    let stack = blackbox::fresh_name("bench", 8);
     let mut sc = blackbox::shape::ShapeConfig::for_bench(&stack);
     sc.env
         .insert("TCQ_CLAIM_WORK_TIMEOUT_MS".into(), "5000".into());

@@ -187,15 +187,7 @@ async fn spawn_shape(
     if std::env::var("RUST_LOG").is_ok() {
         functions::init_tracing(false);
     }
-    let stack = format!(
-        "sh{}",
-        slugid()
-            .chars()
-            .filter(|c| c.is_ascii_alphabetic())
-            .take(10)
-            .collect::<String>()
-            .to_ascii_lowercase()
-    );
+    let stack = fresh_name("sh", 10);
     let mut sc = shape::ShapeConfig::defaults(&stack);
     sc.delete_on_stop = true;
     // What the functions print is the deployed shape's metrics port: a test that reads the
@@ -663,13 +655,21 @@ pub fn env_num<T: std::str::FromStr>(name: &str, default: T) -> T {
 
 /// A fresh task queue per test, so that pending work never leaks between tests.
 pub fn task_queue_id() -> String {
-    let suffix: String = slugid()
-        .chars()
-        .filter(|c| c.is_ascii_alphabetic())
-        .take(10)
-        .collect::<String>()
-        .to_ascii_lowercase();
-    format!("test-prov/wt-{suffix}")
+    fresh_name("test-prov/wt-", 10)
+}
+
+/// `prefix` and `letters` random lowercase letters: a name of its own (a stack's, whose tables
+/// and queues it prefixes, a task queue's).
+pub fn fresh_name(prefix: &str, letters: usize) -> String {
+    let mut name = prefix.to_string();
+    name.extend(
+        slugid()
+            .chars()
+            .filter(char::is_ascii_alphabetic)
+            .take(letters)
+            .map(|c| c.to_ascii_lowercase()),
+    );
+    name
 }
 
 /// A date-time `offset_ms` from now, in the wire format.
