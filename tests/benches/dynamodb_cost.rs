@@ -1,6 +1,9 @@
 //! Capacity units and requests per task life cycle (createTask → claimWork → reportCompleted,
 //! plus delivering its events) on DynamoDB, counted from `ReturnConsumedCapacity` by the
-//! adapter, not estimated. Needs LocalStack (or AWS) in the standard AWS environment:
+//! adapter, not estimated; then per existing-group task, dependency edge, object artifact and
+//! realistic CI task (`BENCH_REALISTIC` of each artifact kind, 20 by default), and the cost per
+//! million tasks of the bare life cycle and the realistic task at list prices (Lambda duration
+//! modelled: see `print_cost`). Needs LocalStack (or AWS) in the standard AWS environment:
 //!   bash localstack/localstack.sh start
 //!   AWS_ENDPOINT_URL=http://127.0.0.1:4566 AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=test \
 //!   AWS_SECRET_ACCESS_KEY=test cargo bench -p blackbox --bench dynamodb_cost
@@ -53,6 +56,189 @@ fn delta(a: &Snap, b: &Snap, n: f64) -> (f64, f64, f64) {
         (b.wcu - a.wcu) / n,
         (b.req - a.req) as f64 / n,
     )
+}
+
+/// Read units, write units, requests and write units by table/index (thousandths) of a step.
+#[derive(Clone, Default)]
+struct Counted {
+    read: f64,
+    write: f64,
+    requests: f64,
+    by_target: BTreeMap<String, u64>,
+}
+
+/// Counts per step, from the adapter's counters between marks.
+struct Steps<'a> {
+    usage: &'a Usage,
+    last: Snap,
+    acc: Vec<Counted>,
+}
+
+impl<'a> Steps<'a> {
+    fn new(usage: &'a Usage, steps: usize) -> Steps<'a> {
+        Steps {
+            usage,
+            last: snap(usage),
+            acc: vec![Counted::default(); steps],
+        }
+    }
+
+    /// Adds what was counted since the last mark to step `i`.
+    fn mark(&mut self, i: usize) {
+        let now = snap(self.usage);
+        let (r, w, q) = delta(&self.last, &now, 1.0);
+        let step = &mut self.acc[i];
+        step.read += r;
+        step.write += w;
+        step.requests += q;
+        for (k, v) in &now.by_target {
+            let before = self.last.by_target.get(k).copied().unwrap_or(0);
+            *step.by_target.entry(k.clone()).or_default() += v - before;
+        }
+        self.last = now;
+    }
+
+    /// Forgets what was counted since the last mark (work that belongs to no step).
+    fn skip(&mut self) {
+        self.last = snap(self.usage);
+    }
+
+    /// Prints the table of `steps` per task over `n` tasks; returns each step's counts per
+    /// task.
+    fn print(&self, steps: &[Step], n: usize) -> Vec<Counted> {
+        println!(
+            "| step | read units | write units | DynamoDB requests | write units by table/index |"
+        );
+        println!("|---|---|---|---|---|");
+        let nf = n as f64;
+        let mut sum = Counted::default();
+        let mut out = vec![];
+        for (step, t) in steps.iter().zip(&self.acc) {
+            let (r, w, q) = (t.read / nf, t.write / nf, t.requests / nf);
+            sum.read += r;
+            sum.write += w;
+            sum.requests += q;
+            for (k, v) in &t.by_target {
+                *sum.by_target.entry(k.clone()).or_default() += v;
+            }
+            println!(
+                "| {} | {r:.2} | {w:.2} | {q:.2} | {} |",
+                step.name,
+                per_target(&t.by_target, nf)
+            );
+            out.push(Counted {
+                read: r,
+                write: w,
+                requests: q,
+                by_target: t.by_target.clone(),
+            });
+        }
+        println!(
+            "| **total** | {:.2} | {:.2} | {:.2} | {} |",
+            sum.read,
+            sum.write,
+            sum.requests,
+            per_target(&sum.by_target, nf)
+        );
+        out
+    }
+}
+
+/// One step of a task's life as the cost model sees it: the API calls it takes (0 for the
+/// background functions, whose stream and schedule invocations are shared by many tasks),
+/// and each call's function.
+struct Step {
+    name: &'static str,
+    calls: f64,
+    /// Warm CPU per call at one vCPU (ms).
+    cpu_ms: f64,
+    /// The function's memory (MB), as the template sizes it.
+    memory_mb: f64,
+}
+
+impl Step {
+    fn api(name: &'static str, calls: u32, cpu_ms: f64, memory_mb: u32) -> Step {
+        Step {
+            name,
+            calls: f64::from(calls),
+            cpu_ms,
+            memory_mb: f64::from(memory_mb),
+        }
+    }
+
+    fn background(name: &'static str) -> Step {
+        Step {
+            name,
+            calls: 0.0,
+            cpu_ms: 0.0,
+            memory_mb: 0.0,
+        }
+    }
+}
+
+// The model's inputs that this bench does not count. Warm CPU per call from
+// `cargo bench -p blackbox --bench function_cpu` (release `lambda`, 2a88566, medians of 3):
+// createTask, claimWork and reportCompleted; the other endpoints are not measured there and
+// are taken at reportCompleted's figure (a read and a write, as most of them).
+const CREATE_CPU_MS: f64 = 2.40;
+const CLAIM_CPU_MS: f64 = 3.05;
+const REPORT_CPU_MS: f64 = 1.80;
+/// Wait per DynamoDB request inside a function (ms): DynamoDB's single-digit latency in one
+/// region, not LocalStack's (about 15 ms here). `BENCH_STORE_WAIT_MS` sets another.
+fn store_wait_ms() -> f64 {
+    std::env::var("BENCH_STORE_WAIT_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5.0)
+}
+/// A vCPU's worth of Lambda memory (MB): below it, CPU time stretches by this over the size.
+const FULL_VCPU_MB: f64 = 1769.0;
+// us-east-1 list prices, arm64 and on-demand (USD per unit).
+const WRITE_UNIT: f64 = 0.625e-6;
+const READ_UNIT: f64 = 0.125e-6;
+const HTTP_API_REQUEST: f64 = 1.0e-6;
+const LAMBDA_REQUEST: f64 = 0.2e-6;
+const LAMBDA_GB_SECOND: f64 = 0.000_013_333_4;
+
+/// Prints the cost per million tasks of `steps` (counted per task in `counted`), per step and
+/// per service. Background invocations (publisher, dependency resolver, expiry) are shared by
+/// up to 100 stream records or a scheduled pass each and are left out; S3 requests too.
+fn print_cost(what: &str, steps: &[Step], counted: &[Counted]) {
+    let wait = store_wait_ms();
+    let m = 1e6;
+    println!();
+    println!(
+        "Cost per million tasks, {what} (us-east-1 list prices, arm64; DynamoDB counted above; \
+         a call's duration modelled as its CPU × {FULL_VCPU_MB} / memory + {wait} ms per \
+         DynamoDB request)"
+    );
+    println!(
+        "| step | API calls | DynamoDB | HTTP API + Lambda requests | Lambda duration | total |"
+    );
+    println!("|---|---|---|---|---|---|");
+    let (mut db, mut req, mut dur) = (0.0, 0.0, 0.0);
+    for (s, c) in steps.iter().zip(counted) {
+        let d = (c.write * WRITE_UNIT + c.read * READ_UNIT) * m;
+        let r = s.calls * (HTTP_API_REQUEST + LAMBDA_REQUEST) * m;
+        let t = if s.calls > 0.0 {
+            let ms = s.calls * s.cpu_ms * FULL_VCPU_MB / s.memory_mb + c.requests * wait;
+            ms / 1000.0 * s.memory_mb / 1024.0 * LAMBDA_GB_SECOND * m
+        } else {
+            0.0
+        };
+        (db, req, dur) = (db + d, req + r, dur + t);
+        println!(
+            "| {} | {} | ${d:.2} | ${r:.2} | ${t:.2} | ${:.2} |",
+            s.name,
+            s.calls,
+            d + r + t
+        );
+    }
+    println!(
+        "| **total** | {} | **${db:.2}** | **${req:.2}** | **${dur:.2}** | **${:.2}** |",
+        steps.iter().map(|s| s.calls).sum::<f64>(),
+        db + req + dur
+    );
 }
 
 /// Delivers the task's waiting events as the publisher function does after every write (it
@@ -154,26 +340,12 @@ async fn main() {
     let sink = RecordingSink::default();
     let tq = TaskQueueId::parse(&blackbox::task_queue_id()).expect("queue id");
 
-    // Per step: read, write, requests, and write units by table/index (thousandths).
-    let mut acc: Vec<(f64, f64, f64, BTreeMap<String, u64>)> = vec![Default::default(); 5];
-    let mut last = snap(&usage);
-    let mut step = |i: usize, last: &mut Snap| {
-        let now = snap(&usage);
-        let d = delta(last, &now, 1.0);
-        acc[i].0 += d.0;
-        acc[i].1 += d.1;
-        acc[i].2 += d.2;
-        for (k, v) in &now.by_target {
-            let before = last.by_target.get(k).copied().unwrap_or(0);
-            *acc[i].3.entry(k.clone()).or_default() += v - before;
-        }
-        *last = now;
-    };
+    let mut steps = Steps::new(&usage, 5);
     for _ in 0..n {
         let id = blackbox::new_task(&queue, &tq, false).await;
-        step(0, &mut last);
+        steps.mark(0);
         drain(&queue, &images, &sink, &id).await;
-        step(3, &mut last);
+        steps.mark(3);
         // claimWork as the endpoint runs it: the worker's quarantine read, the claim, and
         // the worker metadata it records (throttled; claimed runs written five at a time).
         let claims = queue
@@ -181,62 +353,46 @@ async fn main() {
             .await
             .expect("claim");
         assert_eq!(claims.len(), 1);
-        step(1, &mut last);
+        steps.mark(1);
         drain(&queue, &images, &sink, &id).await;
-        step(3, &mut last);
+        steps.mark(3);
         queue
             .resolve(&id, 0, ReasonResolved::Completed, Ts::now())
             .await
             .expect("complete");
-        step(2, &mut last);
+        steps.mark(2);
         drain(&queue, &images, &sink, &id).await;
-        step(3, &mut last);
+        steps.mark(3);
         // The dependency worker visits every resolution: clears its mark and takes the task
         // off its group's unresolved count (announcing the group, which has no other task).
         let resolution = image(&images, &id).await;
         shared::jobs::dependencies_of(&queue, vec![resolution], Ts::now())
             .await
             .expect("dependency worker");
-        step(4, &mut last);
+        steps.mark(4);
         drain(&queue, &images, &sink, &id).await;
-        step(3, &mut last);
+        steps.mark(3);
     }
     println!(
         "DynamoDB cost per task life cycle, averaged over {n} (ReturnConsumedCapacity=INDEXES)"
     );
-    println!(
-        "| step | read units | write units | DynamoDB requests | write units by table/index |"
-    );
-    println!("|---|---|---|---|---|");
-    let names = [
-        "createTask",
-        "claimWork (1 task, recording its worker)",
-        "reportCompleted",
-        "event delivery (publisher on each write's stream record: 4 writes with events)",
-        "dependency worker (resolution seen, group count)",
+    let bare = [
+        Step::api("createTask", 1, CREATE_CPU_MS, 256),
+        Step::api(
+            "claimWork (1 task, recording its worker)",
+            1,
+            CLAIM_CPU_MS,
+            128,
+        ),
+        Step::api("reportCompleted", 1, REPORT_CPU_MS, 256),
+        Step::background(
+            "event delivery (publisher on each write's stream record: 4 writes with events)",
+        ),
+        Step::background("dependency worker (resolution seen, group count)"),
     ];
-    let nf = n as f64;
-    let mut sum = (0.0, 0.0, 0.0);
-    let mut sum_targets: BTreeMap<String, u64> = BTreeMap::new();
-    for (name, t) in names.iter().zip(&acc) {
-        let (r, w, q) = (t.0 / nf, t.1 / nf, t.2 / nf);
-        sum = (sum.0 + r, sum.1 + w, sum.2 + q);
-        for (k, v) in &t.3 {
-            *sum_targets.entry(k.clone()).or_default() += v;
-        }
-        println!(
-            "| {name} | {r:.2} | {w:.2} | {q:.2} | {} |",
-            per_target(&t.3, nf)
-        );
-    }
-    println!(
-        "| **total** | {:.2} | {:.2} | {:.2} | {} |",
-        sum.0,
-        sum.1,
-        sum.2,
-        per_target(&sum_targets, nf)
-    );
+    let per_step = steps.print(&bare, n);
     println!("events delivered: {}", sink.events().len());
+    print_cost("the bare life cycle", &bare, &per_step);
     let arn = describe
         .describe_table()
         .table_name(format!("{prefix}tasks"))
@@ -400,6 +556,260 @@ async fn main() {
     // A queue of their own, where the dependents above are not pending.
     let tq = TaskQueueId::parse(&blackbox::task_queue_id()).expect("queue id");
     object_artifacts(&queue, &images, &sink, &usage, &tq).await;
+
+    // A realistic CI task, with each kind of artifact.
+    let real: usize = std::env::var("BENCH_REALISTIC")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    if real > 0 {
+        for objects in [false, true] {
+            let prefix = blackbox::runtime_api::localstack_tables("real", true).await;
+            let store = DynamoStore::new(describe.clone(), prefix.clone());
+            let images = DynamoStore::new(describe.clone(), prefix);
+            realistic_task(store, images, real, objects).await;
+        }
+    }
+}
+
+/// Artifacts per realistic task.
+const ARTIFACTS: usize = 10;
+/// Status reads per realistic task.
+const STATUS_READS: u32 = 3;
+
+/// A realistic CI task, `n` of them in one group on tables of their own: created with three
+/// dependencies (the three tasks before it, so each also has three dependents), claimed,
+/// reclaimed once, ten artifacts (`object`: through the object service as generic-worker
+/// uploads; otherwise `s3`), three status reads, completed, its resolution handled by the
+/// dependency worker (satisfying its three dependents' edges), events delivered, and at last
+/// expired (tasks, edges, group and artifacts, by the expiry jobs' passes). Three tasks
+/// before the `n` and three after are not counted, except in expiry, which is shared out
+/// over all of them.
+/// `store` and `images` (uncounted) are on the same fresh tables.
+async fn realistic_task(store: DynamoStore, images: DynamoStore, n: usize, objects: bool) {
+    use serde_json::json;
+    use shared::blobs::LocalBlobs;
+    let usage = store.usage();
+    let issuer = IssuerCredentials {
+        client_id: "static/q".into(),
+        access_token: "t".into(),
+    };
+    let queue = Queue::new(
+        Arc::new(store),
+        Arc::new(LocalSignal::default()),
+        issuer,
+        QueueConfig {
+            events_from_stream: true,
+            ..QueueConfig::default()
+        },
+    );
+    let sink = RecordingSink::default();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let blobs = LocalBlobs::new(dir.path().to_path_buf(), "http://127.0.0.1:1", "secret");
+    let tq = TaskQueueId::parse(&blackbox::task_queue_id()).expect("queue id");
+    let gid = blackbox::slugid();
+    let ids: Vec<TaskId> = (0..n + 6)
+        .map(|_| TaskId::parse(&blackbox::slugid()).expect("id"))
+        .collect();
+    let artifacts = if objects {
+        "10 object artifacts (createArtifact, createUpload, finishUpload, finishArtifact)"
+    } else {
+        "10 s3 artifacts (createArtifact)"
+    };
+    let steps = [
+        Step::api(
+            "createTask (existing group, 3 dependencies)",
+            1,
+            CREATE_CPU_MS,
+            256,
+        ),
+        Step::api(
+            "claimWork (1 task, recording its worker)",
+            1,
+            CLAIM_CPU_MS,
+            128,
+        ),
+        Step::api("reclaimTask", 1, REPORT_CPU_MS, 256),
+        Step::api(
+            artifacts,
+            (ARTIFACTS * if objects { 4 } else { 1 }) as u32,
+            REPORT_CPU_MS,
+            256,
+        ),
+        Step::api("3 status reads", STATUS_READS, REPORT_CPU_MS, 256),
+        Step::api("reportCompleted", 1, REPORT_CPU_MS, 256),
+        Step::background("dependency worker (its resolution: 3 dependents' edges)"),
+        Step::background("event delivery"),
+        Step::background("expiry (task, edges, group, artifacts; shared out)"),
+    ];
+    let mut count = Steps::new(&usage, steps.len());
+    let expires = Ts::now().plus(shared::time::DAY);
+    for (i, id) in ids.iter().enumerate() {
+        let mut body = blackbox::task_def(tq.as_str());
+        body["taskGroupId"] = json!(gid);
+        body["expires"] = json!(expires);
+        // The three before it (the first ones: all before them, so one task is pending at
+        // a time).
+        if i > 0 {
+            let deps: Vec<&str> = ids[i.saturating_sub(3)..i]
+                .iter()
+                .map(|d| d.as_str())
+                .collect();
+            body["dependencies"] = json!(deps);
+        }
+        shared::schema::validate_input("create-task-request", &mut body).expect("valid");
+        count.skip();
+        queue
+            .create_task(id, body, false, Ts::now())
+            .await
+            .expect("create");
+        if (3..n + 3).contains(&i) {
+            count.mark(0);
+        }
+    }
+    for (i, id) in ids.iter().enumerate().take(n + 3) {
+        // The first three are not counted (they stand for the graph's earlier tasks).
+        let counted = i >= 3;
+        let mark = |count: &mut Steps, step: usize| {
+            if counted {
+                count.mark(step)
+            } else {
+                count.skip()
+            }
+        };
+        count.skip();
+        let claims = queue
+            .claim_work(&tq, "g", "w", 1, &Ts::now)
+            .await
+            .expect("claim");
+        assert_eq!(claims.len(), 1, "task {i} is pending");
+        assert_eq!(claims[0].record.task_id, id.as_str());
+        mark(&mut count, 1);
+        drain(&queue, &images, &sink, id).await;
+        mark(&mut count, 7);
+        queue.reclaim_task(id, 0, Ts::now()).await.expect("reclaim");
+        mark(&mut count, 2);
+        drain(&queue, &images, &sink, id).await;
+        mark(&mut count, 7);
+        for a in 0..ARTIFACTS {
+            let name = format!("public/out-{a}.bin");
+            if objects {
+                one_object_artifact(&queue, &blobs, id, &name, expires).await;
+            } else {
+                let body = json!({"storageType": "s3", "expires": expires, "contentType": "a/b"});
+                queue
+                    .create_artifact(&blobs, id, 0, &name, &body, Ts::now())
+                    .await
+                    .expect("createArtifact");
+            }
+        }
+        mark(&mut count, 3);
+        for _ in 0..STATUS_READS {
+            queue.status(id, Ts::now()).await.expect("status");
+        }
+        mark(&mut count, 4);
+        queue
+            .resolve(id, 0, ReasonResolved::Completed, Ts::now())
+            .await
+            .expect("complete");
+        mark(&mut count, 5);
+        drain(&queue, &images, &sink, id).await;
+        mark(&mut count, 7);
+        let resolution = image(&images, id).await;
+        shared::jobs::dependencies_of(&queue, vec![resolution], Ts::now())
+            .await
+            .expect("dependency worker");
+        mark(&mut count, 6);
+        for dependent in ids.iter().skip(i + 1).take(3) {
+            drain(&queue, &images, &sink, dependent).await;
+        }
+        drain(&queue, &images, &sink, id).await;
+        mark(&mut count, 7);
+    }
+    // Expiry, once everything has expired: the jobs' passes until nothing is left.
+    let later = expires.plus(shared::time::DAY);
+    count.skip();
+    loop {
+        let budget = shared::time::Budget::of(std::time::Duration::from_secs(60));
+        let tasks = queue
+            .expire_once(later, 100, &budget)
+            .await
+            .expect("expiry");
+        let artifacts = queue
+            .expire_artifacts_once(&blobs, later, 100, &budget)
+            .await
+            .expect("artifact expiry");
+        if !tasks.more && !artifacts.more {
+            break;
+        }
+    }
+    // Shared out over every task that expired, counted as `n` tasks' worth.
+    count.mark(8);
+    let all = (n + 6) as f64 / n as f64;
+    let e = &mut count.acc[8];
+    e.read /= all;
+    e.write /= all;
+    e.requests /= all;
+    for v in e.by_target.values_mut() {
+        *v = (*v as f64 / all) as u64;
+    }
+    println!();
+    println!(
+        "A realistic CI task, {} artifacts, per task over {n} ({} events delivered)",
+        if objects { "object" } else { "s3" },
+        sink.events().len()
+    );
+    let counted = count.print(&steps, n);
+    print_cost(
+        &format!(
+            "a realistic CI task ({} artifacts)",
+            if objects { "object" } else { "s3" }
+        ),
+        &steps,
+        &counted,
+    );
+}
+
+/// One object artifact of run 0 of `id`, as generic-worker uploads it: createArtifact,
+/// createUpload (putUrl), the bytes (to the local blob store), finishUpload, finishArtifact.
+async fn one_object_artifact(
+    queue: &Queue,
+    blobs: &shared::blobs::LocalBlobs,
+    id: &TaskId,
+    name: &str,
+    expires: Ts,
+) {
+    use serde_json::json;
+    use shared::blobs::{BlobStore, Bucket};
+    let body = json!({"storageType": "object", "expires": expires, "contentType": "a/b"});
+    let r = queue
+        .create_artifact(blobs, id, 0, name, &body, Ts::now())
+        .await
+        .expect("createArtifact");
+    let object = r["name"].as_str().expect("name");
+    let upload = json!({
+        "projectId": r["projectId"], "uploadId": r["uploadId"], "expires": r["expires"],
+        "proposedUploadMethods": {"putUrl": {"contentType": "a/b", "contentLength": 3}},
+    });
+    queue
+        .create_upload(blobs, object, &upload, Ts::now())
+        .await
+        .expect("createUpload");
+    let key = shared::records::object::blob_key(object);
+    blobs
+        .put(Bucket::Private, &key, "a/b", b"abc".to_vec())
+        .await
+        .expect("bytes");
+    let finish = json!({"projectId": r["projectId"], "uploadId": r["uploadId"]});
+    queue
+        .finish_upload(blobs, object, &finish)
+        .await
+        .expect("finishUpload");
+    let upload_id = r["uploadId"].as_str().expect("uploadId");
+    queue
+        .finish_artifact(id, 0, name, upload_id)
+        .await
+        .expect("finishArtifact");
 }
 
 /// A new task on `tq` (unscheduled if `define`), created as the endpoint creates it.
