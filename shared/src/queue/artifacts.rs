@@ -146,7 +146,13 @@ impl Queue {
                 return Err(ApiError::input(format!("Task {task_id} not found")));
             };
             check_run(&rec, run_id, art.expires, now)?;
-            let old = self.load_artifact(task_id.as_str(), run_id, name).await?;
+            // The first attempt takes the artifact to be new (a write conditioned on that is
+            // refused otherwise), which saves a read per artifact; a repeat reads it.
+            let old = if attempt == 0 {
+                None
+            } else {
+                self.load_artifact(task_id.as_str(), run_id, name).await?
+            };
             let mut object_write = None;
             if art.storage_type == "object" {
                 art.details["projectId"] = json!(rec.project_id);
@@ -189,6 +195,8 @@ impl Queue {
             };
             match written {
                 Ok(()) => return self.create_reply(blobs, &rec, &art, now).await,
+                // A repeat, most likely: read it at once.
+                Err(e) if e.is_condition_failed() && attempt == 0 => {}
                 Err(e) if e.is_condition_failed() => backoff(attempt).await,
                 Err(e) => return Err(e.into()),
             }

@@ -28,13 +28,13 @@ use crate::records::edge::{
     SK_DEPENDENT_PREFIX,
 };
 use crate::records::task::{index, TaskRecord, TASKS};
-use crate::store::{Cond, Item, SkRange, WriteOp, MAX_TRANSACTION_ITEMS};
+use crate::store::{Cond, Item, SkRange, WriteOp};
 use crate::time::{Budget, Ts};
 use futures_util::future::try_join_all;
 use serde_json::Value;
 
-/// Edge transactions in flight at once for one dependent.
-const EDGE_TRANSACTIONS: usize = 4;
+/// Edge writes in flight at once for one dependent.
+const EDGE_WRITES: usize = 32;
 
 /// Most dependencies a task may have.
 pub const MAX_DEPENDENCIES: usize = 10_000;
@@ -148,10 +148,11 @@ impl Queue {
             .iter()
             .map(|e| edge_item(&e.dependency, dependent, plan.requires, e.satisfied))
             .collect();
-        // Transactions on distinct items: a few at once, as a thousand edges are ten of them.
-        let chunks: Vec<&[Item]> = items.chunks(MAX_TRANSACTION_ITEMS).collect();
-        for group in chunks.chunks(EDGE_TRANSACTIONS) {
-            try_join_all(group.iter().map(|c| self.put_edges(c))).await?;
+        // One conditional put each, not transactions of many: they need no atomicity (a
+        // repeat finds some in place and keeps them), and DynamoDB bills a transaction's
+        // items and index entries twice.
+        for chunk in items.chunks(EDGE_WRITES) {
+            try_join_all(chunk.iter().map(|item| self.put_edge(item))).await?;
         }
         let dependent_id = dependent.task_id.as_str();
         let todo: Vec<&str> = plan
@@ -170,49 +171,47 @@ impl Queue {
             try_join_all(
                 chunk
                     .iter()
-                    .map(|d| self.satisfy_edge(d, dependent_id, now)),
+                    .map(|d| self.satisfy_edge(d, dependent_id, None, now)),
             )
             .await?;
         }
         Ok(())
     }
 
-    /// Puts `chunk`'s edges in one transaction; if some already exist (a repeated
-    /// createTask), puts the others one by one.
-    async fn put_edges(&self, chunk: &[Item]) -> ApiResult<()> {
-        let put = |item: &Item| WriteOp::Put {
+    /// Puts an edge unless it exists (a repeated createTask keeps what is there, satisfied
+    /// or not).
+    async fn put_edge(&self, item: &Item) -> ApiResult<()> {
+        let op = WriteOp::Put {
             table: TASKS,
             item: item.clone(),
             cond: Cond::NotExists,
         };
-        match self.store.transact(chunk.iter().map(put).collect()).await {
-            Ok(()) => Ok(()),
-            Err(e) if e.is_condition_failed() => {
-                for item in chunk {
-                    match self.store.write(put(item)).await {
-                        Ok(_) => {}
-                        Err(e) if e.is_condition_failed() => {}
-                        Err(e) => return Err(e.into()),
-                    }
-                }
-                Ok(())
-            }
+        match self.store.write(op).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_condition_failed() => Ok(()),
             Err(e) => Err(e.into()),
         }
     }
 
     /// Marks the edge `dependency → dependent` satisfied and counts it on the dependent, in
-    /// one transaction. False if the edge was already satisfied (or is gone).
+    /// one transaction. False if the edge was already satisfied (or is gone). `read` is the
+    /// edge as a query just found it, if one did: the first attempt takes it (the write is
+    /// conditioned on its version) rather than reading it again.
     pub async fn satisfy_edge(
         &self,
         dependency: &str,
         dependent: &str,
+        read: Option<&Item>,
         now: Ts,
     ) -> ApiResult<bool> {
         let sk = sk_dependent(dependent);
         for attempt in 0..SATISFY_ATTEMPTS {
-            let Some(edge) = self.store.get(TASKS, dependency, &sk).await? else {
-                return Ok(false);
+            let edge = match read.filter(|_| attempt == 0) {
+                Some(edge) => edge.clone(),
+                None => match self.store.get(TASKS, dependency, &sk).await? {
+                    Some(edge) => edge,
+                    None => return Ok(false),
+                },
             };
             if is_satisfied(&edge) {
                 return Ok(false);
@@ -282,19 +281,23 @@ impl Queue {
                 .store
                 .query(TASKS, task_id, &range, after.as_ref(), MAX_PAGE)
                 .await?;
-            let todo: Vec<&str> = page
+            let todo: Vec<(&str, &Item)> = page
                 .items
                 .iter()
                 .filter_map(|edge| {
                     let dependent = dependent_of(edge)?;
                     let requires = Requires::of(&edge.data);
                     (dependent != task_id && !is_satisfied(edge) && requires.met_by(&dep))
-                        .then_some(dependent)
+                        .then_some((dependent, edge))
                 })
                 .collect();
             for chunk in todo.chunks(PARALLEL) {
-                let done =
-                    try_join_all(chunk.iter().map(|d| self.satisfy_edge(task_id, d, now))).await?;
+                let done = try_join_all(
+                    chunk
+                        .iter()
+                        .map(|(d, edge)| self.satisfy_edge(task_id, d, Some(edge), now)),
+                )
+                .await?;
                 satisfied += done.into_iter().filter(|d| *d).count();
             }
             match page.next {

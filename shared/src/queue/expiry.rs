@@ -10,11 +10,19 @@
 use super::core::{chunked, Pass, Queue, PARALLEL};
 use crate::error::ApiResult;
 use crate::page::MAX_PAGE;
+use crate::records::edge::{sk_dependent, SK_DEPENDENT_PREFIX};
 use crate::records::group::{sk_member, GROUP_EXPIRY, SK_GROUP, TASK_GROUPS};
 use crate::records::task::{index, SK_DEF, SK_STATUS, TASKS};
 use crate::store::{Cond, Item, SkRange, WriteOp};
 use crate::time::{Budget, Ts};
 use futures_util::future::try_join_all;
+
+/// What expiring a task leaves in its partition for later: its definition, which holds its
+/// index entry and goes last, and the edges to its dependents, which go with them (the
+/// dependent's expiry deletes the edges its definition names).
+fn keep_when_expiring(sk: &str) -> bool {
+    sk == SK_DEF || sk.starts_with(SK_DEPENDENT_PREFIX)
+}
 
 fn expires_of(item: &Item) -> Option<Ts> {
     item.data["expires"].as_str().and_then(Ts::parse)
@@ -52,21 +60,22 @@ impl Queue {
         })
     }
 
-    /// Deletes every item of a partition except the one with sort key `keep`, a few at once;
-    /// `cond` gives each deletion's condition.
+    /// Deletes every item of a partition except those whose sort key `keep` holds, a few at
+    /// once; `cond` gives each deletion's condition.
     async fn delete_partition(
         &self,
         table: &'static str,
         pk: &str,
-        keep: &str,
+        keep: impl Fn(&str) -> bool,
         cond: impl Fn(&Item) -> Cond,
     ) -> ApiResult<()> {
+        let mut after = None;
         loop {
             let page = self
                 .store
-                .query(table, pk, &SkRange::default(), None, MAX_PAGE)
+                .query(table, pk, &SkRange::default(), after.as_ref(), MAX_PAGE)
                 .await?;
-            let doomed: Vec<&Item> = page.items.iter().filter(|i| i.sk != keep).collect();
+            let doomed: Vec<&Item> = page.items.iter().filter(|i| !keep(&i.sk)).collect();
             for chunk in doomed.chunks(PARALLEL) {
                 try_join_all(chunk.iter().map(|i| {
                     self.store.write(WriteOp::Delete {
@@ -78,8 +87,9 @@ impl Queue {
                 }))
                 .await?;
             }
-            if page.next.is_none() {
-                return Ok(());
+            match page.next {
+                Some(next) => after = Some(next),
+                None => return Ok(()),
             }
         }
     }
@@ -116,7 +126,8 @@ impl Queue {
     }
 
     /// Deletes an expired task: its status, the edges to its dependents, anything else in its
-    /// partition and its group membership, then its definition. False if it is not due (or
+    /// partition, its group membership and the edges from its dependencies, then its
+    /// definition. False if it is not due (or
     /// still has events to deliver).
     pub async fn expire_task(&self, task_id: &str, now: Ts) -> ApiResult<bool> {
         let Some(def) = self.expired_item(TASKS, task_id, SK_DEF, now).await? else {
@@ -135,7 +146,7 @@ impl Queue {
         // The status only at the version checked above: a concurrent write (an event being
         // added) makes this pass fail, and a later one retry.
         match self
-            .delete_partition(TASKS, task_id, SK_DEF, |i| {
+            .delete_partition(TASKS, task_id, keep_when_expiring, |i| {
                 match (i.sk.as_str(), status_version) {
                     (SK_STATUS, Some(v)) => Cond::Version(v),
                     _ => Cond::None,
@@ -159,13 +170,33 @@ impl Queue {
                 })
                 .await?;
         }
+        // The edges to this task, in its dependencies' partitions (its own, for a task that
+        // depends on itself). Each dependency's expiry leaves them for this.
+        let deps: Vec<&str> = def.data["dependencies"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|d| d.as_str())
+            .collect();
+        for chunk in deps.chunks(PARALLEL) {
+            try_join_all(chunk.iter().map(|d| {
+                self.store.write(WriteOp::Delete {
+                    table: TASKS,
+                    pk: d.to_string(),
+                    sk: sk_dependent(task_id),
+                    cond: Cond::None,
+                })
+            }))
+            .await?;
+        }
         // The definition never changes, so this only fails if another pass deleted it first.
         let deleted = self.delete_if_unchanged(TASKS, &def).await?;
         self.forget_def(task_id);
         Ok(deleted)
     }
 
-    /// Deletes a dependency edge whose dependent has expired.
+    /// Deletes a dependency edge whose dependent has expired (edges written by earlier versions
+    /// carry an entry in the `task-expiry` index).
     async fn expire_edge(&self, pk: &str, sk: &str, now: Ts) -> ApiResult<bool> {
         match self.expired_item(TASKS, pk, sk, now).await? {
             Some(edge) => self.delete_if_unchanged(TASKS, &edge).await,
@@ -182,9 +213,12 @@ impl Queue {
         else {
             return Ok(false);
         };
-        self.delete_partition(TASK_GROUPS, group_id, SK_GROUP, |i| {
-            Cond::Version(i.version)
-        })
+        self.delete_partition(
+            TASK_GROUPS,
+            group_id,
+            |sk| sk == SK_GROUP,
+            |i| Cond::Version(i.version),
+        )
         .await?;
         self.delete_if_unchanged(TASK_GROUPS, &group).await
     }

@@ -1,10 +1,12 @@
 //! A dependency edge: one item in the dependency's partition of the `tasks` table,
 //! `dependent#<taskId>`, carrying what the dependent requires and whether it has been
-//! satisfied. It expires with its dependent (the `task-expiry` index of [`super::task`]).
+//! satisfied. It expires with its dependent: expiring a task deletes the edges its definition
+//! names (edges written by earlier versions also have an entry in the `task-expiry` index of
+//! [`super::task`], which finds them too). It carries no index entry of its own, as each
+//! entry is a write unit more when the edge is created and another when it is deleted.
 
-use super::task::{task_expiry_entry, RunState, TaskRecord};
-use crate::store::{IndexEntry, Item};
-use crate::time::Ts;
+use super::task::{RunState, TaskRecord};
+use crate::store::Item;
 use serde_json::{json, Value};
 
 /// Sort-key prefix of the dependency edges in a dependency's partition of `tasks`.
@@ -73,24 +75,12 @@ pub fn edge_item(
         "satisfied": satisfied,
         "expires": dependent.expires,
     });
-    let indexes = edge_indexes(dependency, &sk, &data);
-    Item::new(dependency, sk, data, indexes)
+    Item::new(dependency, sk, data, vec![])
 }
 
 /// The same edge, satisfied.
 pub fn satisfied_edge(edge: &Item) -> Item {
     let mut data = edge.data.clone();
     data["satisfied"] = json!(true);
-    let indexes = edge_indexes(&edge.pk, &edge.sk, &data);
-    Item::new(edge.pk.clone(), edge.sk.clone(), data, indexes)
-}
-
-/// An edge expires with its dependent, whichever task's partition it sits in.
-fn edge_indexes(dependency: &str, sk: &str, data: &Value) -> Vec<IndexEntry> {
-    data["expires"]
-        .as_str()
-        .and_then(Ts::parse)
-        .map(|t| task_expiry_entry(t, dependency, sk))
-        .into_iter()
-        .collect()
+    Item::new(edge.pk.clone(), edge.sk.clone(), data, vec![])
 }

@@ -280,8 +280,34 @@ impl DynamoStore {
         }
     }
 
-    /// Adds a write's units per table and index (present when asked for `INDEXES`).
-    fn count_targets(&self, c: &aws_sdk_dynamodb::types::ConsumedCapacity) {
+    /// Counts a transaction's write units: per table and index, what DynamoDB reported, or
+    /// `floor` where that is more. AWS reports a transaction's units exactly, two per KB of
+    /// each item; DynamoDB Local (LocalStack) rounds the items of one table together, so that
+    /// three small edges come back as 2 units rather than 6.
+    fn count_transaction(
+        &self,
+        reported: &[aws_sdk_dynamodb::types::ConsumedCapacity],
+        floor: &std::collections::BTreeMap<String, f64>,
+    ) {
+        let mut units: std::collections::BTreeMap<String, f64> = floor.clone();
+        for (k, u) in reported.iter().flat_map(|c| self.targets(c)) {
+            let e = units.entry(k).or_default();
+            *e = e.max(u);
+        }
+        let milli = |u: f64| (u * 1000.0).round() as u64;
+        self.usage
+            .write_milli
+            .fetch_add(units.values().map(|u| milli(*u)).sum(), Ordering::Relaxed);
+        if let Ok(mut m) = self.usage.writes_by_target.lock() {
+            for (k, u) in units {
+                *m.entry(k).or_default() += milli(u);
+            }
+        }
+    }
+
+    /// A write's units per table and index (present when asked for `INDEXES`), named as in
+    /// [`Usage::writes_by_target`].
+    fn targets(&self, c: &aws_sdk_dynamodb::types::ConsumedCapacity) -> Vec<(String, f64)> {
         let table = c.table_name().unwrap_or("");
         let table = table.strip_prefix(self.prefix.as_str()).unwrap_or(table);
         let mut parts = vec![];
@@ -293,6 +319,12 @@ impl DynamoStore {
                 parts.push((format!("{table}/{index}"), u));
             }
         }
+        parts
+    }
+
+    /// Adds a write's units per table and index.
+    fn count_targets(&self, c: &aws_sdk_dynamodb::types::ConsumedCapacity) {
+        let parts = self.targets(c);
         if let Ok(mut m) = self.usage.writes_by_target.lock() {
             for (k, u) in parts {
                 *m.entry(k).or_default() += (u * 1000.0).round() as u64;
@@ -604,6 +636,46 @@ impl DynamoStore {
     }
 }
 
+/// The write units a transaction costs at least, per table and index (`<table>/<index>`), from
+/// what it sends: two per KB of each item put, two for each deletion, two per secondary-index
+/// entry of each item created. Updates' index changes and condition checks are left at what
+/// DynamoDB reports (their old entries and sizes are not known here).
+fn transaction_floor(
+    ops: &[WriteOp],
+    items: &[TransactWriteItem],
+) -> std::collections::BTreeMap<String, f64> {
+    let mut floor = std::collections::BTreeMap::<String, f64>::new();
+    for (op, built) in ops.iter().zip(items) {
+        let table = op.key().0;
+        match (op, built.put()) {
+            (WriteOp::Put { item, cond, .. }, Some(put)) => {
+                let size: usize = put.item().iter().map(|(k, v)| k.len() + attr_size(v)).sum();
+                *floor.entry(table.to_string()).or_default() += 2.0 * size.div_ceil(1024) as f64;
+                // A new item: each of its index entries is a new entry of at least one unit.
+                if *cond == Cond::NotExists {
+                    for e in &item.indexes {
+                        *floor.entry(format!("{table}/{}", e.index)).or_default() += 2.0;
+                    }
+                }
+            }
+            (WriteOp::Delete { .. }, _) => *floor.entry(table.to_string()).or_default() += 2.0,
+            _ => {}
+        }
+    }
+    floor
+}
+
+/// An attribute value's size as DynamoDB bills it (strings and binaries by their bytes; a
+/// number about one byte per two digits).
+fn attr_size(v: &AttributeValue) -> usize {
+    match v {
+        AttributeValue::S(s) => s.len(),
+        AttributeValue::B(b) => b.as_ref().len(),
+        AttributeValue::N(n) => n.len() / 2 + 1,
+        _ => 1,
+    }
+}
+
 #[async_trait]
 impl Store for DynamoStore {
     async fn get(
@@ -858,9 +930,7 @@ impl Store for DynamoStore {
         match res {
             Ok(out) => {
                 self.usage.requests.fetch_add(1, Ordering::Relaxed);
-                for cc in out.consumed_capacity() {
-                    self.count_units(Some(cc), true);
-                }
+                self.count_transaction(out.consumed_capacity(), &transaction_floor(&ops, &items));
                 Ok(())
             }
             Err(e) => {
@@ -1068,6 +1138,72 @@ async fn wait_active(client: &Client, name: &str) -> Result<(), StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each item of a transaction is billed on its own (DynamoDB Local rounds them together).
+    #[test]
+    fn a_transaction_costs_at_least_two_units_per_kb_of_each_item_and_per_new_index_entry() {
+        let put = |pk: &str, body: usize, cond: Cond| {
+            let entry = IndexEntry {
+                index: "task-expiry",
+                pk: "e".into(),
+                sk: pk.into(),
+            };
+            let item = Item::new(pk, "def", serde_json::json!({}), vec![entry]);
+            let mut attrs = Attrs::from([
+                ("pk".into(), s(pk)),
+                ("sk".into(), s("def")),
+                ("d".into(), AttributeValue::B(vec![7u8; body].into())),
+            ]);
+            attrs.insert("task-expiry_pk".into(), s("e"));
+            let built = TransactWriteItem::builder()
+                .put(
+                    Put::builder()
+                        .table_name("p-tasks")
+                        .set_item(Some(attrs))
+                        .build()
+                        .expect("put"),
+                )
+                .build();
+            let op = WriteOp::Put {
+                table: "tasks",
+                item,
+                cond,
+            };
+            (op, built)
+        };
+        let delete = WriteOp::Delete {
+            table: "task-groups",
+            pk: "g".into(),
+            sk: "m".into(),
+            cond: Cond::None,
+        };
+        let delete_built = TransactWriteItem::builder()
+            .delete(
+                Delete::builder()
+                    .table_name("p-task-groups")
+                    .set_key(Some(Attrs::from([
+                        ("pk".into(), s("g")),
+                        ("sk".into(), s("m")),
+                    ])))
+                    .build()
+                    .expect("delete"),
+            )
+            .build();
+        // Three small new items, one of 3,000 bytes replacing another, a deletion.
+        let mut pairs: Vec<(WriteOp, TransactWriteItem)> = ["a", "b", "c"]
+            .iter()
+            .map(|pk| put(pk, 100, Cond::NotExists))
+            .collect();
+        pairs.push(put("d", 3000, Cond::Version(4)));
+        pairs.push((delete, delete_built));
+        let (ops, items): (Vec<_>, Vec<_>) = pairs.into_iter().unzip();
+        let floor = transaction_floor(&ops, &items);
+        assert_eq!(floor.get("tasks"), Some(&(3.0 * 2.0 + 2.0 * 3.0)));
+        // The replaced item's entries may be unchanged: only the new items' count.
+        assert_eq!(floor.get("tasks/task-expiry"), Some(&6.0));
+        assert_eq!(floor.get("task-groups"), Some(&2.0));
+        assert_eq!(floor.len(), 3);
+    }
 
     /// The state kept per thread deflates each item as a fresh encoder would (the stored
     /// format is unchanged) and inflates it back, one item after another.

@@ -163,6 +163,52 @@ async fn expired_tasks_edges_and_groups_are_deleted_and_the_group_id_reused() {
 }
 
 #[tokio::test]
+async fn edges_go_with_their_dependents_even_when_the_dependency_expires_first() {
+    let app = spawn_app_with(|c| {
+        c.queue.group_expiry_extension_ms = 300;
+        c.artifact_reaper_interval_ms = 100;
+    })
+    .await;
+    let tq = task_queue_id();
+    let group = slugid();
+    let lifetime = lifetime_on(&app, &tq).await;
+    let dependency = create(&app, &short_lived(&tq, &group, "s", lifetime)).await;
+    // Its dependent's deadline is within the dependency's life, its expiry a lifetime later;
+    // it also depends on itself, so its own partition holds an edge too.
+    let dependent = slugid();
+    let mut body = short_lived(&tq, &group, "s", lifetime);
+    body["expires"] = json!(ts(2 * lifetime + 500));
+    body["dependencies"] = json!([dependency, dependent]);
+    let made = app.queue().createTask(&dependent, &body).await;
+    assert!(made.is_ok(), "create the dependent: {made:?}");
+    let edge = sk_dependent(&dependent);
+    assert!(partition(&app, TASKS, &dependency).await.contains(&edge));
+    assert!(partition(&app, TASKS, &dependent).await.contains(&edge));
+
+    // The dependency's expiry deletes all of it but the edge, which is its dependent's.
+    poll(
+        until_deleted(lifetime),
+        "the dependency to be deleted but for the edge",
+        || async {
+            (partition(&app, TASKS, &dependency).await == vec![edge.clone()]).then_some(())
+        },
+    )
+    .await;
+    assert!(!partition(&app, TASKS, &dependent).await.is_empty());
+    // The dependent's expiry deletes the edge, its own self-edge and the rest.
+    poll(
+        until_deleted(2 * lifetime),
+        "the dependent and its edges to be deleted",
+        || async {
+            let gone = partition(&app, TASKS, &dependency).await.is_empty()
+                && partition(&app, TASKS, &dependent).await.is_empty();
+            gone.then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
 async fn a_group_id_is_free_as_soon_as_the_group_expired_even_before_deletion() {
     // The job never runs here: reuse must not depend on it.
     let app = spawn_app_with(|c| {
