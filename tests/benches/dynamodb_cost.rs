@@ -732,7 +732,7 @@ async fn realistic_task(store: DynamoStore, images: DynamoStore, n: usize, objec
     loop {
         let budget = shared::time::Budget::of(std::time::Duration::from_secs(60));
         let tasks = queue
-            .expire_once(later, 100, &budget)
+            .expire_once(&blobs, later, 0, 100, &budget)
             .await
             .expect("expiry");
         let artifacts = queue

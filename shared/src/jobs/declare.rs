@@ -430,18 +430,24 @@ pub static ARTIFACT_REAPER: Job = scheduled(
     }),
 );
 
-/// Deletes expired tasks, dependency edges and task groups.
+/// Deletes expired tasks (with their artifacts and dependency edges) and task groups.
 pub static EXPIRY_REAPER: Job = scheduled(
     "expiryReaper",
-    "Deletes expired tasks, dependency edges and task groups",
+    "Deletes expired tasks (with their artifacts and dependency edges) and task groups",
     "rate(1 hour)",
     Local::Expiry,
     &[
         Need::Table(TASKS, Access::Write),
         Need::Table(TASK_GROUPS, Access::Write),
         Need::Table(ARTIFACTS, Access::Write),
+        Need::Buckets(Access::Write),
     ],
-    Run::Repeat(|c, now, budget| Box::pin(c.queue.expire_once(now, BATCH, budget))),
+    Run::Repeat(|c, now, budget| {
+        Box::pin(
+            c.queue
+                .expire_once(c.blobs, now, c.artifact_grace_ms, BATCH, budget),
+        )
+    }),
 );
 
 /// Reads every task queue's figures into the gauges (pending, claimed, the oldest pending

@@ -6,13 +6,13 @@
 //! item's outbox in the same transaction that writes the artifact item, so an event exists
 //! exactly when its artifact does.
 
-use super::core::{backoff, chunked, Pass, Queue, MAX_ATTEMPTS};
+use super::core::{backoff, chunked, Pass, Queue, MAX_ATTEMPTS, PARALLEL};
 use crate::blobs::{BlobStore, Bucket};
 use crate::creds::{for_object_download, for_object_upload, TempCredentials};
 use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::ids::check_key_part;
 use crate::ids::TaskId;
-use crate::page::PageReq;
+use crate::page::{PageReq, MAX_PAGE};
 use crate::records::artifact::{
     artifact_run_prefix, artifact_sk, check_name, check_run, compatible, decode, from_request,
     Artifact, ARTIFACTS, ARTIFACT_EXPIRY,
@@ -26,6 +26,7 @@ use crate::routing::Exchange;
 use crate::store::shard::{due_upto, shard_pk, SHARDS};
 use crate::store::{Cond, SkRange, WriteOp};
 use crate::time::{Budget, Ts, MINUTE, SECOND};
+use futures_util::future::try_join_all;
 use serde_json::{json, Map, Value};
 
 /// How long a `putUrl` is valid (the reply's `expires`).
@@ -183,7 +184,7 @@ impl Queue {
             };
             let put = WriteOp::Put {
                 table: ARTIFACTS,
-                item: art.item()?,
+                item: art.item(rec.expires)?,
                 cond,
             };
             let written = if art.announced() {
@@ -278,7 +279,7 @@ impl Queue {
             }
             let put = WriteOp::Put {
                 table: ARTIFACTS,
-                item: art.item()?,
+                item: art.item(rec.expires)?,
                 cond: Cond::Version(v),
             };
             match self.announce(&mut rec, status_version, &art, put).await? {
@@ -524,6 +525,58 @@ impl Queue {
         Ok((items, token))
     }
 
+    /// Deletes the artifacts of an expired task (every run's), as [`Queue::expire_task`] does
+    /// before the task: the bytes of its `s3` artifacts first, then the rows, each only if
+    /// unchanged since read. False, with nothing deleted, while one of them is within its
+    /// grace (`cutoff` is now less the grace: downloads answer 410 until then), or if a row
+    /// changed meanwhile: a later pass comes back to the task. The bytes of `object`
+    /// artifacts belong to their objects, which the reaper deletes through their own entries.
+    pub(crate) async fn expire_artifacts_of(
+        &self,
+        blobs: &dyn BlobStore,
+        task_id: &str,
+        cutoff: Ts,
+    ) -> ApiResult<bool> {
+        let mut rows: Vec<(Artifact, u64)> = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self
+                .store
+                .query(
+                    ARTIFACTS,
+                    task_id,
+                    &SkRange::default(),
+                    after.as_ref(),
+                    MAX_PAGE,
+                )
+                .await?;
+            for item in page.items {
+                let v = item.version;
+                let a = decode(item)?;
+                if a.expires > cutoff {
+                    return Ok(false);
+                }
+                rows.push((a, v));
+            }
+            match page.next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+        delete_blobs(blobs, &s3_objects(&rows)).await?;
+        for chunk in rows.chunks(PARALLEL) {
+            let deleted = try_join_all(chunk.iter().map(|(a, v)| async move {
+                let sk = artifact_sk(a.run_id, &a.name);
+                self.delete_row(&a.task_id, &sk, *v).await
+            }))
+            .await?;
+            if deleted.contains(&false) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     /// One pass of the artifact expiry reaper: deletes up to `batch` artifacts and objects per
     /// shard that expired before `cutoff` (unfinished uploads a day on), bytes first (so
     /// that no bytes outlive their row unseen), then rows, each only if unchanged since read.
@@ -567,32 +620,13 @@ impl Queue {
                 }
             }
         }
-        let mut gone: Vec<(Bucket, String)> = due
-            .iter()
-            .filter(|(a, _)| a.storage_type == "s3")
-            .map(|(a, _)| {
-                let key = Artifact::object_key(&a.task_id, a.run_id, &a.name);
-                (Bucket::for_name(&a.name), key)
-            })
-            .collect();
+        let mut gone = s3_objects(&due);
         gone.extend(
             objects
                 .iter()
                 .map(|(o, _)| (Bucket::Private, blob_key(&o.name))),
         );
-        for bucket in [Bucket::Public, Bucket::Private] {
-            let keys: Vec<String> = gone
-                .iter()
-                .filter(|(b, _)| *b == bucket)
-                .map(|(_, k)| k.clone())
-                .collect();
-            if !keys.is_empty() {
-                blobs
-                    .delete(bucket, &keys)
-                    .await
-                    .map_err(ApiError::caused_by)?;
-            }
-        }
+        delete_blobs(blobs, &gone).await?;
         let rows: Vec<(String, String, u64)> = due
             .iter()
             .map(|(a, v)| (a.task_id.clone(), artifact_sk(a.run_id, &a.name), *v))
@@ -602,22 +636,55 @@ impl Queue {
                     .map(|(o, v)| (object_pk(&o.name), OBJECT_SK.to_string(), *v)),
             )
             .collect();
-        let (deleted, cut) = chunked(&rows, budget, |(pk, sk, v)| async move {
-            let op = WriteOp::Delete {
-                table: ARTIFACTS,
-                pk: pk.clone(),
-                sk: sk.clone(),
-                cond: Cond::Version(*v),
-            };
-            match self.store.write(op).await {
-                Ok(_) => Ok(true),
-                Err(e) if e.is_condition_failed() => Ok(false),
-                Err(e) => Err(ApiError::from(e)),
-            }
-        })
-        .await?;
+        let (deleted, cut) =
+            chunked(&rows, budget, |(pk, sk, v)| self.delete_row(pk, sk, *v)).await?;
         let done = deleted.into_iter().filter(|d| *d).count();
         let more = more || cut;
         Ok(Pass { done, more })
     }
+
+    /// Deletes a row of the artifacts table if it is still at version `v`; false if it
+    /// changed (or went) meanwhile.
+    async fn delete_row(&self, pk: &str, sk: &str, v: u64) -> ApiResult<bool> {
+        let op = WriteOp::Delete {
+            table: ARTIFACTS,
+            pk: pk.to_string(),
+            sk: sk.to_string(),
+            cond: Cond::Version(v),
+        };
+        match self.store.write(op).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.is_condition_failed() => Ok(false),
+            Err(e) => Err(ApiError::from(e)),
+        }
+    }
+}
+
+/// The bucket and key of each `s3` artifact's bytes among `rows`.
+fn s3_objects(rows: &[(Artifact, u64)]) -> Vec<(Bucket, String)> {
+    rows.iter()
+        .filter(|(a, _)| a.storage_type == "s3")
+        .map(|(a, _)| {
+            let key = Artifact::object_key(&a.task_id, a.run_id, &a.name);
+            (Bucket::for_name(&a.name), key)
+        })
+        .collect()
+}
+
+/// Deletes the objects `gone` (bucket, key), one call per bucket.
+async fn delete_blobs(blobs: &dyn BlobStore, gone: &[(Bucket, String)]) -> ApiResult<()> {
+    for bucket in [Bucket::Public, Bucket::Private] {
+        let keys: Vec<String> = gone
+            .iter()
+            .filter(|(b, _)| *b == bucket)
+            .map(|(_, k)| k.clone())
+            .collect();
+        if !keys.is_empty() {
+            blobs
+                .delete(bucket, &keys)
+                .await
+                .map_err(ApiError::caused_by)?;
+        }
+    }
+    Ok(())
 }

@@ -2,12 +2,14 @@
 //! `expires` has passed.
 //!
 //! Reads already treat anything past `expires` as gone; this job reclaims the space. It finds
-//! work through the `task-expiry` and `group-expiry` indexes (written with the items), and
+//! work through the `task-expiry` and `group-expiry` indexes (written with the items); a
+//! task's artifacts and the edges to it go with the task, and
 //! every step is safe to repeat: a task's definition, which holds its index entry, is deleted
 //! last, so a pass that dies half-way is finished by the next one. A task whose outbox still
 //! holds events is left until they are delivered, so expiry never drops an event.
 
 use super::core::{chunked, Pass, Queue, PARALLEL};
+use crate::blobs::BlobStore;
 use crate::error::ApiResult;
 use crate::page::MAX_PAGE;
 use crate::records::edge::{sk_dependent, SK_DEPENDENT_PREFIX};
@@ -31,12 +33,20 @@ fn expires_of(item: &Item) -> Option<Ts> {
 impl Queue {
     /// One pass of the expiry job: deletes what expired at or before `now` (up to `batch` per
     /// index shard), a few at a time, while `budget` lasts; `done` counts the tasks, edges,
-    /// groups and worker records deleted.
-    pub async fn expire_once(&self, now: Ts, batch: usize, budget: &Budget) -> ApiResult<Pass> {
+    /// groups and worker records deleted. A task's artifacts go with it, their bytes from
+    /// `blobs`, once `grace_ms` has passed since they expired (downloads answer 410 meanwhile).
+    pub async fn expire_once(
+        &self,
+        blobs: &dyn BlobStore,
+        now: Ts,
+        grace_ms: i64,
+        batch: usize,
+        budget: &Budget,
+    ) -> ApiResult<Pass> {
         let tasks = self.due_in(TASKS, index::TASK_EXPIRY, now, batch).await?;
         let (deleted, cut) = chunked(&tasks.items, budget, |entry| async move {
             if entry.sk == SK_DEF {
-                self.expire_task(&entry.pk, now).await
+                self.expire_task(blobs, &entry.pk, now, grace_ms).await
             } else {
                 self.expire_edge(&entry.pk, &entry.sk, now).await
             }
@@ -125,11 +135,18 @@ impl Queue {
         }
     }
 
-    /// Deletes an expired task: its status, the edges to its dependents, anything else in its
-    /// partition, its group membership and the edges from its dependencies, then its
-    /// definition. False if it is not due (or
-    /// still has events to deliver).
-    pub async fn expire_task(&self, task_id: &str, now: Ts) -> ApiResult<bool> {
+    /// Deletes an expired task: its artifacts (see [`Queue::expire_artifacts_of`]; not within
+    /// `grace_ms` of their expiry), its status, anything else in its partition but the edges
+    /// to its dependents, its group membership and the edges from its dependencies, then its
+    /// definition. False if it is not due (or still has events to deliver, or artifacts in
+    /// their grace).
+    pub async fn expire_task(
+        &self,
+        blobs: &dyn BlobStore,
+        task_id: &str,
+        now: Ts,
+        grace_ms: i64,
+    ) -> ApiResult<bool> {
         let Some(def) = self.expired_item(TASKS, task_id, SK_DEF, now).await? else {
             return Ok(false);
         };
@@ -138,6 +155,12 @@ impl Queue {
         if status
             .as_ref()
             .is_some_and(|(r, _)| r.sweep && !r.outbox.is_empty())
+        {
+            return Ok(false);
+        }
+        if !self
+            .expire_artifacts_of(blobs, task_id, now.plus(-grace_ms))
+            .await?
         {
             return Ok(false);
         }

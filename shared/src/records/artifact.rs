@@ -97,19 +97,20 @@ impl Artifact {
         format!("{task_id}/{run_id}/{name}")
     }
 
-    /// The item, with its expiry entry.
-    pub fn item(&self) -> ApiResult<Item> {
+    /// The item of an artifact of a task that expires at `task_expires`. Only an artifact
+    /// that expires before its task has an `artifact-expiry` entry (a write unit when created
+    /// and one when deleted); the others go with their task ([`Queue::expire_task`]).
+    ///
+    /// [`Queue::expire_task`]: crate::queue::Queue::expire_task
+    pub fn item(&self, task_expires: Ts) -> ApiResult<Item> {
         let data = Data::encode(self).map_err(ApiError::internal)?;
+        let entries = (self.expires < task_expires)
+            .then(|| artifact_expiry_entry(self.expires, &self.task_id, self.run_id, &self.name));
         Ok(Item::new(
             self.task_id.clone(),
             artifact_sk(self.run_id, &self.name),
             data,
-            vec![artifact_expiry_entry(
-                self.expires,
-                &self.task_id,
-                self.run_id,
-                &self.name,
-            )],
+            entries.into_iter().collect(),
         ))
     }
 

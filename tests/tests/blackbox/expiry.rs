@@ -209,6 +209,99 @@ async fn edges_go_with_their_dependents_even_when_the_dependency_expires_first()
 }
 
 #[tokio::test]
+async fn artifacts_that_expire_with_their_task_go_with_it_bytes_and_all() {
+    use shared::blobs::Bucket;
+    use shared::records::artifact::{ARTIFACTS, ARTIFACT_EXPIRY};
+    use shared::store::shard::{shard_of, shard_pk};
+    let app = spawn_app_with(|c| {
+        c.queue.group_expiry_extension_ms = 300;
+        c.queue.artifact_expiry_grace_ms = 0;
+        c.artifact_reaper_interval_ms = 100;
+    })
+    .await;
+    let q = app.queue();
+    let tq = task_queue_id();
+    let lifetime = lifetime_on(&app, &tq).await;
+    let body = short_lived(&tq, &slugid(), "s", lifetime);
+    let id = create(&app, &body).await;
+    q.claimTask(&id, "0", &claimer("g", "w"))
+        .await
+        .expect("claim");
+    let name = "public/with-the-task.txt";
+    let made = q
+        .createArtifact(
+            &id,
+            "0",
+            name,
+            &json!({"storageType": "s3", "expires": body["expires"], "contentType": "text/plain"}),
+        )
+        .await
+        .expect("createArtifact");
+    let put = reqwest::Client::new()
+        .put(made["putUrl"].as_str().unwrap_or_default())
+        .header("content-type", "text/plain")
+        .body("bytes")
+        .send()
+        .await
+        .expect("PUT");
+    assert_eq!(put.status().as_u16(), 200);
+    let url = app
+        .domain_blobs()
+        .await
+        .get_url(
+            Bucket::for_name(name),
+            &format!("{id}/0/{name}"),
+            shared::time::Ts::now(),
+            3_600_000,
+        )
+        .await
+        .expect("a download URL");
+    let fetch = |url: String| async move {
+        let r = reqwest::get(&url).await.expect("GET");
+        r.status().as_u16()
+    };
+    assert_eq!(fetch(url.clone()).await, 200);
+    complete(&app, &id, 0).await;
+    // It has no entry of its own in the artifacts' expiry index.
+    settle_indexes().await;
+    let entries = app
+        .domain_queue()
+        .await
+        .store
+        .query_index(
+            ARTIFACTS,
+            ARTIFACT_EXPIRY,
+            &shard_pk(ARTIFACT_EXPIRY, shard_of(&id)),
+            &SkRange::default(),
+            None,
+            1000,
+        )
+        .await
+        .expect("the index");
+    assert!(
+        entries.items.iter().all(|i| i.pk != id),
+        "{:?}",
+        entries.items
+    );
+    // Once the task expired the expiry job deletes the bytes, the row and the task.
+    poll(
+        until_gone(lifetime) + until_deleted(lifetime),
+        "the task and its artifact to be deleted",
+        || {
+            let url = url.clone();
+            let (app, id) = (&app, &id);
+            async move {
+                let gone = partition(app, ARTIFACTS, id).await.is_empty()
+                    && partition(app, TASKS, id).await.is_empty()
+                    && matches!(fetch(url).await, 403 | 404);
+                gone.then_some(())
+            }
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
 async fn a_group_id_is_free_as_soon_as_the_group_expired_even_before_deletion() {
     // The job never runs here: reuse must not depend on it.
     let app = spawn_app_with(|c| {

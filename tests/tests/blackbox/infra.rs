@@ -2761,15 +2761,17 @@ fn policies_grant_only_what_each_function_needs() {
             );
         }
         // Buckets: artifact endpoints that hand out URLs, the object service's that touch
-        // bytes (not `object`, metadata only, nor ping), and the artifact reaper only.
+        // bytes (not `object`, metadata only, nor ping), the artifact reaper and the expiry
+        // reaper (a task's artifacts go with it) only.
         let buckets = policies
             .iter()
             .any(|p| p.get("S3CrudPolicy").or(p.get("S3ReadPolicy")).is_some());
         use shared::jobs::declare::{
-            ARTIFACT_REAPER, OUTBOX_SWEEPER, PUBLISHER, TASK_GRAPH_CONSUMER,
+            ARTIFACT_REAPER, EXPIRY_REAPER, OUTBOX_SWEEPER, PUBLISHER, TASK_GRAPH_CONSUMER,
         };
         let job_is = |job| matches!(function, Function::Job(j) if j == job);
         let artifacts = job_is(&ARTIFACT_REAPER)
+            || job_is(&EXPIRY_REAPER)
             || matches!(function, Function::Endpoint(_, e) if e.route.contains("/artifacts/")
                 || e.route.contains("/artifact-content/"))
             || matches!(function, Function::Endpoint(s, e)
@@ -2807,7 +2809,8 @@ fn policies_grant_only_what_each_function_needs() {
             "Resource": att(URL_SIGNER_ROLE, "Arn")
         }] });
         let signs = policies.contains(&signer);
-        assert_eq!(signs, artifacts && !job_is(&ARTIFACT_REAPER), "{id}");
+        let reaper = job_is(&ARTIFACT_REAPER) || job_is(&EXPIRY_REAPER);
+        assert_eq!(signs, artifacts && !reaper, "{id}");
         for p in policies.iter().filter(|p| **p != signer) {
             let kind = p
                 .as_object()
