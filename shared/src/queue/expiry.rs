@@ -56,6 +56,10 @@ impl Queue {
         if cut || !budget.left() {
             return Ok(Pass { done, more: true });
         }
+        // A full page of which nothing could go (tasks whose artifacts are in their grace,
+        // or whose events wait) would come back the same at once: the next scheduled pass
+        // looks again instead. What lies after them in the index expired later still.
+        let more_tasks = tasks.more && done > 0;
         let groups = self.due_in(TASK_GROUPS, GROUP_EXPIRY, now, batch).await?;
         let (deleted, cut) =
             chunked(&groups.items, budget, |e| self.expire_group(&e.pk, now)).await?;
@@ -66,7 +70,7 @@ impl Queue {
         let (workers, more_workers) = self.expire_worker_info(now, batch, budget).await?;
         Ok(Pass {
             done: done + workers,
-            more: tasks.more || groups.more || more_workers,
+            more: more_tasks || groups.more || more_workers,
         })
     }
 

@@ -302,6 +302,51 @@ async fn artifacts_that_expire_with_their_task_go_with_it_bytes_and_all() {
 }
 
 #[tokio::test]
+async fn a_pass_leaves_a_task_whose_artifacts_are_in_their_grace_and_does_not_spin() {
+    use shared::records::artifact::ARTIFACTS;
+    // The timer stays out of the way: the test runs the passes.
+    let app = spawn_app_alone_with(|c| c.artifact_reaper_interval_ms = 3_600_000).await;
+    let q = app.queue();
+    let tq = task_queue_id();
+    let lifetime = lifetime_on(&app, &tq).await;
+    let body = short_lived(&tq, &slugid(), "s", lifetime);
+    let id = create(&app, &body).await;
+    q.claimTask(&id, "0", &claimer("g", "w"))
+        .await
+        .expect("claim");
+    let artifact = json!({"storageType": "error", "expires": body["expires"],
+        "reason": "file-missing-on-worker", "message": "m"});
+    q.createArtifact(&id, "0", "public/e", &artifact)
+        .await
+        .expect("createArtifact");
+    complete(&app, &id, 0).await;
+    poll(until_gone(lifetime), "the task to expire", || async {
+        (answer(q.status(&id).await) == 404).then_some(())
+    })
+    .await;
+    settle_indexes().await;
+    let (queue, blobs) = (app.domain_queue().await, app.domain_blobs().await);
+    let budget = shared::time::Budget::of(Duration::from_secs(60));
+    // Within the grace: nothing goes, and a page full of such tasks (one, at a batch of
+    // one) does not ask for another pass at once.
+    let grace = shared::queue::artifacts::EXPIRY_GRACE_MS;
+    let pass = queue
+        .expire_once(blobs.as_ref(), shared::time::Ts::now(), grace, 1, &budget)
+        .await
+        .expect("a pass");
+    assert_eq!((pass.done, pass.more), (0, false));
+    assert!(!partition(&app, ARTIFACTS, &id).await.is_empty());
+    // Past it, the artifact and the task go.
+    let pass = queue
+        .expire_once(blobs.as_ref(), shared::time::Ts::now(), 0, 1, &budget)
+        .await
+        .expect("a pass");
+    assert_eq!(pass.done, 1);
+    assert!(partition(&app, ARTIFACTS, &id).await.is_empty());
+    assert!(partition(&app, TASKS, &id).await.is_empty());
+}
+
+#[tokio::test]
 async fn a_group_id_is_free_as_soon_as_the_group_expired_even_before_deletion() {
     // The job never runs here: reuse must not depend on it.
     let app = spawn_app_with(|c| {
