@@ -64,6 +64,20 @@ fn short_lived(tq: &str, group: &str, scheduler: &str, lifetime: i64) -> Value {
     )
 }
 
+/// A short-lived task of a group of its own, claimed (run 0 running): its id, its definition
+/// and its lifetime.
+async fn short_lived_running(app: &TestServer) -> (String, Value, i64) {
+    let tq = task_queue_id();
+    let lifetime = lifetime_on(app, &tq).await;
+    let body = short_lived(&tq, &slugid(), "s", lifetime);
+    let id = create(app, &body).await;
+    app.queue()
+        .claimTask(&id, "0", &claimer("g", "w"))
+        .await
+        .expect("claim");
+    (id, body, lifetime)
+}
+
 /// A long-lived task in `group` under `scheduler`: the group's second life, which must not
 /// expire while the test reads it back, however loaded the machine.
 fn lasting(tq: &str, group: &str, scheduler: &str) -> Value {
@@ -220,13 +234,7 @@ async fn artifacts_that_expire_with_their_task_go_with_it_bytes_and_all() {
     })
     .await;
     let q = app.queue();
-    let tq = task_queue_id();
-    let lifetime = lifetime_on(&app, &tq).await;
-    let body = short_lived(&tq, &slugid(), "s", lifetime);
-    let id = create(&app, &body).await;
-    q.claimTask(&id, "0", &claimer("g", "w"))
-        .await
-        .expect("claim");
+    let (id, body, lifetime) = short_lived_running(&app).await;
     let name = "public/with-the-task.txt";
     let made = q
         .createArtifact(
@@ -307,13 +315,7 @@ async fn a_pass_leaves_a_task_whose_artifacts_are_in_their_grace_and_does_not_sp
     // The timer stays out of the way: the test runs the passes.
     let app = spawn_app_alone_with(|c| c.artifact_reaper_interval_ms = 3_600_000).await;
     let q = app.queue();
-    let tq = task_queue_id();
-    let lifetime = lifetime_on(&app, &tq).await;
-    let body = short_lived(&tq, &slugid(), "s", lifetime);
-    let id = create(&app, &body).await;
-    q.claimTask(&id, "0", &claimer("g", "w"))
-        .await
-        .expect("claim");
+    let (id, body, lifetime) = short_lived_running(&app).await;
     let artifact = json!({"storageType": "error", "expires": body["expires"],
         "reason": "file-missing-on-worker", "message": "m"});
     q.createArtifact(&id, "0", "public/e", &artifact)
