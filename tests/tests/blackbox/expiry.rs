@@ -186,11 +186,14 @@ async fn edges_go_with_their_dependents_even_when_the_dependency_expires_first()
     let tq = task_queue_id();
     let group = slugid();
     let lifetime = lifetime_on(&app, &tq).await;
-    let dependency = create(&app, &short_lived(&tq, &group, "s", lifetime)).await;
-    // Its dependent's deadline is within the dependency's life, its expiry a lifetime later;
-    // it also depends on itself, so its own partition holds an edge too.
+    let first = short_lived(&tq, &group, "s", lifetime);
+    let dependency = create(&app, &first).await;
+    // Its dependent's deadline is the dependency's (within its life, however long creating
+    // it took), its expiry a lifetime later; it also depends on itself, so its own partition
+    // holds an edge too.
     let dependent = slugid();
     let mut body = short_lived(&tq, &group, "s", lifetime);
+    body["deadline"] = first["deadline"].clone();
     body["expires"] = json!(ts(2 * lifetime + 500));
     body["dependencies"] = json!([dependency, dependent]);
     let made = app.queue().createTask(&dependent, &body).await;
