@@ -323,20 +323,7 @@ async fn main() {
     let describe = client.clone();
     let store = DynamoStore::new(client, prefix.clone());
     let usage = store.usage();
-    let issuer = IssuerCredentials {
-        client_id: "static/q".into(),
-        access_token: "t".into(),
-    };
-    let queue = Queue::new(
-        Arc::new(store),
-        Arc::new(LocalSignal::default()),
-        issuer,
-        // As deployed: the publisher function runs on the table's stream.
-        QueueConfig {
-            events_from_stream: true,
-            ..QueueConfig::default()
-        },
-    );
+    let queue = queue_as_deployed(store);
     let sink = RecordingSink::default();
     let tq = TaskQueueId::parse(&blackbox::task_queue_id()).expect("queue id");
 
@@ -572,6 +559,25 @@ async fn main() {
     }
 }
 
+/// A queue over `store` configured as deployed: the publisher function runs on the table's
+/// stream.
+fn queue_as_deployed(store: DynamoStore) -> Queue {
+    let issuer = IssuerCredentials {
+        client_id: "static/q".into(),
+        access_token: "t".into(),
+    };
+    let config = QueueConfig {
+        events_from_stream: true,
+        ..QueueConfig::default()
+    };
+    Queue::new(
+        Arc::new(store),
+        Arc::new(LocalSignal::default()),
+        issuer,
+        config,
+    )
+}
+
 /// Artifacts per realistic task.
 const ARTIFACTS: usize = 10;
 /// Status reads per realistic task.
@@ -590,19 +596,7 @@ async fn realistic_task(store: DynamoStore, images: DynamoStore, n: usize, objec
     use serde_json::json;
     use shared::blobs::LocalBlobs;
     let usage = store.usage();
-    let issuer = IssuerCredentials {
-        client_id: "static/q".into(),
-        access_token: "t".into(),
-    };
-    let queue = Queue::new(
-        Arc::new(store),
-        Arc::new(LocalSignal::default()),
-        issuer,
-        QueueConfig {
-            events_from_stream: true,
-            ..QueueConfig::default()
-        },
-    );
+    let queue = queue_as_deployed(store);
     let sink = RecordingSink::default();
     let dir = tempfile::tempdir().expect("temp dir");
     let blobs = LocalBlobs::new(dir.path().to_path_buf(), "http://127.0.0.1:1", "secret");
