@@ -55,6 +55,11 @@ pub struct QueueSettings {
     /// goes through before it answers; the `groupChanges` job does the rest.
     #[arg(long, env = env::GROUP_CALL_TASKS, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub group_call_tasks: u64,
+    /// How many of a resolved task's dependents the dependency resolver satisfies a second
+    /// (their edges share one DynamoDB partition; 0: unpaced). Unset: 400 on DynamoDB,
+    /// unpaced on the embedded store, which has no partitions.
+    #[arg(long, env = env::DEPENDENTS_PER_SEC)]
+    pub dependents_per_sec: Option<u32>,
     /// Prefix of every exchange name.
     #[arg(long, env = env::EXCHANGE_PREFIX, default_value = shared::routing::DEFAULT_EXCHANGE_PREFIX)]
     pub exchange_prefix: String,
@@ -198,6 +203,9 @@ impl QueueSettings {
             recent_tasks_delay_ms: self.recent_tasks_delay_ms,
             priority_aging_ms: i64::try_from(self.priority_aging_ms).unwrap_or(i64::MAX),
             group_call_tasks: self.group_call_tasks,
+            dependents_per_sec: self
+                .dependents_per_sec
+                .unwrap_or(shared::queue::DEPENDENTS_PER_SEC),
             ..QueueConfig::default()
         }
     }

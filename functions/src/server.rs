@@ -244,6 +244,8 @@ pub async fn start(cfg: ServerConfig, sink: Arc<dyn EventSink>) -> Result<Runnin
     if !cfg.on_aws() {
         // The embedded store's indexes are current, but for a lag put on them on purpose.
         queue_cfg.index_settle_ms = cfg.index_lag_ms.map_or(0, |lag| lag.saturating_mul(2));
+        // Nor has it partitions whose writes a release must pace.
+        queue_cfg.dependents_per_sec = cfg.queue.dependents_per_sec.unwrap_or(0);
     }
     let queue = Arc::new(
         Queue::new(

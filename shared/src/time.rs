@@ -205,3 +205,95 @@ impl Budget {
         std::time::Instant::now() < self.until
     }
 }
+
+/// Paces writes that all land on one partition, which DynamoDB limits to 1,000 write units a
+/// second: write `k` (counting from 0) may begin `k / per_sec` seconds after the first, so any
+/// second holds at most `per_sec` writes plus the chunk in flight. Kept per pass, not per
+/// process: one partition's writes come from the one pass that owns them.
+#[derive(Debug)]
+pub struct Pace {
+    per_sec: u32,
+    began: Option<std::time::Instant>,
+    started: u64,
+}
+
+impl Pace {
+    /// At most `per_sec` writes a second (0: unpaced).
+    pub fn new(per_sec: u32) -> Pace {
+        Pace {
+            per_sec,
+            began: None,
+            started: 0,
+        }
+    }
+
+    /// How long the writes after the first `started` wait, `elapsed` after the first began.
+    pub fn wait(per_sec: u32, started: u64, elapsed: std::time::Duration) -> std::time::Duration {
+        if per_sec == 0 {
+            return std::time::Duration::ZERO;
+        }
+        let due = std::time::Duration::from_secs_f64(started as f64 / f64::from(per_sec));
+        due.saturating_sub(elapsed)
+    }
+
+    /// Waits until the next `n` writes may begin, and counts them as begun.
+    pub async fn before(&mut self, n: usize) {
+        let began = *self.began.get_or_insert_with(std::time::Instant::now);
+        let wait = Pace::wait(self.per_sec, self.started, began.elapsed());
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+        self.started += n as u64;
+    }
+}
+
+#[cfg(test)]
+mod pace_tests {
+    use super::Pace;
+    use std::time::Duration;
+
+    #[test]
+    fn write_k_waits_until_k_over_the_rate_after_the_first() {
+        // The first chunk goes at once; at 400 a second the write after 16 waits 40 ms.
+        assert_eq!(Pace::wait(400, 0, Duration::ZERO), Duration::ZERO);
+        assert_eq!(
+            Pace::wait(400, 16, Duration::ZERO),
+            Duration::from_millis(40)
+        );
+        // Time already spent counts: a slow store is not slowed further.
+        assert_eq!(
+            Pace::wait(400, 16, Duration::from_millis(30)),
+            Duration::from_millis(10)
+        );
+        assert_eq!(
+            Pace::wait(400, 16, Duration::from_millis(90)),
+            Duration::ZERO
+        );
+        // 5,000 writes take at least 12.5 s.
+        assert_eq!(
+            Pace::wait(400, 5_000, Duration::ZERO),
+            Duration::from_millis(12_500)
+        );
+        assert_eq!(Pace::wait(0, 5_000, Duration::ZERO), Duration::ZERO);
+    }
+
+    #[test]
+    fn no_second_holds_more_than_the_rate_and_one_chunk() {
+        // Chunks of 16 started as soon as allowed, against a store that answers at once.
+        let (per_sec, chunk) = (400u32, 16u64);
+        let mut starts = vec![];
+        let (mut started, mut clock) = (0u64, Duration::ZERO);
+        while started < 5_000 {
+            clock += Pace::wait(per_sec, started, clock);
+            starts.extend(std::iter::repeat_n(clock, chunk as usize));
+            started += chunk;
+        }
+        for (i, from) in starts.iter().enumerate() {
+            let within = starts[i..]
+                .iter()
+                .take_while(|t| **t < *from + Duration::from_secs(1))
+                .count() as u64;
+            assert!(within <= u64::from(per_sec) + chunk, "{within} in a second");
+        }
+    }
+}

@@ -15,7 +15,7 @@ use shared::records::task::ReasonResolved;
 use shared::signal::LocalSignal;
 use shared::store::dynamodb::{self, DynamoStore, Usage};
 use shared::store::Store;
-use shared::time::Ts;
+use shared::time::{Budget, Ts};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -305,6 +305,11 @@ async fn stream_records(arn: Result<String, String>) -> Result<Vec<serde_json::V
     Ok(out)
 }
 
+/// More time than the bench's resolutions need.
+fn ample() -> Budget {
+    Budget::of(std::time::Duration::from_secs(60))
+}
+
 #[tokio::main]
 async fn main() {
     let n: usize = std::env::var("BENCH_LIFECYCLES")
@@ -353,7 +358,7 @@ async fn main() {
         // The dependency worker visits every resolution: clears its mark and takes the task
         // off its group's unresolved count (announcing the group, which has no other task).
         let resolution = image(&images, &id).await;
-        shared::jobs::dependencies_of(&queue, vec![resolution], Ts::now())
+        shared::jobs::dependencies_of(&queue, vec![resolution], Ts::now(), &ample())
             .await
             .expect("dependency worker");
         steps.mark(4);
@@ -520,9 +525,10 @@ async fn main() {
         .expect("complete dependency");
     let resolved = snap(&usage);
     let satisfied = queue
-        .resolve_dependents(dep.as_str(), Ts::now())
+        .resolve_dependents(dep.as_str(), Ts::now(), &ample())
         .await
-        .expect("dependency worker");
+        .expect("dependency worker")
+        .satisfied;
     assert_eq!(satisfied, k);
     let done = snap(&usage);
     let (br, bw, bq) = delta(&base, &before, k as f64);
@@ -710,7 +716,7 @@ async fn realistic_task(store: DynamoStore, images: DynamoStore, n: usize, objec
         drain(&queue, &images, &sink, id).await;
         mark(&mut count, 7);
         let resolution = image(&images, id).await;
-        shared::jobs::dependencies_of(&queue, vec![resolution], Ts::now())
+        shared::jobs::dependencies_of(&queue, vec![resolution], Ts::now(), &ample())
             .await
             .expect("dependency worker");
         mark(&mut count, 6);

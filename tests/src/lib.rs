@@ -293,6 +293,10 @@ async fn spawn_shape(
     if let Some(a) = &q.anonymous_scopes {
         sc.env.insert("TCQ_ANONYMOUS_SCOPES".into(), a.clone());
     }
+    if let Some(n) = q.dependents_per_sec {
+        sc.env
+            .insert("TCQ_DEPENDENTS_PER_SEC".into(), n.to_string());
+    }
     if let Some(url) = &cfg.amqp_url {
         sc.amqp_url = url.clone();
     }

@@ -205,7 +205,7 @@ async fn run_job(
             let event: StreamEvent = serde_json::from_value(event.payload)
                 .map_err(|e| format!("not a DynamoDB stream event: {e}"))?;
             let records = &event.records;
-            let result = (streams.run)(&ctx, stream_images(records), Ts::now()).await;
+            let result = (streams.run)(&ctx, stream_images(records), Ts::now(), &budget).await;
             if result.is_ok() {
                 observe_lag(queue, job, records, Ts::now());
             }

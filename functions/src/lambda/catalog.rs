@@ -80,6 +80,8 @@ pub enum Trigger {
         marked_by: Option<&'static str>,
         /// Retries of a failing batch before its record goes to the failure queue.
         retries: u32,
+        /// Batches of a shard handled at once (`ParallelizationFactor`).
+        parallel: u32,
     },
     /// A job's durable queue on the broker (Amazon MQ), named after the stack's:
     /// `<stack>-<queue>`.
@@ -256,6 +258,7 @@ impl Function {
                         table: s.table,
                         marked_by: s.marked_by,
                         retries: s.retries,
+                        parallel: s.parallel,
                     }));
                 }
                 if let Some(feed) = &job.broker {

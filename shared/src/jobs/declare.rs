@@ -55,9 +55,14 @@ pub struct Schedule {
     pub run: Run,
 }
 
-/// A job's handling of a batch of a table's changed items (its stream, deployed) at `now`.
-pub type OnStream =
-    for<'a> fn(&'a Context<'a>, Vec<Item>, Ts) -> BoxFuture<'a, Result<super::Handled, JobError>>;
+/// A job's handling of a batch of a table's changed items (its stream, deployed) at `now`,
+/// within the invocation's budget.
+pub type OnStream = for<'a> fn(
+    &'a Context<'a>,
+    Vec<Item>,
+    Ts,
+    &'a Budget,
+) -> BoxFuture<'a, Result<super::Handled, JobError>>;
 
 /// A job's handling of a batch of the broker's messages (an Amazon MQ event) at `now`; the
 /// reply says what it did.
@@ -96,6 +101,9 @@ pub struct Stream {
     pub marked_by: Option<&'static str>,
     /// Retries of a failing batch before its first record goes to the failure queue.
     pub retries: u32,
+    /// Batches of one shard handled at once (Lambda's `ParallelizationFactor`, 1 to 10); the
+    /// records of one item stay in order.
+    pub parallel: u32,
 }
 
 /// The tables' streams that trigger a job, and its handling of their batches.
@@ -265,15 +273,17 @@ pub static PUBLISHER: Job = Job {
                 table: TASKS,
                 marked_by: None,
                 retries: 50,
+                parallel: 1,
             },
             Stream {
                 table: TASK_GRAPHS,
                 marked_by: None,
                 retries: 50,
+                parallel: 1,
             },
         ],
         only_copy: true,
-        run: |c, images, now| {
+        run: |c, images, now, _| {
             Box::pin(async move {
                 let publisher = c.publisher.ok_or(JobError::NoPublisher)?;
                 publisher.stream(c.queue, images, now).await
@@ -348,11 +358,14 @@ pub static DEPENDENCY_RESOLVER: Job = Job {
             table: TASKS,
             marked_by: Some(index::RESOLVED),
             retries: 10,
+            // A task with thousands of dependents takes seconds (they are paced): the
+            // resolutions of other tasks on its shard go on beside it.
+            parallel: 10,
         }],
         only_copy: false,
-        run: |c, images, now| {
+        run: |c, images, now, budget| {
             Box::pin(async move {
-                super::dependencies_of(c.queue, images, now)
+                super::dependencies_of(c.queue, images, now, budget)
                     .await
                     .map(Into::into)
             })

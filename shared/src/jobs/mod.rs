@@ -86,8 +86,14 @@ impl JobError {
 /// rather than at the next scheduled pass. Repeats are harmless: the mark is cleared by a
 /// write conditioned on the image's version, and a lost one finds the mark gone. A task whose
 /// resolution could not be handled is left to the scheduled pass (its `resolved` entry is
-/// restored) before the error is returned.
-pub async fn dependencies_of(queue: &Queue, images: Vec<Item>, now: Ts) -> Result<usize, JobError> {
+/// restored) before the error is returned; so is one too large for the `budget` (see
+/// [`Queue::resolve_dependents_of`]), which the scheduled pass goes on with.
+pub async fn dependencies_of(
+    queue: &Queue,
+    images: Vec<Item>,
+    now: Ts,
+    budget: &Budget,
+) -> Result<usize, JobError> {
     // The newest image of each marked task; the record in it saves the read (a write
     // conditioned on its version confirms it, or the task is read again).
     let mut newest: std::collections::BTreeMap<String, Item> = Default::default();
@@ -116,14 +122,19 @@ pub async fn dependencies_of(queue: &Queue, images: Vec<Item>, now: Ts) -> Resul
         let ids: Vec<String> = chunk.iter().map(|(id, _)| id.clone()).collect();
         let done = futures_util::future::join_all(chunk.into_iter().map(|(id, rec)| async move {
             match rec {
-                Some(loaded) => queue.resolve_dependents_of(loaded, now).await,
-                None => queue.resolve_dependents(&id, now).await,
+                Some(loaded) => queue.resolve_dependents_of(loaded, now, budget).await,
+                None => queue.resolve_dependents(&id, now, budget).await,
             }
         }))
         .await;
         for (id, result) in ids.iter().zip(done) {
             match result {
-                Ok(satisfied) => n += satisfied,
+                Ok(release) => {
+                    n += release.satisfied;
+                    if !release.finished {
+                        queue.hold_resolution(id).await?;
+                    }
+                }
                 Err(e) => {
                     // Where the stream is the only trigger (no `resolved` entry), leave the
                     // task to the scheduled pass before the batch is retried.

@@ -72,6 +72,9 @@ pub struct QueueConfig {
     /// long after their first look (2 s: DynamoDB's indexes usually follow within a second;
     /// 0 where they are current, as in the embedded store).
     pub index_settle_ms: u64,
+    /// How many of a resolved task's dependents the dependency resolver satisfies a second
+    /// ([`DEPENDENTS_PER_SEC`]; 0: unpaced).
+    pub dependents_per_sec: u32,
 }
 
 impl Default for QueueConfig {
@@ -93,9 +96,17 @@ impl Default for QueueConfig {
             priority_aging_ms: PRIORITY_AGING_MS,
             group_call_tasks: 2_000,
             index_settle_ms: 2_000,
+            dependents_per_sec: DEPENDENTS_PER_SEC,
         }
     }
 }
+
+/// How many dependents of one task are satisfied a second, by default (400). Their edges
+/// share the task's partition, and each is marked in a transaction that bills two write units
+/// there: 800 of the 1,000 DynamoDB allows a partition each second, the rest left for the
+/// chunk in flight and for edges that createTask writes meanwhile. 5,000 dependents take
+/// 12.5 s.
+pub const DEPENDENTS_PER_SEC: u32 = 400;
 
 /// How long a pending run waits before it ages, by default (30 minutes).
 pub const PRIORITY_AGING_MS: i64 = 30 * MINUTE;

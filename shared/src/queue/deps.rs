@@ -29,7 +29,7 @@ use crate::records::edge::{
 };
 use crate::records::task::{index, TaskRecord, TASKS};
 use crate::store::{Cond, Item, SkRange, WriteOp};
-use crate::time::{Budget, Ts};
+use crate::time::{Budget, Pace, Ts};
 use futures_util::future::try_join_all;
 use serde_json::Value;
 
@@ -40,6 +40,16 @@ const EDGE_WRITES: usize = 32;
 pub const MAX_DEPENDENCIES: usize = 10_000;
 /// Attempts at satisfying one edge under contention on the dependent's status.
 const SATISFY_ATTEMPTS: usize = 50;
+
+/// What one go at a resolved task's dependents did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Release {
+    /// Edges it satisfied.
+    pub satisfied: usize,
+    /// False if the budget ran out first: the resolution is still marked, and the next go
+    /// goes on from the edges left.
+    pub finished: bool,
+}
 
 /// One dependency of a task being created, as found when it was checked.
 #[derive(Debug, Clone)]
@@ -248,29 +258,45 @@ impl Queue {
     }
 
     /// The dependency worker, one task: if it resolved and its dependents have not been
-    /// looked at since, satisfies every edge its resolution meets and clears the mark.
-    /// Returns how many edges it satisfied.
-    pub async fn resolve_dependents(&self, task_id: &str, now: Ts) -> ApiResult<usize> {
+    /// looked at since, satisfies every edge its resolution meets and clears the mark, while
+    /// `budget` lasts (see [`Release`]).
+    pub async fn resolve_dependents(
+        &self,
+        task_id: &str,
+        now: Ts,
+        budget: &Budget,
+    ) -> ApiResult<Release> {
         let Some(loaded) = self.load(task_id).await? else {
-            return Ok(0);
+            return Ok(Release::default());
         };
-        self.resolve_dependents_of(loaded, now).await
+        self.resolve_dependents_of(loaded, now, budget).await
     }
 
     /// [`Queue::resolve_dependents`] for a status record at `version` that was handed over
     /// (a stream image) rather than read. It may be older than the stored one: only a write
     /// conditioned on its version rests on it, and a lost one reads the task again.
+    ///
+    /// The edges share the task's partition, so they are satisfied at most
+    /// `dependents_per_sec` a second ([`DEPENDENTS_PER_SEC`]). A release too large for the
+    /// budget stops between chunks with the mark still set: the next go skips the edges
+    /// already satisfied.
+    ///
+    /// [`DEPENDENTS_PER_SEC`]: super::DEPENDENTS_PER_SEC
     pub async fn resolve_dependents_of(
         &self,
         (dep, version): (TaskRecord, u64),
         now: Ts,
-    ) -> ApiResult<usize> {
+        budget: &Budget,
+    ) -> ApiResult<Release> {
         let task_id = dep.task_id.clone();
         let task_id = task_id.as_str();
         let Some(due) = dep.dependents_due else {
-            return Ok(0);
+            return Ok(Release::default());
         };
-        let mut satisfied = 0;
+        let mut release = Release::default();
+        // At least one chunk per go, so a go that starts late still gets somewhere.
+        let mut went = false;
+        let mut pace = Pace::new(self.cfg.dependents_per_sec);
         let mut after = None;
         let range = SkRange {
             prefix: Some(SK_DEPENDENT_PREFIX.to_string()),
@@ -292,13 +318,18 @@ impl Queue {
                 })
                 .collect();
             for chunk in todo.chunks(PARALLEL) {
+                if went && !budget.left() {
+                    return Ok(release);
+                }
+                went = true;
+                pace.before(chunk.len()).await;
                 let done = try_join_all(
                     chunk
                         .iter()
                         .map(|(d, edge)| self.satisfy_edge(task_id, d, Some(edge), now)),
                 )
                 .await?;
-                satisfied += done.into_iter().filter(|d| *d).count();
+                release.satisfied += done.into_iter().filter(|d| *d).count();
             }
             match page.next {
                 Some(c) => after = Some(c),
@@ -309,7 +340,8 @@ impl Queue {
         // take the task off its group's unresolved count.
         self.finish_resolution(task_id, dep, version, due, now)
             .await?;
-        Ok(satisfied)
+        release.finished = true;
+        Ok(release)
     }
 
     /// Leaves a resolution the stream handed over, which could not be handled, to the
@@ -338,12 +370,15 @@ impl Queue {
         budget: &Budget,
     ) -> ApiResult<Pass> {
         let due = self.due_in(TASKS, index::RESOLVED, now, batch).await?;
-        // Resolutions are independent of each other: handle a few at once.
-        let (satisfied, cut) =
-            chunked(&due.items, budget, |i| self.resolve_dependents(&i.pk, now)).await?;
+        // Resolutions are independent of each other: handle a few at once. One cut short
+        // keeps its `resolved` entry, and the next pass goes on with it.
+        let (released, cut) = chunked(&due.items, budget, |i| {
+            self.resolve_dependents(&i.pk, now, budget)
+        })
+        .await?;
         Ok(Pass {
-            done: satisfied.into_iter().sum(),
-            more: due.more || cut,
+            done: released.iter().map(|r| r.satisfied).sum(),
+            more: due.more || cut || released.iter().any(|r| !r.finished),
         })
     }
 
@@ -374,5 +409,92 @@ impl Queue {
             next = last.map(|l| (sk_dependent(l), task_id.to_string(), sk_dependent(l)));
         }
         Ok((page.tasks, next.as_ref().map(encode_token)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::creds::IssuerCredentials;
+    use crate::ids::{TaskId, TaskQueueId};
+    use crate::queue::QueueConfig;
+    use crate::records::task::{ReasonResolved, RunState};
+    use crate::signal::LocalSignal;
+    use crate::store::sqlite::SqliteStore;
+    use serde_json::json;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    fn def(deps: &[&TaskId], now: Ts) -> Value {
+        let mut body = json!({
+            "taskQueueId": "prov/release",
+            "taskGroupId": "dSlITZ4yQgmvxxAi4A8fHQ",
+            "created": now,
+            "deadline": now.plus(3_600_000),
+            "dependencies": deps.iter().map(|d| d.as_str()).collect::<Vec<_>>(),
+            "payload": {},
+            "metadata": {
+                "name": "release", "description": "a release cut short",
+                "owner": "tests@example.com", "source": "https://example.com/tests"
+            }
+        });
+        crate::schema::validate_input("create-task-request", &mut body).unwrap();
+        body
+    }
+
+    #[tokio::test]
+    async fn a_release_cut_short_by_its_budget_keeps_its_mark_and_the_next_go_finishes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(SqliteStore::open(&dir.path().join("q.db")).unwrap());
+        let issuer = IssuerCredentials {
+            client_id: "static/q".into(),
+            access_token: "t".into(),
+        };
+        let cfg = QueueConfig::default();
+        let queue = Queue::new(store, Arc::new(LocalSignal::default()), issuer, cfg);
+        let now = Ts::now();
+        let fresh = || TaskId::parse(&crate::ids::slugid_from(rand::random())).unwrap();
+        let dep = fresh();
+        queue
+            .create_task(&dep, def(&[], now), false, now)
+            .await
+            .unwrap();
+        let dependents: Vec<TaskId> = (0..40).map(|_| fresh()).collect();
+        for d in &dependents {
+            queue
+                .create_task(d, def(&[&dep], now), false, now)
+                .await
+                .unwrap();
+        }
+        let tq = TaskQueueId::parse("prov/release").unwrap();
+        let pass = queue.try_claim_work(&tq, "g", "w", 1, now).await.unwrap();
+        assert_eq!(pass.claims[0].record.task_id, dep.as_str());
+        queue
+            .resolve(&dep, 0, ReasonResolved::Completed, now)
+            .await
+            .unwrap();
+
+        // A budget already spent: one chunk per go, and the mark stays for the next.
+        let spent = Budget::of(Duration::ZERO);
+        for _ in 0..2 {
+            let release = queue.resolve_dependents(dep.as_str(), now, &spent).await;
+            let release = release.unwrap();
+            assert_eq!((release.satisfied, release.finished), (PARALLEL, false));
+            let (rec, _) = queue.load(dep.as_str()).await.unwrap().unwrap();
+            assert!(rec.dependents_due.is_some(), "still marked");
+        }
+        let ample = Budget::of(Duration::from_secs(60));
+        let release = queue.resolve_dependents(dep.as_str(), now, &ample).await;
+        let release = release.unwrap();
+        assert_eq!(
+            (release.satisfied, release.finished),
+            (40 - 2 * PARALLEL, true)
+        );
+        let (rec, _) = queue.load(dep.as_str()).await.unwrap().unwrap();
+        assert_eq!(rec.dependents_due, None, "the mark is cleared at the end");
+        for d in &dependents {
+            let (rec, _) = queue.load(d.as_str()).await.unwrap().unwrap();
+            assert_eq!(rec.runs[0].state, RunState::Pending, "{d} released once");
+        }
     }
 }

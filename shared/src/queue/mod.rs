@@ -31,6 +31,7 @@ pub mod tasks;
 pub mod workers;
 
 pub use self::core::{
-    PollSchedule, Queue, QueueConfig, GROUP_EXPIRY_EXTENSION_MS, PRIORITY_AGING_MS,
+    PollSchedule, Queue, QueueConfig, DEPENDENTS_PER_SEC, GROUP_EXPIRY_EXTENSION_MS,
+    PRIORITY_AGING_MS,
 };
 pub use claims::{Claim, ClaimPass};

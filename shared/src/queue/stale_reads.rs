@@ -15,7 +15,7 @@ use crate::store::sqlite::SqliteStore;
 use crate::store::{
     Cond, Cursor, IndexKey, Item, KeyPage, Page, SkRange, Store, StoreError, WriteOp,
 };
-use crate::time::Ts;
+use crate::time::{Budget, Ts};
 use async_trait::async_trait;
 use serde_json::json;
 use std::collections::HashMap;
@@ -157,6 +157,11 @@ impl Store for Lagging {
     }
 }
 
+/// More time than a test's resolutions need.
+fn ample() -> Budget {
+    Budget::of(std::time::Duration::from_secs(60))
+}
+
 async fn setup() -> (tempfile::TempDir, Arc<Lagging>, Queue) {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Lagging {
@@ -266,19 +271,25 @@ async fn every_step_ends_as_on_strong_reads_when_eventual_reads_lag() {
     let (first, _) = claim_and_complete(&queue, now).await;
     let resolution = image(&store, &first).await;
     queue
-        .resolve_dependents_of(resolution.clone(), now)
+        .resolve_dependents_of(resolution.clone(), now, &ample())
         .await
         .unwrap();
     assert_eq!(unresolved(&store, &group).await, 1);
     // The same record again (a retried stream batch): its mark is gone, nothing is counted.
-    queue.resolve_dependents_of(resolution, now).await.unwrap();
+    queue
+        .resolve_dependents_of(resolution, now, &ample())
+        .await
+        .unwrap();
     assert_eq!(unresolved(&store, &group).await, 1, "not taken off twice");
 
     let (last, rec) = claim_and_complete(&queue, now).await;
     assert_ne!(first, last);
     assert_eq!(announced(&rec), 0, "the last task is still counted");
     let resolution = image(&store, &last).await;
-    queue.resolve_dependents_of(resolution, now).await.unwrap();
+    queue
+        .resolve_dependents_of(resolution, now, &ample())
+        .await
+        .unwrap();
     assert_eq!(unresolved(&store, &group).await, 0);
     let (rec, _) = queue.load(last.as_str()).await.unwrap().unwrap();
     assert_eq!(

@@ -3,7 +3,9 @@
 //! size, batching window and filters; a batch that fails (or reports partial failures) is
 //! retried from the first failed record, split in two first with bisect-on-error, and after
 //! the mapping's retries it is recorded in the on-failure destination and skipped, as
-//! Lambda's event source mappings do.
+//! Lambda's event source mappings do. With a `ParallelizationFactor` a shard's records go to
+//! that many lanes by partition key, and the batches due in them are handled at once: one
+//! item's records stay in order, and a slow batch holds back only its own lane's.
 
 use super::lambda::{Failure, Pool};
 use super::template::StreamMapping;
@@ -65,13 +67,31 @@ fn seq_of(r: &Value) -> &str {
 struct Shard {
     id: String,
     iterator: Option<String>,
+    /// One per `ParallelizationFactor`.
+    lanes: Vec<Lane>,
+    done: bool,
+}
+
+#[derive(Default)]
+struct Lane {
     /// Records read and not yet handled, in order.
     buffer: VecDeque<Value>,
     /// When the oldest buffered record was read (the batching window runs from it).
     since: Option<Instant>,
     /// Failed attempts of the batch at the head of the buffer.
     attempts: u32,
-    done: bool,
+}
+
+/// The lane of a stream record among `n`, by its partition key (`pk`), as Lambda keeps the
+/// records of one partition key in order.
+pub fn lane_of(record: &Value, n: usize) -> usize {
+    use std::hash::{Hash, Hasher};
+    let keys = &record["dynamodb"]["Keys"];
+    let key = keys.get("pk").unwrap_or(keys).to_string();
+    // Fixed keys: the same lane on every run.
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    key.hash(&mut h);
+    (h.finish() % n.max(1) as u64) as usize
 }
 
 /// Runs one mapping until `stop`.
@@ -107,7 +127,8 @@ pub async fn run(pool: Arc<Pool>, m: StreamMapping, mut stop: watch::Receiver<bo
         // (Lambda keeps polling meanwhile; nothing new changes when the batch goes).
         let window_closes = shards
             .values()
-            .filter_map(|s| s.since.map(|t| t + m.window))
+            .flat_map(|s| &s.lanes)
+            .filter_map(|l| l.since.map(|t| t + m.window))
             .min();
         if let Some(at) = window_closes {
             tokio::select! {
@@ -161,9 +182,7 @@ async fn describe(m: &StreamMapping, shards: &mut BTreeMap<String, Shard>) -> Re
             Shard {
                 id,
                 iterator: it["ShardIterator"].as_str().map(String::from),
-                buffer: VecDeque::new(),
-                since: None,
-                attempts: 0,
+                lanes: (0..m.parallel.max(1)).map(|_| Lane::default()).collect(),
                 done: false,
             },
         );
@@ -171,42 +190,60 @@ async fn describe(m: &StreamMapping, shards: &mut BTreeMap<String, Shard>) -> Re
     Ok(())
 }
 
-/// Reads what is new on a shard and hands over a batch when one is due. True if it did
-/// anything (so the loop does not sleep).
+/// Reads what is new on a shard and hands over the batches that are due, a lane's each, at
+/// once. True if it did anything (so the loop does not sleep).
 async fn step(pool: &Arc<Pool>, m: &StreamMapping, shard: &mut Shard) -> Result<bool, String> {
+    let Shard {
+        id,
+        iterator,
+        lanes,
+        done,
+    } = shard;
     let mut read = false;
-    if shard.buffer.len() < m.batch_size {
-        if let Some(it) = shard.iterator.clone() {
+    if lanes.iter().all(|l| l.buffer.len() < m.batch_size) {
+        if let Some(it) = iterator.clone() {
             let out = streams("GetRecords", json!({ "ShardIterator": it, "Limit": 1000 })).await?;
-            shard.iterator = out["NextShardIterator"].as_str().map(String::from);
+            *iterator = out["NextShardIterator"].as_str().map(String::from);
             for mut r in out["Records"].as_array().cloned().unwrap_or_default() {
                 r["eventSourceARN"] = json!(m.stream_arn);
                 // Records no filter matches are dropped (and count as handled).
                 if m.filters.is_empty() || m.filters.iter().any(|f| matches(f, Some(&r))) {
                     read = true;
-                    shard.buffer.push_back(r);
-                    shard.since.get_or_insert_with(Instant::now);
+                    let n = lanes.len();
+                    let lane = &mut lanes[lane_of(&r, n)];
+                    lane.buffer.push_back(r);
+                    lane.since.get_or_insert_with(Instant::now);
                 }
             }
-        } else if shard.buffer.is_empty() {
-            shard.done = true;
+        } else if lanes.iter().all(|l| l.buffer.is_empty()) {
+            *done = true;
             return Ok(false);
         }
     }
-    let due = shard.buffer.len() >= m.batch_size
-        || shard.since.is_some_and(|t| t.elapsed() >= m.window)
-        || (shard.iterator.is_none() && !shard.buffer.is_empty());
-    if !due || shard.buffer.is_empty() {
+    let ended = iterator.is_none();
+    let due: Vec<&mut Lane> = lanes
+        .iter_mut()
+        .filter(|l| {
+            !l.buffer.is_empty()
+                && (l.buffer.len() >= m.batch_size
+                    || l.since.is_some_and(|t| t.elapsed() >= m.window)
+                    || ended)
+        })
+        .collect();
+    if due.is_empty() {
         return Ok(read);
     }
-    let n = shard.buffer.len().min(m.batch_size);
-    deliver(pool, m, shard, n).await;
+    futures_util::future::join_all(due.into_iter().map(|lane| {
+        let n = lane.buffer.len().min(m.batch_size);
+        deliver(pool, m, id, lane, n)
+    }))
+    .await;
     Ok(true)
 }
 
 /// Invokes with the first `n` buffered records and handles the answer.
-async fn deliver(pool: &Arc<Pool>, m: &StreamMapping, shard: &mut Shard, n: usize) {
-    let batch: Vec<Value> = shard.buffer.iter().take(n).cloned().collect();
+async fn deliver(pool: &Arc<Pool>, m: &StreamMapping, shard: &str, lane: &mut Lane, n: usize) {
+    let batch: Vec<Value> = lane.buffer.iter().take(n).cloned().collect();
     let result = pool.invoke(&json!({ "Records": batch })).await;
     // How many records of the batch are done; `None`: retry from a failed record.
     let handled = match &result {
@@ -232,54 +269,61 @@ async fn deliver(pool: &Arc<Pool>, m: &StreamMapping, shard: &mut Shard, n: usiz
     };
     match handled {
         Some(k) => {
-            shard.buffer.drain(..k);
+            lane.buffer.drain(..k);
             if k == n {
-                shard.attempts = 0;
+                lane.attempts = 0;
             } else {
-                shard.attempts += 1;
+                lane.attempts += 1;
             }
         }
         None if matches!(result, Err(Failure::Throttled)) => {
             tokio::time::sleep(Duration::from_millis(200)).await;
             return;
         }
-        None => shard.attempts += 1,
+        None => lane.attempts += 1,
     }
-    if shard.buffer.is_empty() {
-        shard.since = None;
+    if lane.buffer.is_empty() {
+        lane.since = None;
     }
     if handled == Some(n) {
         return;
     }
-    if m.retries.is_some_and(|r| shard.attempts > r) {
-        give_up(pool, m, shard, n - handled.unwrap_or(0), &result).await;
+    if m.retries.is_some_and(|r| lane.attempts > r) {
+        give_up(pool, m, shard, lane, n - handled.unwrap_or(0), &result).await;
         return;
     }
     if m.bisect && n > 1 && handled.is_none() {
         // Split the failing batch and try its first half on its own.
-        deliver_half(pool, m, shard, n.div_ceil(2)).await;
+        deliver_half(pool, m, shard, lane, n.div_ceil(2)).await;
         return;
     }
-    let backoff = Duration::from_millis((100u64 << shard.attempts.min(6)).min(5_000));
+    let backoff = Duration::from_millis((100u64 << lane.attempts.min(6)).min(5_000));
     tokio::time::sleep(backoff).await;
 }
 
-async fn deliver_half(pool: &Arc<Pool>, m: &StreamMapping, shard: &mut Shard, half: usize) {
-    Box::pin(deliver(pool, m, shard, half)).await
+async fn deliver_half(
+    pool: &Arc<Pool>,
+    m: &StreamMapping,
+    shard: &str,
+    lane: &mut Lane,
+    half: usize,
+) {
+    Box::pin(deliver(pool, m, shard, lane, half)).await
 }
 
 /// Records the failing batch in the destination and moves past it.
 async fn give_up(
     pool: &Arc<Pool>,
     m: &StreamMapping,
-    shard: &mut Shard,
+    shard: &str,
+    lane: &mut Lane,
     n: usize,
     result: &Result<Value, Failure>,
 ) {
-    let batch: Vec<Value> = shard.buffer.drain(..n.min(shard.buffer.len())).collect();
-    shard.attempts = 0;
-    if shard.buffer.is_empty() {
-        shard.since = None;
+    let batch: Vec<Value> = lane.buffer.drain(..n.min(lane.buffer.len())).collect();
+    lane.attempts = 0;
+    if lane.buffer.is_empty() {
+        lane.since = None;
     }
     tracing::warn!(function = %pool.def.id, records = batch.len(), "stream batch given up on");
     let Some(q) = &m.on_failure else { return };
@@ -295,7 +339,7 @@ async fn give_up(
         "version": "1.0",
         "timestamp": shared::time::Ts::now(),
         "DDBStreamBatchInfo": {
-            "shardId": shard.id,
+            "shardId": shard,
             "startSequenceNumber": batch.first().map(seq_of),
             "endSequenceNumber": batch.last().map(seq_of),
             "batchSize": batch.len(),
@@ -308,6 +352,18 @@ async fn give_up(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_partition_keys_records_share_a_lane_and_keys_spread_over_the_lanes() {
+        let record = |pk: &str, sk: &str| json!({ "dynamodb": { "Keys": { "pk": { "S": pk }, "sk": { "S": sk } } } });
+        let lane = lane_of(&record("task-a", "status"), 10);
+        assert_eq!(lane_of(&record("task-a", "def"), 10), lane);
+        let lanes: std::collections::BTreeSet<usize> = (0..200)
+            .map(|i| lane_of(&record(&format!("task-{i}"), "status"), 10))
+            .collect();
+        assert_eq!(lanes.len(), 10, "200 tasks use every lane");
+        assert_eq!(lane_of(&record("task-a", "status"), 1), 0);
+    }
 
     #[test]
     fn filters_match_as_lambda_matches_them() {

@@ -110,6 +110,8 @@ pub struct StreamMapping {
     pub on_failure: Option<String>,
     /// `TRIM_HORIZON` or `LATEST`.
     pub starting: String,
+    /// Batches of one shard handled at once (`ParallelizationFactor`).
+    pub parallel: usize,
 }
 
 /// An Amazon MQ (RabbitMQ) event source mapping.
@@ -550,6 +552,10 @@ impl Template {
                             .as_str()
                             .unwrap_or("TRIM_HORIZON")
                             .to_string(),
+                        parallel: p["ParallelizationFactor"]
+                            .as_u64()
+                            .unwrap_or(1)
+                            .clamp(1, 10) as usize,
                     })),
                     "MQ" => sources.push(Source::Broker(BrokerMapping {
                         queues: strings_of(&p["Queues"]),

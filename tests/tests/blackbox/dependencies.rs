@@ -372,6 +372,47 @@ async fn fan_out_one_task_releases_a_thousand_dependents() {
     }
 }
 
+/// A release is paced to its partition's share (`TCQ_DEPENDENTS_PER_SEC`): at 100 a second,
+/// 600 dependents take at least 5.84 s, longer than the local server's 5 s pass, so the pass
+/// that began it stops short with the task still marked and the next goes on. Every
+/// dependent is released, once.
+#[tokio::test]
+async fn a_release_is_paced_to_its_partition_and_goes_on_past_a_pass() {
+    let per_sec = 100;
+    let app = spawn_app_alone_with(|c| c.queue.dependents_per_sec = Some(per_sec)).await;
+    let n = many(600);
+    let (tq, dependents_tq) = (task_queue_id(), task_queue_id());
+    let a = create(&app, &task_def(&tq)).await;
+    let def = depends_on(&dependents_tq, &[&a]);
+    let ids: Vec<String> = (0..n).map(|_| slugid()).collect();
+    bounded(ids.clone(), at_once(), |id| {
+        let (app, def) = (&app, &def);
+        async move {
+            app.queue().createTask(&id, def).await.unwrap();
+        }
+    })
+    .await;
+    claim_and_complete(&app, &tq, &a).await;
+    let resolved = Instant::now();
+    let q = app.queue();
+    let wait = if in_shape() { WAIT * 5 } else { WAIT };
+    poll(wait, &format!("all {n} dependents pending"), || async {
+        let pending = q.pendingTasks(&dependents_tq).await.unwrap()["pendingTasks"].clone();
+        (pending == n).then_some(())
+    })
+    .await;
+    let took = resolved.elapsed();
+    println!("{n} dependents at {per_sec} a second pending {took:?} after their dependency");
+    // Write k begins k / per_sec after the first; the last chunk (16) begins at (n - 16) / per_sec.
+    let least = Duration::from_secs_f64((n - 16) as f64 / f64::from(per_sec));
+    assert!(took >= least, "{took:?}: faster than {per_sec} a second");
+    for id in ids.iter().step_by(53) {
+        let s = status(&app, id).await;
+        assert_eq!(s["state"], "pending");
+        assert_eq!(s["runs"].as_array().unwrap().len(), 1, "released once");
+    }
+}
+
 #[tokio::test]
 async fn fan_in_a_thousand_dependencies_release_one_task() {
     // A thousand (in the bounded deployed shape, fewer) on a stack of its own.

@@ -1240,7 +1240,10 @@ fn template() -> Value {
                     );
                 }
                 Trigger::Stream {
-                    table, marked_by, ..
+                    table,
+                    marked_by,
+                    parallel,
+                    ..
                 } => {
                     let failures = spec
                         .failures_to
@@ -1259,6 +1262,9 @@ fn template() -> Value {
                             "OnFailure": { "Destination": att(&queue_id(failures), "Arn") }
                         }
                     });
+                    if *parallel > 1 {
+                        props["ParallelizationFactor"] = json!(parallel);
+                    }
                     if let Some(index) = marked_by {
                         // Only the writes that resolve a task (the `deadline` entry, present
                         // while a task is unresolved, goes), and status items that carry the

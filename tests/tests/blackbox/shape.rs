@@ -179,6 +179,47 @@ async fn a_deadline_burst_resolves_within_two_scheduled_invocations() {
     assert!(passes <= 2, "{passes} invocations");
 }
 
+/// One task with a burst of dependents (5,000 in `scripts/test-shape.sh`): completing it
+/// releases them all through the stream-triggered dependency resolver, whose writes to the
+/// task's partition are paced (`TCQ_DEPENDENTS_PER_SEC`, 400 as deployed). The time from
+/// reportCompleted to the last dependent pending is printed.
+#[tokio::test]
+async fn a_burst_of_dependents_is_released_through_the_stream() {
+    if !shape_only() {
+        return;
+    }
+    let app = spawn_app_alone().await;
+    let queue = app.domain_queue().await;
+    let (tq, dependents_tq) = (task_queue_id(), task_queue_id());
+    let a = create(&app, &task_def(&tq)).await;
+    let n = shape_burst();
+    let started = Instant::now();
+    seed(&queue, n, |_| {
+        def_with(&dependents_tq, json!({ "dependencies": [a] }))
+    })
+    .await;
+    eprintln!("seeded {n} dependents in {:?}", started.elapsed());
+    let claim = claim_one(&app, &tq, "g", "w").await;
+    assert_eq!(claim["status"]["taskId"], a.as_str());
+    complete(&app, &a, 0).await;
+    let (q, resolved) = (app.queue(), Instant::now());
+    poll(bound(n), &format!("all {n} dependents pending"), || async {
+        let pending = q.pendingTasks(&dependents_tq).await.unwrap()["pendingTasks"].clone();
+        (pending == n).then_some(())
+    })
+    .await;
+    let took = resolved.elapsed();
+    eprintln!(
+        "{n} dependents pending {took:?} after reportCompleted ({:.0} a second)",
+        n as f64 / took.as_secs_f64(),
+    );
+    let least = (n - 16) as f64 / f64::from(shared::queue::DEPENDENTS_PER_SEC);
+    assert!(
+        took.as_secs_f64() >= least,
+        "{took:?}: faster than the pace"
+    );
+}
+
 #[tokio::test]
 async fn expired_tasks_are_deleted_by_invocations_that_use_their_whole_budget() {
     if !shape_only() {
