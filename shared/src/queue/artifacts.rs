@@ -154,7 +154,7 @@ impl Queue {
             } else {
                 self.load_artifact(task_id.as_str(), run_id, name).await?
             };
-            let mut object_write = None;
+            let mut upload = None;
             if art.storage_type == "object" {
                 art.details["projectId"] = json!(rec.project_id);
                 if let Some((o, _)) = &old {
@@ -163,16 +163,9 @@ impl Queue {
                         art.details["uploadId"] = o.details["uploadId"].clone();
                     }
                 }
-                // The object is written with its artifact, so neither exists alone: with no
-                // artifact there is no object, unless a first attempt found one after all.
-                let upload = Self::object_upload(&art, now);
-                let existing = if old.is_some() || attempt > 0 {
-                    self.load_object(&upload.name).await?
-                } else {
-                    None
-                };
-                object_write = Self::upload_write(existing, &upload)?;
+                upload = Some(Self::object_upload(&art, now));
             }
+            let fresh = old.is_none();
             let cond = match old {
                 Some((old, _)) if !compatible(&old, &art) => {
                     return Err(ApiError::conflict(format!(
@@ -188,14 +181,20 @@ impl Queue {
                 cond,
             };
             let written = if art.announced() {
-                self.announce(&mut rec, status_version, &art, put).await?
-            } else if let Some(object) = object_write {
-                self.store.transact(vec![put, object]).await
+                self.announce(&mut rec, status_version, &art, put)
+                    .await?
+                    .map(|()| None)
             } else {
-                self.store.write(put).await.map(|_| ())
+                self.store.write(put).await.map(Some)
             };
             match written {
-                Ok(()) => return self.create_reply(blobs, &rec, &art, now).await,
+                Ok(version) => {
+                    if let Some(upload) = &upload {
+                        self.write_upload_after(&art, upload, fresh.then_some(version).flatten())
+                            .await?;
+                    }
+                    return self.create_reply(blobs, &rec, &art, now).await;
+                }
                 // A repeat, most likely: read it at once.
                 Err(e) if e.is_condition_failed() && attempt == 0 => {}
                 Err(e) if e.is_condition_failed() => backoff(attempt).await,
@@ -205,6 +204,45 @@ impl Queue {
         Err(ApiError::conflict(format!(
             "Artifact {name} is changing too fast; try again"
         )))
+    }
+
+    /// The object of an object artifact, written after its artifact rather than in one
+    /// transaction with it (which bills both twice): an object never exists without its
+    /// artifact. A first write takes the object to be new; a refused one (a repeat) reads it.
+    /// If the object cannot be written, an artifact this call `created` (at that version) is
+    /// taken back; one left behind (a killed process) is an artifact without bytes, which a
+    /// repeated createArtifact, or the worker's createUpload, completes.
+    async fn write_upload_after(
+        &self,
+        art: &Artifact,
+        upload: &ObjectRecord,
+        created: Option<u64>,
+    ) -> ApiResult<()> {
+        let result = self.put_upload(upload, created.is_some()).await;
+        if let (Err(_), Some(v)) = (&result, created) {
+            let (pk, sk) = (art.task_id.as_str(), artifact_sk(art.run_id, &art.name));
+            if let Err(e) = self.delete_row(pk, &sk, v).await {
+                tracing::warn!(error = %e, pk, sk, "an object artifact is left without its object");
+            }
+        }
+        result
+    }
+
+    /// Writes `upload`'s object, taking it to be new if `fresh` (a refused write reads it).
+    async fn put_upload(&self, upload: &ObjectRecord, fresh: bool) -> ApiResult<()> {
+        if fresh {
+            let op = WriteOp::Put {
+                table: ARTIFACTS,
+                item: upload.item()?,
+                cond: Cond::NotExists,
+            };
+            match self.store.write(op).await {
+                Ok(_) => return Ok(()),
+                Err(e) if e.is_condition_failed() => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.begin_upload(upload).await
     }
 
     /// Writes `put` (an artifact) with its `artifact-created` event in the task's outbox, in

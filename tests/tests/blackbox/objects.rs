@@ -431,6 +431,48 @@ async fn a_worker_creates_uploads_and_finishes_an_object_artifact() {
     assert_eq!(got.bytes().await.expect("bytes").as_ref(), b"hi");
 }
 
+/// createArtifact writes the artifact, then its object (not one transaction, which bills
+/// both twice). When the object's name is already taken by another upload, the call is a
+/// conflict and takes its artifact back: no artifact is left without its object, and a
+/// repeat is refused the same way.
+#[tokio::test]
+async fn an_object_artifact_whose_object_is_taken_is_refused_and_leaves_no_artifact() {
+    let app = spawn_app().await;
+    let tq = task_queue_id();
+    let id = create(&app, &def_with(&tq, json!({"projectId": "proj"}))).await;
+    let claim = claim_one(&app, &tq, "grp", "wkr").await;
+    let worker = app.queue_as(Some(credentials_of(&claim)));
+    let name = "public/taken.txt";
+    let object_name = format!("t/{id}/0/{name}");
+    root_object(&app)
+        .createUpload(&object_name, &upload_body(&slugid(), json!({})))
+        .await
+        .expect("another upload takes the name");
+    let body = json!({"storageType": "object", "expires": ts(DAY), "contentType": "text/plain"});
+    for _ in 0..2 {
+        let r = worker.createArtifact(&id, "0", name, &body).await;
+        assert_eq!(err_status(r), 409);
+        let stored = app
+            .domain_queue()
+            .await
+            .store
+            .get(
+                shared::records::artifact::ARTIFACTS,
+                &id,
+                &shared::records::artifact::artifact_sk(0, name),
+            )
+            .await
+            .expect("read the artifact row");
+        assert!(stored.is_none(), "the artifact was taken back: {stored:?}");
+    }
+    // Another name goes through: artifact, then object.
+    let r = worker
+        .createArtifact(&id, "0", "public/free.txt", &body)
+        .await
+        .expect("createArtifact");
+    assert_eq!(r["name"], format!("t/{id}/0/public/free.txt").as_str());
+}
+
 #[tokio::test]
 async fn bad_uploads_and_finishes_get_upstreams_errors_and_change_nothing() {
     let app = spawn_app().await;
