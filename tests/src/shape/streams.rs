@@ -4,8 +4,9 @@
 //! retried from the first failed record, split in two first with bisect-on-error, and after
 //! the mapping's retries it is recorded in the on-failure destination and skipped, as
 //! Lambda's event source mappings do. With a `ParallelizationFactor` a shard's records go to
-//! that many lanes by partition key, and the batches due in them are handled at once: one
-//! item's records stay in order, and a slow batch holds back only its own lane's.
+//! that many lanes by partition key, and the batches due in them at one poll are handled at
+//! once, one item's records in order. Unlike Lambda, whose lanes go on independently, the
+//! next poll waits for the slowest of them.
 
 use super::lambda::{Failure, Pool};
 use super::template::StreamMapping;
