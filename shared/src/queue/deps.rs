@@ -42,13 +42,21 @@ pub const MAX_DEPENDENCIES: usize = 10_000;
 const SATISFY_ATTEMPTS: usize = 50;
 
 /// What one go at a resolved task's dependents did.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Release {
     /// Edges it satisfied.
     pub satisfied: usize,
     /// False if the budget ran out first: the resolution is still marked, and the next go
     /// goes on from the edges left.
     pub finished: bool,
+}
+
+impl Release {
+    /// Nothing left to do: the task is gone, or its resolution was handled already.
+    const NOTHING: Release = Release {
+        satisfied: 0,
+        finished: true,
+    };
 }
 
 /// One dependency of a task being created, as found when it was checked.
@@ -267,7 +275,7 @@ impl Queue {
         budget: &Budget,
     ) -> ApiResult<Release> {
         let Some(loaded) = self.load(task_id).await? else {
-            return Ok(Release::default());
+            return Ok(Release::NOTHING);
         };
         self.resolve_dependents_of(loaded, now, budget).await
     }
@@ -291,9 +299,12 @@ impl Queue {
         let task_id = dep.task_id.clone();
         let task_id = task_id.as_str();
         let Some(due) = dep.dependents_due else {
-            return Ok(Release::default());
+            return Ok(Release::NOTHING);
         };
-        let mut release = Release::default();
+        let mut release = Release {
+            satisfied: 0,
+            finished: false,
+        };
         // At least one chunk per go, so a go that starts late still gets somewhere.
         let mut went = false;
         let mut pace = Pace::new(self.cfg.dependents_per_sec);
@@ -492,6 +503,10 @@ mod tests {
         );
         let (rec, _) = queue.load(dep.as_str()).await.unwrap().unwrap();
         assert_eq!(rec.dependents_due, None, "the mark is cleared at the end");
+        // Once handled, a go (a stale index entry, a repeated record) finds nothing to do,
+        // and says it finished: a pass does not come back for it.
+        let again = queue.resolve_dependents(dep.as_str(), now, &spent).await;
+        assert_eq!(again.unwrap(), Release::NOTHING);
         for d in &dependents {
             let (rec, _) = queue.load(d.as_str()).await.unwrap().unwrap();
             assert_eq!(rec.runs[0].state, RunState::Pending, "{d} released once");
