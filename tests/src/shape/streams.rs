@@ -4,9 +4,8 @@
 //! retried from the first failed record, split in two first with bisect-on-error, and after
 //! the mapping's retries it is recorded in the on-failure destination and skipped, as
 //! Lambda's event source mappings do. With a `ParallelizationFactor` a shard's records go to
-//! that many lanes by partition key, and the batches due in them at one poll are handled at
-//! once, one item's records in order. Unlike Lambda, whose lanes go on independently, the
-//! next poll waits for the slowest of them.
+//! that many lanes by partition key, each with one batch out at a time: one item's records
+//! stay in order, and a slow batch holds back only its own lane.
 
 use super::lambda::{Failure, Pool};
 use super::template::StreamMapping;
@@ -69,8 +68,53 @@ struct Shard {
     id: String,
     iterator: Option<String>,
     /// One per `ParallelizationFactor`.
-    lanes: Vec<Lane>,
+    lanes: Vec<Slot>,
     done: bool,
+}
+
+/// A lane, or its batch out being handled.
+struct Slot {
+    /// `None` while a batch of it is out.
+    lane: Option<Lane>,
+    /// The batch out; it hands the lane back.
+    out: Option<tokio::task::JoinHandle<Lane>>,
+    /// Records read while the batch was out, and when the first of them was.
+    incoming: VecDeque<Value>,
+    incoming_since: Option<Instant>,
+}
+
+impl Slot {
+    fn new() -> Slot {
+        Slot {
+            lane: Some(Lane::default()),
+            out: None,
+            incoming: VecDeque::new(),
+            incoming_since: None,
+        }
+    }
+
+    /// Records read and not yet handed over.
+    fn held(&self) -> usize {
+        self.incoming.len() + self.lane.as_ref().map_or(0, |l| l.buffer.len())
+    }
+
+    /// Takes the lane back once its batch is handled, with what was read meanwhile.
+    async fn settle(&mut self) {
+        if !self.out.as_ref().is_some_and(|h| h.is_finished()) {
+            return;
+        }
+        let Some(out) = self.out.take() else { return };
+        let mut lane = out.await.unwrap_or_else(|e| {
+            tracing::error!(error = %e, "a stream batch's delivery panicked; its records are lost");
+            Lane::default()
+        });
+        if lane.buffer.is_empty() {
+            lane.since = self.incoming_since;
+        }
+        self.incoming_since = None;
+        lane.buffer.extend(self.incoming.drain(..));
+        self.lane = Some(lane);
+    }
 }
 
 #[derive(Default)]
@@ -97,6 +141,9 @@ pub fn lane_of(record: &Value, n: usize) -> usize {
 
 /// Runs one mapping until `stop`.
 pub async fn run(pool: Arc<Pool>, m: StreamMapping, mut stop: watch::Receiver<bool>) {
+    let m = Arc::new(m);
+    // Told when a batch out comes back.
+    let back = Arc::new(tokio::sync::Notify::new());
     let mut shards: BTreeMap<String, Shard> = BTreeMap::new();
     let mut last_describe = Instant::now() - Duration::from_secs(60);
     let mut ended = pool.invocations_ended();
@@ -116,7 +163,7 @@ pub async fn run(pool: Arc<Pool>, m: StreamMapping, mut stop: watch::Receiver<bo
         }
         let mut busy = false;
         for shard in shards.values_mut().filter(|s| !s.done) {
-            match step(&pool, &m, shard).await {
+            match step(&pool, &m, shard, &back).await {
                 Ok(b) => busy |= b,
                 Err(e) => tracing::warn!(shard = %shard.id, error = %e, "stream poll failed"),
             }
@@ -129,11 +176,13 @@ pub async fn run(pool: Arc<Pool>, m: StreamMapping, mut stop: watch::Receiver<bo
         let window_closes = shards
             .values()
             .flat_map(|s| &s.lanes)
-            .filter_map(|l| l.since.map(|t| t + m.window))
+            .filter_map(|s| s.lane.as_ref().and_then(|l| l.since))
+            .map(|t| t + m.window)
             .min();
         if let Some(at) = window_closes {
             tokio::select! {
                 _ = tokio::time::sleep_until(at.max(Instant::now()).into()) => {}
+                _ = back.notified() => {}
                 _ = stop.changed() => return,
             }
             continue;
@@ -144,13 +193,16 @@ pub async fn run(pool: Arc<Pool>, m: StreamMapping, mut stop: watch::Receiver<bo
         // answer), else every 5 s (for writes from elsewhere): every poll costs LocalStack's
         // one DynamoDB process CPU that the functions need, and most stacks idle most of the
         // time.
+        // A batch out that comes back is handled at once (its lane may hold more).
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+            _ = back.notified() => continue,
             _ = stop.changed() => return,
         }
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_secs(5)) => {}
             _ = ended.changed() => {}
+            _ = back.notified() => {}
             _ = stop.changed() => return,
         }
     }
@@ -183,7 +235,7 @@ async fn describe(m: &StreamMapping, shards: &mut BTreeMap<String, Shard>) -> Re
             Shard {
                 id,
                 iterator: it["ShardIterator"].as_str().map(String::from),
-                lanes: (0..m.parallel.max(1)).map(|_| Lane::default()).collect(),
+                lanes: (0..m.parallel.max(1)).map(|_| Slot::new()).collect(),
                 done: false,
             },
         );
@@ -191,17 +243,26 @@ async fn describe(m: &StreamMapping, shards: &mut BTreeMap<String, Shard>) -> Re
     Ok(())
 }
 
-/// Reads what is new on a shard and hands over the batches that are due, a lane's each, at
-/// once. True if it did anything (so the loop does not sleep).
-async fn step(pool: &Arc<Pool>, m: &StreamMapping, shard: &mut Shard) -> Result<bool, String> {
+/// Reads what is new on a shard and sends out the batches that are due, one per lane at a
+/// time (each handled in a task of its own). True if it did anything (so the loop does not
+/// sleep).
+async fn step(
+    pool: &Arc<Pool>,
+    m: &Arc<StreamMapping>,
+    shard: &mut Shard,
+    back: &Arc<tokio::sync::Notify>,
+) -> Result<bool, String> {
     let Shard {
         id,
         iterator,
         lanes,
         done,
     } = shard;
+    for slot in lanes.iter_mut() {
+        slot.settle().await;
+    }
     let mut read = false;
-    if lanes.iter().all(|l| l.buffer.len() < m.batch_size) {
+    if lanes.iter().all(|s| s.held() < m.batch_size) {
         if let Some(it) = iterator.clone() {
             let out = streams("GetRecords", json!({ "ShardIterator": it, "Limit": 1000 })).await?;
             *iterator = out["NextShardIterator"].as_str().map(String::from);
@@ -211,35 +272,46 @@ async fn step(pool: &Arc<Pool>, m: &StreamMapping, shard: &mut Shard) -> Result<
                 if m.filters.is_empty() || m.filters.iter().any(|f| matches(f, Some(&r))) {
                     read = true;
                     let n = lanes.len();
-                    let lane = &mut lanes[lane_of(&r, n)];
-                    lane.buffer.push_back(r);
-                    lane.since.get_or_insert_with(Instant::now);
+                    let slot = &mut lanes[lane_of(&r, n)];
+                    match &mut slot.lane {
+                        Some(lane) => {
+                            lane.buffer.push_back(r);
+                            lane.since.get_or_insert_with(Instant::now);
+                        }
+                        None => {
+                            slot.incoming.push_back(r);
+                            slot.incoming_since.get_or_insert_with(Instant::now);
+                        }
+                    }
                 }
             }
-        } else if lanes.iter().all(|l| l.buffer.is_empty()) {
+        } else if lanes.iter().all(|s| s.held() == 0 && s.out.is_none()) {
             *done = true;
             return Ok(false);
         }
     }
     let ended = iterator.is_none();
-    let due: Vec<&mut Lane> = lanes
-        .iter_mut()
-        .filter(|l| {
+    let mut sent = false;
+    for slot in lanes.iter_mut() {
+        let due = slot.lane.as_ref().is_some_and(|l| {
             !l.buffer.is_empty()
                 && (l.buffer.len() >= m.batch_size
                     || l.since.is_some_and(|t| t.elapsed() >= m.window)
                     || ended)
-        })
-        .collect();
-    if due.is_empty() {
-        return Ok(read);
-    }
-    futures_util::future::join_all(due.into_iter().map(|lane| {
+        });
+        let Some(mut lane) = slot.lane.take_if(|_| due) else {
+            continue;
+        };
         let n = lane.buffer.len().min(m.batch_size);
-        deliver(pool, m, id, lane, n)
-    }))
-    .await;
-    Ok(true)
+        let (pool, m, id, back) = (pool.clone(), m.clone(), id.clone(), back.clone());
+        slot.out = Some(tokio::spawn(async move {
+            deliver(&pool, &m, &id, &mut lane, n).await;
+            back.notify_one();
+            lane
+        }));
+        sent = true;
+    }
+    Ok(read || sent)
 }
 
 /// Invokes with the first `n` buffered records and handles the answer.

@@ -182,7 +182,9 @@ async fn a_deadline_burst_resolves_within_two_scheduled_invocations() {
 /// One task with a burst of dependents (5,000 in `scripts/test-shape.sh`): completing it
 /// releases them all through the stream-triggered dependency resolver, whose writes to the
 /// task's partition are paced (`TCQ_DEPENDENTS_PER_SEC`, 400 as deployed). The time from
-/// reportCompleted to the last dependent pending is printed.
+/// reportCompleted to the last dependent pending is printed. Meanwhile another task of the
+/// same shard, in another of the resolver's lanes (`ParallelizationFactor`), completes: its
+/// one dependent is released without waiting for the burst.
 #[tokio::test]
 async fn a_burst_of_dependents_is_released_through_the_stream() {
     if !shape_only() {
@@ -199,10 +201,41 @@ async fn a_burst_of_dependents_is_released_through_the_stream() {
     })
     .await;
     eprintln!("seeded {n} dependents in {:?}", started.elapsed());
+    // A small release whose stream records go to another lane than the burst's.
+    let lane = |id: &str| {
+        let record = json!({ "dynamodb": { "Keys": { "pk": { "S": id } } } });
+        blackbox::shape::streams::lane_of(&record, 10)
+    };
+    let (small_tq, small_dependent_tq) = (task_queue_id(), task_queue_id());
+    let b = std::iter::repeat_with(slugid)
+        .find(|b| lane(b) != lane(&a))
+        .expect("another lane");
+    let q = app.queue();
+    q.createTask(&b, &task_def(&small_tq))
+        .await
+        .expect("createTask");
+    let d = create(
+        &app,
+        &def_with(&small_dependent_tq, json!({ "dependencies": [b] })),
+    )
+    .await;
     let claim = claim_one(&app, &tq, "g", "w").await;
     assert_eq!(claim["status"]["taskId"], a.as_str());
     complete(&app, &a, 0).await;
-    let (q, resolved) = (app.queue(), Instant::now());
+    let resolved = Instant::now();
+    // Once the burst's batch is being handled, so that the small one comes in a later batch.
+    poll(bound(n), "the burst's release under way", || async {
+        let pending = q.pendingTasks(&dependents_tq).await.unwrap()["pendingTasks"].clone();
+        (pending.as_u64() > Some(0)).then_some(())
+    })
+    .await;
+    let claim = claim_one(&app, &small_tq, "g", "w").await;
+    assert_eq!(claim["status"]["taskId"], b.as_str());
+    complete(&app, &b, 0).await;
+    let small = wait_status(&app, &d, bound(n), |s| s["state"] == "pending").await;
+    assert_eq!(small["state"], "pending");
+    let small_took = resolved.elapsed();
+    let burst_pending = q.pendingTasks(&dependents_tq).await.unwrap()["pendingTasks"].clone();
     poll(bound(n), &format!("all {n} dependents pending"), || async {
         let pending = q.pendingTasks(&dependents_tq).await.unwrap()["pendingTasks"].clone();
         (pending == n).then_some(())
@@ -210,8 +243,13 @@ async fn a_burst_of_dependents_is_released_through_the_stream() {
     .await;
     let took = resolved.elapsed();
     eprintln!(
-        "{n} dependents pending {took:?} after reportCompleted ({:.0} a second)",
+        "{n} dependents pending {took:?} after reportCompleted ({:.0} a second); the other \
+         lane's dependent after {small_took:?}, when {burst_pending} of the burst were",
         n as f64 / took.as_secs_f64(),
+    );
+    assert!(
+        burst_pending.as_u64() < Some(n as u64),
+        "the small release waited for the burst: {small_took:?}, {took:?}"
     );
     let least = (n - 16) as f64 / f64::from(shared::queue::DEPENDENTS_PER_SEC);
     assert!(
