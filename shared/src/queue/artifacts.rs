@@ -208,7 +208,7 @@ impl Queue {
 
     /// The object of an object artifact, written after its artifact rather than in one
     /// transaction with it (which bills both twice): an object never exists without its
-    /// artifact. A first write takes the object to be new; a refused one (a repeat) reads it.
+    /// artifact. Written by a call that created the artifact, the object is taken to be new.
     /// If the object cannot be written, an artifact this call `created` (at that version) is
     /// taken back; one left behind (a killed process) is an artifact without bytes, which a
     /// repeated createArtifact, or the worker's createUpload, completes.
@@ -218,7 +218,7 @@ impl Queue {
         upload: &ObjectRecord,
         created: Option<u64>,
     ) -> ApiResult<()> {
-        let result = self.put_upload(upload, created.is_some()).await;
+        let result = self.begin_upload(upload, created.is_some()).await;
         if let (Err(_), Some(v)) = (&result, created) {
             let (pk, sk) = (art.task_id.as_str(), artifact_sk(art.run_id, &art.name));
             if let Err(e) = self.delete_row(pk, &sk, v).await {
@@ -226,23 +226,6 @@ impl Queue {
             }
         }
         result
-    }
-
-    /// Writes `upload`'s object, taking it to be new if `fresh` (a refused write reads it).
-    async fn put_upload(&self, upload: &ObjectRecord, fresh: bool) -> ApiResult<()> {
-        if fresh {
-            let op = WriteOp::Put {
-                table: ARTIFACTS,
-                item: upload.item()?,
-                cond: Cond::NotExists,
-            };
-            match self.store.write(op).await {
-                Ok(_) => return Ok(()),
-                Err(e) if e.is_condition_failed() => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        self.begin_upload(upload).await
     }
 
     /// Writes `put` (an artifact) with its `artifact-created` event in the task's outbox, in

@@ -96,15 +96,28 @@ impl Queue {
     }
 
     /// Records a new upload (or confirms a repeat of it): the object exists, unfinished,
-    /// from then on.
-    pub(crate) async fn begin_upload(&self, upload: &ObjectRecord) -> ApiResult<()> {
+    /// from then on. With `likely_new` the first attempt takes the object to be new and
+    /// writes without reading it (a refused write reads it); otherwise it reads first, as a
+    /// refused write would cost a write unit.
+    pub(crate) async fn begin_upload(
+        &self,
+        upload: &ObjectRecord,
+        likely_new: bool,
+    ) -> ApiResult<()> {
         for attempt in 0..MAX_ATTEMPTS {
-            let existing = self.load_object(&upload.name).await?;
+            let unread = likely_new && attempt == 0;
+            let existing = if unread {
+                None
+            } else {
+                self.load_object(&upload.name).await?
+            };
             let Some(op) = Self::upload_write(existing, upload)? else {
                 return Ok(());
             };
             match self.store.write(op).await {
                 Ok(_) => return Ok(()),
+                // It was there after all: read it at once.
+                Err(e) if e.is_condition_failed() && unread => {}
                 Err(e) if e.is_condition_failed() => backoff(attempt).await,
                 Err(e) => return Err(e.into()),
             }
@@ -150,7 +163,7 @@ impl Queue {
             )),
             None => None,
         };
-        self.begin_upload(&upload).await?;
+        self.begin_upload(&upload, false).await?;
         let key = blob_key(name);
         let method = if let Some((content_type, bytes)) = inline {
             blobs

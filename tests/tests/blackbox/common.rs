@@ -125,6 +125,20 @@ pub async fn counts_settle(
     }
 }
 
+/// Waits up to `timeout` until task queue `tq` has `n` pending tasks.
+pub async fn all_pending(app: &TestServer, tq: &str, n: usize, timeout: Duration) {
+    let q = app.queue();
+    poll(
+        timeout,
+        &format!("all {n} tasks of {tq} pending"),
+        || async {
+            let pending = q.pendingTasks(tq).await.unwrap()["pendingTasks"].clone();
+            (pending == n).then_some(())
+        },
+    )
+    .await
+}
+
 /// Polls the status of `id` until `pred` holds; returns that status.
 pub async fn wait_status(
     app: &TestServer,

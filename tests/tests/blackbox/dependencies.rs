@@ -329,6 +329,22 @@ fn at_once() -> usize {
     local_or_shape(16, 4)
 }
 
+/// Creates `n` tasks in `tq` that depend on `dependency`, a few at once; their ids. Each is
+/// unscheduled until its dependency resolves.
+async fn create_dependents(app: &TestServer, tq: &str, dependency: &str, n: usize) -> Vec<String> {
+    let def = depends_on(tq, &[dependency]);
+    let ids: Vec<String> = (0..n).map(|_| slugid()).collect();
+    bounded(ids.clone(), at_once(), |id| {
+        let def = &def;
+        async move {
+            let r = app.queue().createTask(&id, def).await.unwrap();
+            assert_eq!(r["status"]["state"], "unscheduled");
+        }
+    })
+    .await;
+    ids
+}
+
 #[tokio::test]
 async fn fan_out_one_task_releases_a_thousand_dependents() {
     // A thousand (in the bounded deployed shape, fewer) on a stack of its own.
@@ -337,16 +353,7 @@ async fn fan_out_one_task_releases_a_thousand_dependents() {
     let tq = task_queue_id();
     let dependents_tq = task_queue_id();
     let a = create(&app, &task_def(&tq)).await;
-    let def = depends_on(&dependents_tq, &[&a]);
-    let ids: Vec<String> = (0..n).map(|_| slugid()).collect();
-    bounded(ids.clone(), at_once(), |id| {
-        let (app, def) = (&app, &def);
-        async move {
-            let r = app.queue().createTask(&id, def).await.unwrap();
-            assert_eq!(r["status"]["state"], "unscheduled");
-        }
-    })
-    .await;
+    let ids = create_dependents(&app, &dependents_tq, &a, n).await;
     assert_eq!(dependents(&app, &a, None).await.len(), n);
     let q = app.queue();
     assert_eq!(
@@ -358,11 +365,7 @@ async fn fan_out_one_task_releases_a_thousand_dependents() {
     let resolved = Instant::now();
     // Deployed shape: every release goes through LocalStack's one DynamoDB process.
     let wait = if in_shape() { WAIT * 5 } else { WAIT };
-    poll(wait, &format!("all {n} dependents pending"), || async {
-        let pending = q.pendingTasks(&dependents_tq).await.unwrap()["pendingTasks"].clone();
-        (pending == n).then_some(())
-    })
-    .await;
+    all_pending(&app, &dependents_tq, n, wait).await;
     println!(
         "fan-out: {n} dependents pending {:?} after their dependency completed",
         resolved.elapsed()
@@ -383,24 +386,11 @@ async fn a_release_is_paced_to_its_partition_and_goes_on_past_a_pass() {
     let n = many(600);
     let (tq, dependents_tq) = (task_queue_id(), task_queue_id());
     let a = create(&app, &task_def(&tq)).await;
-    let def = depends_on(&dependents_tq, &[&a]);
-    let ids: Vec<String> = (0..n).map(|_| slugid()).collect();
-    bounded(ids.clone(), at_once(), |id| {
-        let (app, def) = (&app, &def);
-        async move {
-            app.queue().createTask(&id, def).await.unwrap();
-        }
-    })
-    .await;
+    let ids = create_dependents(&app, &dependents_tq, &a, n).await;
     claim_and_complete(&app, &tq, &a).await;
     let resolved = Instant::now();
-    let q = app.queue();
     let wait = if in_shape() { WAIT * 5 } else { WAIT };
-    poll(wait, &format!("all {n} dependents pending"), || async {
-        let pending = q.pendingTasks(&dependents_tq).await.unwrap()["pendingTasks"].clone();
-        (pending == n).then_some(())
-    })
-    .await;
+    all_pending(&app, &dependents_tq, n, wait).await;
     let took = resolved.elapsed();
     println!("{n} dependents at {per_sec} a second pending {took:?} after their dependency");
     // Write k begins k / per_sec after the first; the last chunk (16) begins at (n - 16) / per_sec.

@@ -69,6 +69,15 @@ fn upload_body(upload_id: &str, methods: Value) -> Value {
     })
 }
 
+/// A task whose definition adds `extra`, claimed: its id and a client with the claim's
+/// credentials, as its worker holds them.
+async fn claimed_task(app: &TestServer, extra: Value) -> (String, taskcluster::Queue) {
+    let tq = task_queue_id();
+    let id = create(app, &def_with(&tq, extra)).await;
+    let claim = claim_one(app, &tq, "grp", "wkr").await;
+    (id, app.queue_as(Some(credentials_of(&claim))))
+}
+
 /// PUTs `bytes` to a putUrl upload method with exactly its headers: the status.
 async fn put_with_headers(method: &Value, bytes: Vec<u8>) -> u16 {
     let mut req = reqwest::Client::new().put(method["url"].as_str().expect("url"));
@@ -187,10 +196,7 @@ async fn the_rust_crates_round_trip_objects_and_object_artifacts() {
 
     // An object artifact, uploaded with the credentials createArtifact hands out and read
     // back with download_artifact_to_vec (which reads them as client_id / access_token).
-    let tq = task_queue_id();
-    let id = create(&app, &task_def(&tq)).await;
-    let claim = claim_one(&app, &tq, "grp", "wkr").await;
-    let worker = app.queue_as(Some(credentials_of(&claim)));
+    let (id, worker) = claimed_task(&app, json!({})).await;
     let root = app.queue();
     for size in [0, 1024, 20 * MIB] {
         let name = format!("private/out/{size}.bin");
@@ -438,10 +444,7 @@ async fn a_worker_creates_uploads_and_finishes_an_object_artifact() {
 #[tokio::test]
 async fn an_object_artifact_whose_object_is_taken_is_refused_and_leaves_no_artifact() {
     let app = spawn_app().await;
-    let tq = task_queue_id();
-    let id = create(&app, &def_with(&tq, json!({"projectId": "proj"}))).await;
-    let claim = claim_one(&app, &tq, "grp", "wkr").await;
-    let worker = app.queue_as(Some(credentials_of(&claim)));
+    let (id, worker) = claimed_task(&app, json!({"projectId": "proj"})).await;
     let name = "public/taken.txt";
     let object_name = format!("t/{id}/0/{name}");
     root_object(&app)

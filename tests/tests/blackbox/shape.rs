@@ -236,11 +236,7 @@ async fn a_burst_of_dependents_is_released_through_the_stream() {
     assert_eq!(small["state"], "pending");
     let small_took = resolved.elapsed();
     let burst_pending = q.pendingTasks(&dependents_tq).await.unwrap()["pendingTasks"].clone();
-    poll(bound(n), &format!("all {n} dependents pending"), || async {
-        let pending = q.pendingTasks(&dependents_tq).await.unwrap()["pendingTasks"].clone();
-        (pending == n).then_some(())
-    })
-    .await;
+    all_pending(&app, &dependents_tq, n, bound(n)).await;
     let took = resolved.elapsed();
     eprintln!(
         "{n} dependents pending {took:?} after reportCompleted ({:.0} a second); the other \
