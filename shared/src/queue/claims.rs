@@ -670,9 +670,14 @@ mod tests {
             ids.push(id.as_str().to_string());
         }
         tokio::time::sleep(lag).await;
+        // Each pass a millisecond or more after the last claim, as separate calls are: a claim
+        // made in the same millisecond cannot be told from a race (`Missed::of`).
+        let mut last = Ts(0);
         for id in &ids {
+            let now = Ts::now().max(last.plus(1));
+            last = now;
             let pass = q
-                .try_claim_work(&tq, "g", "w", 1, Ts::now())
+                .try_claim_work(&tq, "g", "w", 1, now)
                 .await
                 .expect("claim");
             assert_eq!(pass.claims.len(), 1);
