@@ -9,7 +9,8 @@
 //! only (a function that started an instance meanwhile is marked). The stream functions'
 //! invocations each take a batch of records; the publisher's CPU is also given per event.
 //! A second table models each function's billed duration and price at 128–1024 MB from its
-//! CPU and its wait (see `billed_by_memory`).
+//! CPU and its wait (see `billed_by_memory`). Last, `BENCH_LIFECYCLES` pings give the floor
+//! under every endpoint: the CPU of an invocation that checks no credentials and reads nothing.
 //!
 //! Run:
 //!   cargo build --release -p functions --bin lambda
@@ -85,6 +86,7 @@ async fn main() {
     };
     let q = queue_client(&shape.root_url());
     lifecycles(&q, warmup.max(1)).await;
+    q.ping().await.expect("ping");
     let before = settled_usage(&shape).await;
     if std::env::var("BENCH_PIDS").as_deref() == Ok("1") {
         for u in before.values().filter(|u| !u.pids.is_empty()) {
@@ -95,6 +97,12 @@ async fn main() {
     lifecycles(&q, n).await;
     let took = start.elapsed();
     let after = settled_usage(&shape).await;
+    // The floor under every endpoint: an unauthenticated call that reads nothing (the Runtime
+    // API's hand-over, the HTTP event, routing, the answer), in a window of its own.
+    for _ in 0..n {
+        q.ping().await.expect("ping");
+    }
+    let pinged = settled_usage(&shape).await;
     shape.stop().await;
 
     let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
@@ -140,6 +148,16 @@ async fn main() {
         }
     }
     println!("| every warm function | | | | | {:.3} |", total / n as f64);
+    for (id, a) in &pinged {
+        let Some(b) = after.get(id) else { continue };
+        let calls = a.invocations - b.invocations;
+        if calls > 0 && a.cold_starts == b.cold_starts {
+            println!(
+                "\nfloor: {id}, {calls} pings (no credentials, no store request): {:.2} ms of CPU per invocation",
+                1e3 * (a.cpu_secs - b.cpu_secs) / calls as f64
+            );
+        }
+    }
     billed_by_memory(&before, &after);
 }
 

@@ -23,14 +23,15 @@ async fn the_dynamodb_adapter_passes_the_conformance_suite() {
     conformance::run_all(Arc::new(store)).await;
 }
 
-/// Items are stored with their data deflated (a third of the write units for a status item);
-/// items written before that, with the data as a JSON string, are still read, and a write
-/// turns them into the deflated form.
+/// An item's data is stored deflated when that can bill fewer units (a third of the write
+/// units for a large status item), and as JSON text when the whole item fits one write unit
+/// anyway; items in either form are read, and a write picks the form anew.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn data_is_stored_deflated_and_json_items_are_still_read() {
+async fn data_is_deflated_unless_the_item_fits_one_write_unit_and_both_forms_are_read() {
     use blackbox::runtime_api::localstack_json;
     use serde_json::json;
     use shared::store::{Cond, Item, Store, WriteOp};
+    use std::sync::atomic::Ordering;
     if std::env::var("TCQ_LOCALSTACK").as_deref() != Ok("1") {
         eprintln!("TCQ_LOCALSTACK is not 1: run through scripts/test.sh, which starts LocalStack");
         return;
@@ -49,23 +50,41 @@ async fn data_is_stored_deflated_and_json_items_are_still_read() {
                 .clone()
         }
     };
+    let usage = store.usage();
+    // Puts `data` as a new item and gives the write units it billed.
+    let put = |pk: &'static str, data: serde_json::Value| {
+        let (store, usage) = (store.clone(), usage.clone());
+        async move {
+            let before = usage.write_milli.load(Ordering::Relaxed);
+            store
+                .write(WriteOp::Put {
+                    table: "conformance",
+                    item: Item::new(pk, "s", data.clone(), vec![]),
+                    cond: Cond::NotExists,
+                })
+                .await
+                .expect("put");
+            let got = store.get("conformance", pk, "s").await.unwrap().unwrap();
+            assert_eq!(got.data, data, "{pk} reads back");
+            (usage.write_milli.load(Ordering::Relaxed) - before) as f64 / 1000.0
+        }
+    };
 
-    let data = json!({ "text": "x".repeat(3000), "n": 1 });
-    store
-        .write(WriteOp::Put {
-            table: "conformance",
-            item: Item::new("a", "s", data.clone(), vec![]),
-            cond: Cond::NotExists,
-        })
-        .await
-        .expect("put");
-    let item = raw("a").await;
-    let stored = item["d"]["B"].as_str().expect("binary d");
+    // 3 KB of JSON: deflated, one unit instead of three.
+    let units = put("a", json!({ "text": "x".repeat(3000), "n": 1 })).await;
+    let stored = raw("a").await["d"]["B"].as_str().expect("binary d").to_string();
     assert!(stored.len() < 200, "3 KB of JSON deflated: {stored}");
-    let got = store.get("conformance", "a", "s").await.unwrap().unwrap();
-    assert_eq!(got.data, data);
+    assert_eq!(units, 1.0, "deflated 3 KB");
 
-    // An item in the earlier form.
+    // JSON that fits one unit as it is: kept as text, still one unit.
+    let small = json!({ "text": "y".repeat(900) });
+    assert_eq!(put("c", small.clone()).await, 1.0, "900 bytes as text");
+    assert_eq!(raw("c").await["d"]["S"], small.to_string());
+    // Past the unit (with the keys and the version): deflated again.
+    assert_eq!(put("e", json!({ "text": "y".repeat(990) })).await, 1.0);
+    assert!(raw("e").await["d"]["B"].is_string(), "990 bytes deflated");
+
+    // An item written by hand, as text: read, and rewritten in the form that fits.
     localstack_json(
         "dynamodb",
         "1.0",
@@ -83,13 +102,16 @@ async fn data_is_stored_deflated_and_json_items_are_still_read() {
         (old.version, old.data.into_value()),
         (4, json!({ "old": true }))
     );
+    let big = json!({ "old": false, "text": "z".repeat(2000) });
     store
         .write(WriteOp::Put {
             table: "conformance",
-            item: Item::new("b", "s", json!({ "old": false }), vec![]),
+            item: Item::new("b", "s", big.clone(), vec![]),
             cond: Cond::Version(4),
         })
         .await
-        .expect("versioned put over the earlier form");
+        .expect("versioned put over the text form");
     assert!(raw("b").await["d"]["B"].is_string());
+    let got = store.get("conformance", "b", "s").await.unwrap().unwrap();
+    assert_eq!(got.data, big);
 }
