@@ -1014,7 +1014,7 @@ pub async fn sdk_config() -> Result<aws_config::SdkConfig, String> {
 /// protection, which watches the throughput of every request and response body with timers
 /// of its own: for DynamoDB's bodies of a few KB that was a twentieth of a warm function's CPU.
 pub fn client(cfg: &aws_config::SdkConfig) -> Client {
-    use aws_sdk_dynamodb::config::{StalledStreamProtectionConfig, timeout::TimeoutConfig};
+    use aws_sdk_dynamodb::config::{timeout::TimeoutConfig, StalledStreamProtectionConfig};
     let conf = aws_sdk_dynamodb::config::Builder::from(cfg)
         .stalled_stream_protection(StalledStreamProtectionConfig::disabled())
         .timeout_config(

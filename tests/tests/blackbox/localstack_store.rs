@@ -72,7 +72,10 @@ async fn data_is_deflated_unless_the_item_fits_one_write_unit_and_both_forms_are
 
     // 3 KB of JSON: deflated, one unit instead of three.
     let units = put("a", json!({ "text": "x".repeat(3000), "n": 1 })).await;
-    let stored = raw("a").await["d"]["B"].as_str().expect("binary d").to_string();
+    let stored = raw("a").await["d"]["B"]
+        .as_str()
+        .expect("binary d")
+        .to_string();
     assert!(stored.len() < 200, "3 KB of JSON deflated: {stored}");
     assert_eq!(units, 1.0, "deflated 3 KB");
 
