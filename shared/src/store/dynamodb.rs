@@ -1010,12 +1010,19 @@ pub async fn sdk_config() -> Result<aws_config::SdkConfig, String> {
 
 /// A DynamoDB client; set `AWS_ENDPOINT_URL` (or `AWS_ENDPOINT_URL_DYNAMODB`) for LocalStack.
 ///
-/// Each attempt is bounded by [`ATTEMPT_TIMEOUT`] instead of the SDK's stalled-stream
-/// protection, which watches the throughput of every request and response body with timers
-/// of its own: for DynamoDB's bodies of a few KB that was a twentieth of a warm function's CPU.
+/// Per request, the SDK does less than by default; each of these was a share of a warm
+/// function's CPU:
+/// - each attempt is bounded by [`ATTEMPT_TIMEOUT`] instead of the stalled-stream protection,
+///   which watches the throughput of every request and response body with timers of its own
+///   (for DynamoDB's bodies of a few KB, a twentieth);
+/// - the endpoint is resolved once per set of parameters (see [`ResolvedOnce`]);
+/// - no clock-skew correction, which parses every answer's `Date`: the queue's leases and
+///   deadlines, and Hawk, already need a host whose clock is right.
 pub fn client(cfg: &aws_config::SdkConfig) -> Client {
     use aws_sdk_dynamodb::config::{timeout::TimeoutConfig, StalledStreamProtectionConfig};
     let conf = aws_sdk_dynamodb::config::Builder::from(cfg)
+        .endpoint_resolver(ResolvedOnce::default())
+        .disable_clock_skew_correction(true)
         .stalled_stream_protection(StalledStreamProtectionConfig::disabled())
         .timeout_config(
             cfg.timeout_config()
@@ -1026,6 +1033,46 @@ pub fn client(cfg: &aws_config::SdkConfig) -> Client {
         )
         .build();
     Client::from_conf(conf)
+}
+
+/// The SDK's endpoint rules, evaluated once per distinct set of parameters rather than at every
+/// request: they depend only on the region, the settings and the table's name, so a process
+/// sees a handful of sets. Held in the process; it is the same answer in every instance.
+#[derive(Debug, Default)]
+pub struct ResolvedOnce {
+    rules: aws_sdk_dynamodb::config::endpoint::DefaultResolver,
+    seen: std::sync::Mutex<Vec<(EndpointParams, aws_sdk_dynamodb::config::endpoint::Endpoint)>>,
+}
+
+type EndpointParams = aws_sdk_dynamodb::config::endpoint::Params;
+
+/// Sets of endpoint parameters [`ResolvedOnce`] keeps; past that it resolves each request.
+const ENDPOINTS_KEPT: usize = 64;
+
+impl aws_sdk_dynamodb::config::endpoint::ResolveEndpoint for ResolvedOnce {
+    fn resolve_endpoint<'a>(
+        &'a self,
+        params: &'a EndpointParams,
+    ) -> aws_sdk_dynamodb::config::endpoint::EndpointFuture<'a> {
+        use aws_sdk_dynamodb::config::endpoint::EndpointFuture;
+        let kept = self.seen.lock().ok().and_then(|seen| {
+            seen.iter()
+                .find(|(p, _)| p == params)
+                .map(|(_, e)| e.clone())
+        });
+        if let Some(endpoint) = kept {
+            return EndpointFuture::ready(Ok(endpoint));
+        }
+        EndpointFuture::new(async move {
+            let endpoint = self.rules.resolve_endpoint(params).await?;
+            if let Ok(mut seen) = self.seen.lock() {
+                if seen.len() < ENDPOINTS_KEPT {
+                    seen.push((params.clone(), endpoint.clone()));
+                }
+            }
+            Ok(endpoint)
+        })
+    }
 }
 
 /// How long one DynamoDB request may take before it is given up (and retried, as the SDK
@@ -1276,5 +1323,38 @@ mod tests {
         let bomb = deflate(&vec![b'x'; MAX_ITEM_BYTES * 5]).unwrap();
         assert!(inflate(&bomb).is_err(), "past the limit");
         assert_eq!(inflate(&deflate(b"after").unwrap()).unwrap(), b"after");
+    }
+
+    /// The kept endpoint is the rules' own answer for those parameters, and other parameters
+    /// get theirs.
+    #[tokio::test]
+    async fn an_endpoint_resolved_once_is_the_rules_answer_for_its_parameters() {
+        use aws_sdk_dynamodb::config::endpoint::{DefaultResolver, ResolveEndpoint};
+        let params = |region: &str, url: Option<&str>| {
+            EndpointParams::builder()
+                .region(region)
+                .use_fips(false)
+                .use_dual_stack(false)
+                .set_endpoint(url.map(String::from))
+                .build()
+                .unwrap()
+        };
+        let once = ResolvedOnce::default();
+        let cases = [
+            params("eu-west-1", None),
+            params("us-east-1", None),
+            params("us-east-1", Some("http://127.0.0.1:4566")),
+            params("eu-west-1", None),
+        ];
+        for p in &cases {
+            let want = DefaultResolver::new().resolve_endpoint(p).await.unwrap();
+            let got = once.resolve_endpoint(p).await.unwrap();
+            assert_eq!(got.url(), want.url());
+        }
+        assert_eq!(
+            once.resolve_endpoint(&cases[0]).await.unwrap().url(),
+            "https://dynamodb.eu-west-1.amazonaws.com"
+        );
+        assert_eq!(once.seen.lock().unwrap().len(), 3, "one per distinct set");
     }
 }
