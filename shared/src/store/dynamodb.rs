@@ -1,12 +1,13 @@
 //! The DynamoDB adapter of the storage port.
 //!
 //! Each item is stored as `pk`, `sk`, `v` (version), `d` (the data: its JSON, deflated, as a
-//! binary attribute) and, per index entry, `<index>_pk` / `<index>_sk`; each port index is a
-//! GSI over those two attributes, so a put that omits them removes the item from the index
-//! (sparse GSIs). Deflating matters for cost: DynamoDB bills every write by the whole item's
-//! size in 1 KB steps (and an ALL-projection index by the same again), and a status item's
-//! JSON, with the events waiting in its outbox repeating the status, shrinks to about a third.
-//! Items written with `d` as a JSON string (before deflating) are still read.
+//! binary attribute, or as a string when the whole item fits one write unit that way) and,
+//! per index entry, `<index>_pk` / `<index>_sk`; each port index is a GSI over those two
+//! attributes, so a put that omits them removes the item from the index (sparse GSIs).
+//! Deflating matters for cost: DynamoDB bills every write by the whole item's size in 1 KB
+//! steps (and an ALL-projection index by the same again), and a status item's JSON, with the
+//! events waiting in its outbox repeating the status, shrinks to about a third. Below one
+//! unit it would only cost CPU. Either form is read, whichever wrote it.
 //! Every request asks for its consumed capacity, which [`DynamoStore::usage`] adds up, per
 //! table and index as well.
 
