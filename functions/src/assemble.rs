@@ -96,11 +96,11 @@ pub async fn open_dynamodb(
     create: bool,
 ) -> Result<DynamoStore, BoxError> {
     let sdk = dynamodb::sdk_config().await?;
-    let client = dynamodb::client(&sdk);
     if create {
+        let client = dynamodb::client(&sdk);
         dynamodb::create_tables(&client, &settings.table_prefix, false).await?;
     }
-    Ok(DynamoStore::new(client, settings.table_prefix.clone()))
+    Ok(DynamoStore::new(&sdk, settings.table_prefix.clone())?)
 }
 
 /// The S3 artifact buckets (created first with `create`).

@@ -320,13 +320,11 @@ async fn main() {
         eprintln!("needs the AWS environment (see the header of this file)");
         return;
     };
-    let client = dynamodb::client(&sdk);
     let prefix = blackbox::runtime_api::localstack_tables("cost", true).await;
     // A second store on the same tables, whose reads are not counted: it stands for the
     // stream record that hands the publisher each written image for free.
-    let images = DynamoStore::new(client.clone(), prefix.clone());
-    let describe = client.clone();
-    let store = DynamoStore::new(client, prefix.clone());
+    let images = DynamoStore::new(&sdk, prefix.clone()).expect("store");
+    let store = DynamoStore::new(&sdk, prefix.clone()).expect("store");
     let usage = store.usage();
     let queue = queue_as_deployed(store);
     let sink = RecordingSink::default();
@@ -385,7 +383,7 @@ async fn main() {
     let per_step = steps.print(&bare, n);
     println!("events delivered: {}", sink.events().len());
     print_cost("the bare life cycle", &bare, &per_step);
-    let arn = describe
+    let arn = dynamodb::client(&sdk)
         .describe_table()
         .table_name(format!("{prefix}tasks"))
         .send()
@@ -558,8 +556,8 @@ async fn main() {
     if real > 0 {
         for objects in [false, true] {
             let prefix = blackbox::runtime_api::localstack_tables("real", true).await;
-            let store = DynamoStore::new(describe.clone(), prefix.clone());
-            let images = DynamoStore::new(describe.clone(), prefix);
+            let store = DynamoStore::new(&sdk, prefix.clone()).expect("store");
+            let images = DynamoStore::new(&sdk, prefix).expect("store");
             realistic_task(store, images, real, objects).await;
         }
     }

@@ -325,9 +325,8 @@ async fn open_backend(
                 );
                 std::process::exit(2);
             };
-            let client = dynamodb::client(&sdk);
             let prefix = blackbox::runtime_api::localstack_tables("depth", false).await;
-            let store = DynamoStore::new(client, prefix.clone());
+            let store = DynamoStore::new(&sdk, prefix.clone()).expect("store");
             let usage = store.usage();
             let endpoint = std::env::var("AWS_ENDPOINT_URL").unwrap_or_else(|_| "AWS".into());
             (

@@ -342,7 +342,7 @@ async fn idle_claim(
     waiters: usize,
 ) -> Idle {
     let sdk = dynamodb::sdk_config().await.expect("AWS environment");
-    let store = Arc::new(DynamoStore::new(dynamodb::client(&sdk), prefix));
+    let store = Arc::new(DynamoStore::new(&sdk, prefix).expect("store"));
     let usage = store.usage();
     let queue = Arc::new(Queue::new(
         store,

@@ -422,8 +422,7 @@ pub async fn queue_over(prefix: &str, from_stream: bool) -> shared::queue::Queue
     let sdk = shared::store::dynamodb::sdk_config()
         .await
         .expect("AWS environment");
-    let store =
-        shared::store::dynamodb::DynamoStore::new(shared::store::dynamodb::client(&sdk), prefix);
+    let store = shared::store::dynamodb::DynamoStore::new(&sdk, prefix).expect("store");
     shared::queue::Queue::new(
         Arc::new(store),
         Arc::new(shared::signal::LocalSignal::default()),

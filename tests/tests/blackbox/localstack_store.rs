@@ -8,7 +8,7 @@ async fn store(tag: &str) -> (dynamodb::DynamoStore, String) {
     let prefix = blackbox::runtime_api::localstack_tables_with(tag, false, true).await;
     let sdk = dynamodb::sdk_config().await.expect("AWS environment");
     (
-        dynamodb::DynamoStore::new(dynamodb::client(&sdk), prefix.clone()),
+        dynamodb::DynamoStore::new(&sdk, prefix.clone()).expect("store"),
         prefix,
     )
 }

@@ -141,7 +141,7 @@ async fn the_stream_publisher_delivers_what_the_api_functions_wrote() {
     // The publisher emptied both outboxes; the stream shows those writes, and handing them to
     // the publisher publishes nothing more.
     let sdk = dynamodb::sdk_config().await.expect("AWS environment");
-    let store = dynamodb::DynamoStore::new(dynamodb::client(&sdk), &prefix);
+    let store = dynamodb::DynamoStore::new(&sdk, &prefix).expect("store");
     for id in &ids {
         let item = store
             .get(
@@ -400,7 +400,7 @@ async fn the_stream_carries_each_writes_events_and_a_failed_batch_is_left_to_the
     publisher.kill().ok();
     assert_eq!(reply, json!({ "batchItemFailures": [] }));
     let sdk = dynamodb::sdk_config().await.expect("AWS environment");
-    let store = dynamodb::DynamoStore::new(dynamodb::client(&sdk), &prefix);
+    let store = dynamodb::DynamoStore::new(&sdk, &prefix).expect("store");
     let held =
         || shared::events::held::held_records::<shared::records::task::TaskRecord>(&store, 10);
     let mut found = held().await.expect("read");
@@ -412,7 +412,7 @@ async fn the_stream_carries_each_writes_events_and_a_failed_batch_is_left_to_the
 
     // The sweeper delivers them, and removes what it held.
     let queue = shared::queue::Queue::new(
-        std::sync::Arc::new(dynamodb::DynamoStore::new(dynamodb::client(&sdk), &prefix)),
+        std::sync::Arc::new(dynamodb::DynamoStore::new(&sdk, &prefix).expect("store")),
         std::sync::Arc::new(shared::signal::LocalSignal::default()),
         shared::creds::IssuerCredentials {
             client_id: "static/q".into(),
@@ -539,7 +539,7 @@ async fn a_silent_broker_cannot_hold_the_publisher_past_its_timeout() {
         "the batch is done with: its events are held"
     );
     let sdk = dynamodb::sdk_config().await.expect("AWS environment");
-    let store = dynamodb::DynamoStore::new(dynamodb::client(&sdk), &prefix);
+    let store = dynamodb::DynamoStore::new(&sdk, &prefix).expect("store");
     let held = shared::events::held::held_records::<shared::records::task::TaskRecord>(&store, 10);
     assert_eq!(held.await.expect("read"), ids, "held for the sweeper");
 }

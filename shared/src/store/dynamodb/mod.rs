@@ -10,21 +10,21 @@
 //! unit it would only cost CPU. Either form is read, whichever wrote it.
 //! Every request asks for its consumed capacity, which [`DynamoStore::usage`] adds up, per
 //! table and index as well.
+//! Item requests go through [`wire::Wire`], which speaks DynamoDB's JSON protocol itself; the
+//! SDK's client creates the tables.
 
 use super::*;
-use aws_sdk_dynamodb::error::SdkError;
-use aws_sdk_dynamodb::types::{
-    AttributeValue, ConditionCheck, Delete, Put, ReturnConsumedCapacity, Select, TransactWriteItem,
-};
 use aws_sdk_dynamodb::Client;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+pub mod wire;
+
+use wire::{Attrs, Av, Condition, Consumed, Key, WireError};
+
 /// BatchGetItem requests in flight at once for one `get_many`.
 const BATCH_GETS_AT_ONCE: usize = 4;
-
-type Attrs = HashMap<String, AttributeValue>;
 
 /// Capacity units consumed so far, in thousandths of a unit.
 #[derive(Debug, Default)]
@@ -56,7 +56,7 @@ pub enum ImageData<'a> {
 /// DynamoDB-backed [`Store`].
 #[derive(Clone)]
 pub struct DynamoStore {
-    client: Client,
+    wire: Arc<wire::Wire>,
     prefix: String,
     usage: Arc<Usage>,
 }
@@ -65,8 +65,8 @@ fn other<E: std::fmt::Debug>(e: E) -> StoreError {
     StoreError::Other(format!("{e:?}"))
 }
 
-fn s(v: impl Into<String>) -> AttributeValue {
-    AttributeValue::S(v.into())
+fn s(v: impl Into<String>) -> Av {
+    Av::S(v.into())
 }
 
 thread_local! {
@@ -100,14 +100,22 @@ fn deflate(json: &[u8]) -> Result<Vec<u8>, StoreError> {
 /// The data attribute `d` of an item whose other attributes are `rest`: the JSON as text when
 /// the whole item still fits one write unit that way (deflating it could not bill less, and
 /// costs a warm function a twentieth of its CPU), else deflated.
-fn data_attr(rest: &Attrs, json: std::borrow::Cow<'_, [u8]>) -> Result<AttributeValue, StoreError> {
+fn data_attr(rest: &Attrs, json: std::borrow::Cow<'_, [u8]>) -> Result<Av, StoreError> {
     let others: usize = rest.iter().map(|(k, v)| k.len() + attr_size(v)).sum();
     if others + "d".len() + json.len() <= RAW_ITEM_BYTES {
-        if let Ok(text) = std::str::from_utf8(&json) {
-            return Ok(AttributeValue::S(text.to_owned()));
-        }
+        // JSON is UTF-8; anything else is kept deflated, as bytes.
+        let text = match json {
+            std::borrow::Cow::Owned(bytes) => String::from_utf8(bytes).map_err(|e| e.into_bytes()),
+            std::borrow::Cow::Borrowed(bytes) => std::str::from_utf8(bytes)
+                .map(String::from)
+                .map_err(|_| bytes.to_vec()),
+        };
+        return match text {
+            Ok(text) => Ok(Av::S(text)),
+            Err(bytes) => Ok(Av::B(deflate(&bytes)?)),
+        };
     }
-    Ok(AttributeValue::B(deflate(&json)?.into()))
+    Ok(Av::B(deflate(&json)?))
 }
 
 /// The largest item stored with its data as text: one write unit covers 1,024 bytes, less a
@@ -146,54 +154,43 @@ fn inflate(bytes: &[u8]) -> Result<Vec<u8>, StoreError> {
 }
 
 fn is_throttle(code: Option<&str>) -> bool {
-    matches!(
-        code,
-        Some(
-            "ProvisionedThroughputExceededException"
-                | "ThrottlingException"
-                | "RequestLimitExceeded"
-        )
-    )
+    code.is_some_and(|c| wire::THROTTLING_CODES.contains(&c))
 }
 
-/// Maps an SDK error: throttling and validation get their own kinds.
-fn sdk_err<E, R>(e: SdkError<E, R>) -> StoreError
-where
-    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::fmt::Debug,
-    R: std::fmt::Debug,
-{
-    let code = e
-        .as_service_error()
-        .and_then(|s| s.code())
-        .map(String::from);
-    if is_throttle(code.as_deref()) {
-        return StoreError::Throttled;
+/// Maps a request's failure: throttling, failed conditions and validation get their own kinds.
+fn wire_err(e: WireError) -> StoreError {
+    match e {
+        WireError::Service { code, message, .. } => match code.as_str() {
+            c if is_throttle(Some(c)) => StoreError::Throttled,
+            "ConditionalCheckFailedException" => StoreError::ConditionFailed,
+            "ValidationException" => StoreError::Validation(message),
+            _ => StoreError::Other(format!("DynamoDB {code}: {message}")),
+        },
+        WireError::Transport(msg) => StoreError::Other(format!("DynamoDB unreachable: {msg}")),
     }
-    if code.as_deref() == Some("ConditionalCheckFailedException") {
-        return StoreError::ConditionFailed;
-    }
-    if code.as_deref() == Some("ValidationException") {
-        let msg = e
-            .as_service_error()
-            .and_then(|s| s.message())
-            .unwrap_or_default()
-            .to_string();
-        return StoreError::Validation(msg);
-    }
-    other(e)
 }
 
 /// A condition as DynamoDB expression parts.
-fn condition(cond: Cond) -> Option<(String, Option<(String, AttributeValue)>)> {
+fn condition(cond: Cond) -> Condition {
+    let expr = |e: &'static str| Condition {
+        condition_expression: Some(e),
+        ..Condition::default()
+    };
     match cond {
-        Cond::None => None,
-        Cond::NotExists => Some(("attribute_not_exists(pk)".into(), None)),
-        Cond::Exists => Some(("attribute_exists(pk)".into(), None)),
-        Cond::Version(v) => Some((
-            "#v = :expected".into(),
-            Some((":expected".into(), AttributeValue::N(v.to_string()))),
-        )),
+        Cond::None => Condition::default(),
+        Cond::NotExists => expr("attribute_not_exists(pk)"),
+        Cond::Exists => expr("attribute_exists(pk)"),
+        Cond::Version(v) => Condition {
+            condition_expression: Some("#v = :expected"),
+            expression_attribute_names: vec![("#v", "v")],
+            expression_attribute_values: vec![(":expected", Av::N(v.to_string()))],
+        },
     }
+}
+
+/// The text of attribute `k`, if it is a string.
+fn text(m: &Attrs, k: &str) -> Option<String> {
+    m.get(k).and_then(Av::as_s).map(String::from)
 }
 
 impl DynamoStore {
@@ -205,7 +202,6 @@ impl DynamoStore {
         chunk: &[&(String, String)],
         consistent: bool,
     ) -> Result<Vec<Item>, StoreError> {
-        use aws_sdk_dynamodb::types::KeysAndAttributes;
         let mut todo: Vec<Attrs> = chunk
             .iter()
             .map(|(pk, sk)| Attrs::from([("pk".into(), s(pk)), ("sk".into(), s(sk))]))
@@ -213,36 +209,31 @@ impl DynamoStore {
         let mut out_items = Vec::with_capacity(chunk.len());
         let mut attempt = 0u32;
         while !todo.is_empty() {
-            let ask = KeysAndAttributes::builder()
-                .set_keys(Some(std::mem::take(&mut todo)))
-                .consistent_read(consistent)
-                .build()
-                .map_err(|e| StoreError::Other(e.to_string()))?;
-            let out = self
-                .client
-                .batch_get_item()
-                .request_items(name, ask)
-                .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
-                .send()
+            let ask = wire::KeysAndAttributes {
+                keys: std::mem::take(&mut todo),
+                consistent_read: consistent,
+            };
+            let req = wire::BatchGet {
+                request_items: [(name, ask)],
+                return_consumed_capacity: (),
+            };
+            let mut out: wire::BatchGetOut = self
+                .wire
+                .call("BatchGetItem", &req)
                 .await
-                .map_err(sdk_err)?;
+                .map_err(wire_err)?;
             // One request; its units come one entry per table.
             self.count(None, false);
-            for cc in out.consumed_capacity() {
+            for cc in &out.consumed_capacity {
                 self.count_units(Some(cc), false);
             }
-            for m in out
-                .responses()
-                .and_then(|r| r.get(name))
-                .into_iter()
-                .flatten()
-            {
+            for m in out.responses.remove(name).into_iter().flatten() {
                 out_items.push(Self::decode(m)?);
             }
             todo = out
-                .unprocessed_keys()
-                .and_then(|u| u.get(name))
-                .map(|k| k.keys().to_vec())
+                .unprocessed_keys
+                .remove(name)
+                .map(|k| k.keys)
                 .unwrap_or_default();
             if !todo.is_empty() {
                 attempt += 1;
@@ -256,13 +247,14 @@ impl DynamoStore {
         Ok(out_items)
     }
 
-    /// A store over `client`; physical table names are `<prefix><table>`.
-    pub fn new(client: Client, prefix: impl Into<String>) -> Self {
-        DynamoStore {
-            client,
+    /// A store over DynamoDB as `cfg` configures it (region, endpoint, credentials, retries);
+    /// physical table names are `<prefix><table>`.
+    pub fn new(cfg: &aws_config::SdkConfig, prefix: impl Into<String>) -> Result<Self, String> {
+        Ok(DynamoStore {
+            wire: Arc::new(wire::Wire::new(cfg)?),
             prefix: prefix.into(),
             usage: Arc::new(Usage::default()),
-        }
+        })
     }
 
     /// Capacity consumed through this store so far.
@@ -275,7 +267,7 @@ impl DynamoStore {
     }
 
     /// Counts one request and its units.
-    fn count(&self, cc: Option<&aws_sdk_dynamodb::types::ConsumedCapacity>, write: bool) {
+    fn count(&self, cc: Option<&Consumed>, write: bool) {
         self.usage.requests.fetch_add(1, Ordering::Relaxed);
         if !write {
             self.usage.read_requests.fetch_add(1, Ordering::Relaxed);
@@ -284,11 +276,11 @@ impl DynamoStore {
     }
 
     /// Counts units only (a transaction reports one entry per table it wrote).
-    fn count_units(&self, cc: Option<&aws_sdk_dynamodb::types::ConsumedCapacity>, write: bool) {
+    fn count_units(&self, cc: Option<&Consumed>, write: bool) {
         if let (true, Some(c)) = (write, cc) {
             self.count_targets(c);
         }
-        if let Some(units) = cc.and_then(|c| c.capacity_units()) {
+        if let Some(units) = cc.and_then(|c| c.capacity_units) {
             let slot = if write {
                 &self.usage.write_milli
             } else {
@@ -304,7 +296,7 @@ impl DynamoStore {
     /// three small edges come back as 2 units rather than 6.
     fn count_transaction(
         &self,
-        reported: &[aws_sdk_dynamodb::types::ConsumedCapacity],
+        reported: &[Consumed],
         floor: &std::collections::BTreeMap<String, f64>,
     ) {
         let mut units: std::collections::BTreeMap<String, f64> = floor.clone();
@@ -325,15 +317,15 @@ impl DynamoStore {
 
     /// A write's units per table and index (present when asked for `INDEXES`), named as in
     /// [`Usage::writes_by_target`].
-    fn targets(&self, c: &aws_sdk_dynamodb::types::ConsumedCapacity) -> Vec<(String, f64)> {
-        let table = c.table_name().unwrap_or("");
+    fn targets(&self, c: &Consumed) -> Vec<(String, f64)> {
+        let table = c.table_name.as_deref().unwrap_or("");
         let table = table.strip_prefix(self.prefix.as_str()).unwrap_or(table);
         let mut parts = vec![];
-        if let Some(u) = c.table().and_then(|t| t.capacity_units()) {
+        if let Some(u) = c.table.as_ref().and_then(|t| t.capacity_units) {
             parts.push((table.to_string(), u));
         }
-        for (index, cap) in c.global_secondary_indexes().into_iter().flatten() {
-            if let Some(u) = cap.capacity_units() {
+        for (index, cap) in c.global_secondary_indexes.iter().flatten() {
+            if let Some(u) = cap.capacity_units {
                 parts.push((format!("{table}/{index}"), u));
             }
         }
@@ -341,7 +333,7 @@ impl DynamoStore {
     }
 
     /// Adds a write's units per table and index.
-    fn count_targets(&self, c: &aws_sdk_dynamodb::types::ConsumedCapacity) {
+    fn count_targets(&self, c: &Consumed) {
         let parts = self.targets(c);
         if let Ok(mut m) = self.usage.writes_by_target.lock() {
             for (k, u) in parts {
@@ -352,38 +344,38 @@ impl DynamoStore {
 
     fn encode(&self, item: &Item, version: u64) -> Result<Attrs, StoreError> {
         let json = encode_item(item)?;
-        let mut m = Attrs::new();
+        let mut m = Attrs::with_capacity(4 + 2 * item.indexes.len());
         m.insert("pk".into(), s(&item.pk));
         m.insert("sk".into(), s(&item.sk));
-        m.insert("v".into(), AttributeValue::N(version.to_string()));
+        m.insert("v".into(), Av::N(version.to_string()));
         for e in &item.indexes {
             m.insert(format!("{}_pk", e.index), s(&e.pk));
             m.insert(format!("{}_sk", e.index), s(&e.sk));
         }
-        m.insert("d".into(), data_attr(&m, json)?);
+        let d = data_attr(&m, json)?;
+        m.insert("d".into(), d);
         Ok(m)
     }
 
-    fn decode(m: &Attrs) -> Result<Item, StoreError> {
-        let get = |k: &str| {
-            m.get(k)
-                .and_then(|v| v.as_s().ok())
-                .cloned()
-                .ok_or_else(|| StoreError::Other(format!("item lacks {k}")))
+    fn decode(mut m: Attrs) -> Result<Item, StoreError> {
+        let mut take = |k: &str| match m.remove(k) {
+            Some(Av::S(text)) => Ok(text),
+            _ => Err(StoreError::Other(format!("item lacks {k}"))),
         };
+        let (pk, sk) = (take("pk")?, take("sk")?);
         let version = m
             .get("v")
-            .and_then(|v| v.as_n().ok())
+            .and_then(Av::as_n)
             .and_then(|n| n.parse().ok())
             .unwrap_or(0);
-        let data = match m.get("d") {
-            Some(AttributeValue::B(b)) => Data::from_bytes(inflate(b.as_ref())?),
-            Some(AttributeValue::S(text)) => Data::from_bytes(text.clone().into_bytes()),
+        let data = match m.remove("d") {
+            Some(Av::B(b)) => Data::from_bytes(inflate(&b)?),
+            Some(Av::S(text)) => Data::from_bytes(text.into_bytes()),
             _ => return Err(StoreError::Other("item lacks d".into())),
         };
         Ok(Item {
-            pk: get("pk")?,
-            sk: get("sk")?,
+            pk,
+            sk,
             version,
             data,
             indexes: vec![],
@@ -406,29 +398,43 @@ impl DynamoStore {
         })
     }
 
+    /// One GetItem of the whole item, or of its version only.
+    async fn get_attrs(
+        &self,
+        table: &str,
+        pk: &str,
+        sk: &str,
+        consistent: bool,
+        version_only: bool,
+    ) -> Result<Option<Attrs>, StoreError> {
+        let name = self.table(table);
+        let req = wire::GetItem {
+            table_name: &name,
+            key: Key::new(pk, sk),
+            consistent_read: consistent,
+            projection_expression: version_only.then_some("#v"),
+            expression_attribute_names: if version_only {
+                vec![("#v", "v")]
+            } else {
+                vec![]
+            },
+            return_consumed_capacity: (),
+        };
+        let out: wire::ItemOut = self.wire.call("GetItem", &req).await.map_err(wire_err)?;
+        self.count(out.consumed_capacity.as_ref(), false);
+        Ok(out.item)
+    }
+
     async fn current_version(
         &self,
         table: &str,
         pk: &str,
         sk: &str,
     ) -> Result<Option<u64>, StoreError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(self.table(table))
-            .key("pk", s(pk))
-            .key("sk", s(sk))
-            .projection_expression("#v")
-            .expression_attribute_names("#v", "v")
-            .consistent_read(true)
-            .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
-            .send()
-            .await
-            .map_err(sdk_err)?;
-        self.count(out.consumed_capacity(), false);
-        Ok(out.item().map(|m| {
+        let item = self.get_attrs(table, pk, sk, true, true).await?;
+        Ok(item.map(|m| {
             m.get("v")
-                .and_then(|v| v.as_n().ok())
+                .and_then(Av::as_n)
                 .and_then(|n| n.parse().ok())
                 .unwrap_or(0)
         }))
@@ -441,19 +447,8 @@ impl DynamoStore {
         sk: &str,
         consistent: bool,
     ) -> Result<Option<Item>, StoreError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(self.table(table))
-            .key("pk", s(pk))
-            .key("sk", s(sk))
-            .consistent_read(consistent)
-            .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
-            .send()
-            .await
-            .map_err(sdk_err)?;
-        self.count(out.consumed_capacity(), false);
-        out.item().map(Self::decode).transpose()
+        let item = self.get_attrs(table, pk, sk, consistent, false).await?;
+        item.map(Self::decode).transpose()
     }
 
     /// DynamoDB puts replace blindly, so a put that must bump the version but has no version
@@ -477,23 +472,28 @@ impl DynamoStore {
         }
     }
 
-    fn sk_condition(range: &SkRange, values: &mut Attrs) -> Option<String> {
-        let hi_of_prefix = |p: &str| format!("{p}\u{10FFFF}");
+    /// The sort-key part of a key condition, and the values it names (`hi` holds the upper
+    /// bound of a prefix with a limit, which the values borrow).
+    fn sk_condition<'a>(
+        range: &'a SkRange,
+        hi: &'a mut String,
+        values: &mut Vec<(&'static str, wire::S<'a>)>,
+    ) -> Option<&'static str> {
         match (&range.prefix, &range.upto) {
             (None, None) => None,
             (Some(p), None) => {
-                values.insert(":p".into(), s(p));
-                Some("begins_with(#sk, :p)".into())
+                values.push((":p", wire::S(p)));
+                Some("#pk = :pk AND begins_with(#sk, :p)")
             }
             (None, Some(u)) => {
-                values.insert(":u".into(), s(u));
-                Some("#sk <= :u".into())
+                values.push((":u", wire::S(u)));
+                Some("#pk = :pk AND #sk <= :u")
             }
             (Some(p), Some(u)) => {
-                let hi = std::cmp::min(u.clone(), hi_of_prefix(p));
-                values.insert(":p".into(), s(p));
-                values.insert(":u".into(), s(hi));
-                Some("#sk BETWEEN :p AND :u".into())
+                *hi = std::cmp::min(u.clone(), format!("{p}\u{10FFFF}"));
+                values.push((":p", wire::S(p)));
+                values.push((":u", wire::S(hi)));
+                Some("#pk = :pk AND #sk BETWEEN :p AND :u")
             }
         }
     }
@@ -516,12 +516,14 @@ impl DynamoStore {
             None => ("pk".to_string(), "sk".to_string()),
         };
         let keys_only = !count_only && index.is_some_and(|i| is_keys_only(table, i));
-        let mut values = Attrs::new();
-        values.insert(":pk".into(), s(pk));
-        let mut key_cond = "#pk = :pk".to_string();
-        if let Some(c) = Self::sk_condition(range, &mut values) {
-            key_cond = format!("{key_cond} AND {c}");
+        let mut hi = String::new();
+        let mut values = vec![(":pk", wire::S(pk))];
+        let sk_cond = Self::sk_condition(range, &mut hi, &mut values);
+        let mut names = vec![("#pk", pk_attr.as_str())];
+        if sk_cond.is_some() {
+            names.push(("#sk", sk_attr.as_str()));
         }
+        let name = self.table(table);
         let mut start = after.map(|(isk, ipk_item, isk_item)| {
             let mut k = Attrs::new();
             k.insert("pk".into(), s(ipk_item));
@@ -536,34 +538,24 @@ impl DynamoStore {
         let mut cursors = Vec::new();
         let mut total = 0u64;
         loop {
-            let mut q = self
-                .client
-                .query()
-                .table_name(self.table(table))
-                .key_condition_expression(&key_cond)
-                .expression_attribute_names("#pk", &pk_attr)
-                .set_expression_attribute_values(Some(values.clone()))
-                .set_exclusive_start_key(start.take())
-                .return_consumed_capacity(ReturnConsumedCapacity::Indexes);
-            if key_cond.contains("#sk") {
-                q = q.expression_attribute_names("#sk", &sk_attr);
-            }
-            q = match index {
-                Some(i) => q.index_name(i),
-                None => q.consistent_read(consistent),
+            let req = wire::Query {
+                table_name: &name,
+                index_name: index,
+                key_condition_expression: Some(sk_cond.unwrap_or("#pk = :pk")),
+                expression_attribute_names: names.clone(),
+                expression_attribute_values: values.clone(),
+                exclusive_start_key: start.take(),
+                limit: (!count_only).then(|| (limit + 1 - cursors.len()).min(1000) as u32),
+                select: count_only.then_some("COUNT"),
+                consistent_read: index.is_none().then_some(consistent),
+                ..wire::Query::default()
             };
-            if count_only {
-                q = q.select(Select::Count);
-            } else {
-                q = q.limit((limit + 1 - cursors.len()).min(1000) as i32);
-            }
-            let out = q.send().await.map_err(sdk_err)?;
-            self.count(out.consumed_capacity(), false);
-            total += out.count() as u64;
-            for m in out.items() {
-                let text = |k: &str| m.get(k).and_then(|v| v.as_s().ok()).cloned();
-                let isk = text(&sk_attr).unwrap_or_default();
-                let (pk, sk) = match (text("pk"), text("sk")) {
+            let out: wire::PageOut = self.wire.call("Query", &req).await.map_err(wire_err)?;
+            self.count(out.consumed_capacity.as_ref(), false);
+            total += out.count;
+            for m in out.items {
+                let isk = text(&m, &sk_attr).unwrap_or_default();
+                let (pk, sk) = match (text(&m, "pk"), text(&m, "sk")) {
                     (Some(pk), Some(sk)) => (pk, sk),
                     _ => return Err(StoreError::Other("item lacks pk/sk".into())),
                 };
@@ -572,8 +564,8 @@ impl DynamoStore {
                     items.push(Self::decode(m)?);
                 }
             }
-            match out.last_evaluated_key() {
-                Some(k) if count_only || cursors.len() <= limit => start = Some(k.clone()),
+            match out.last_evaluated_key {
+                Some(k) if count_only || cursors.len() <= limit => start = Some(k),
                 _ => break,
             }
         }
@@ -602,12 +594,12 @@ impl DynamoStore {
     }
 
     /// Builds the transaction item for one op (puts learn their version first if needed).
-    async fn transact_item(&self, op: &WriteOp) -> Result<TransactWriteItem, StoreError> {
+    async fn transact_item<'a>(
+        &self,
+        op: &'a WriteOp,
+        name: &'a str,
+    ) -> Result<wire::TransactItem<'a>, StoreError> {
         let (table, pk, sk) = op.key();
-        let key = |b: &mut Attrs| {
-            b.insert("pk".into(), s(pk));
-            b.insert("sk".into(), s(sk));
-        };
         let (cond, put_version) = match op {
             WriteOp::Put { item, cond, .. } => {
                 let (c, v) = self.resolve_put_cond(table, item, *cond).await?;
@@ -615,42 +607,26 @@ impl DynamoStore {
             }
             _ => (op.cond(), None),
         };
-        let (expr, value) = condition(cond).unwrap_or((
-            "attribute_exists(pk) OR attribute_not_exists(pk)".into(),
-            None,
-        ));
-        let names = matches!(cond, Cond::Version(_))
-            .then(|| HashMap::from([("#v".to_string(), "v".to_string())]));
-        let values = value.map(|(k, v)| HashMap::from([(k, v)]));
-        // Put, Delete and ConditionCheck are different SDK types with the same builder calls.
-        macro_rules! conditioned {
-            ($builder:expr) => {
-                $builder
-                    .table_name(self.table(table))
-                    .condition_expression(expr)
-                    .set_expression_attribute_names(names)
-                    .set_expression_attribute_values(values)
-                    .build()
-                    .map_err(other)?
-            };
-        }
-        let mut k = Attrs::new();
-        key(&mut k);
-        let built = match op {
-            WriteOp::Put { item, .. } => {
-                let attrs = self.encode(item, put_version.unwrap_or(1))?;
-                TransactWriteItem::builder()
-                    .put(conditioned!(Put::builder().set_item(Some(attrs))))
-                    .build()
-            }
-            WriteOp::Delete { .. } => TransactWriteItem::builder()
-                .delete(conditioned!(Delete::builder().set_key(Some(k))))
-                .build(),
-            WriteOp::Check { .. } => TransactWriteItem::builder()
-                .condition_check(conditioned!(ConditionCheck::builder().set_key(Some(k))))
-                .build(),
+        let mut condition = condition(cond);
+        // Each item of a transaction needs a condition: one that always holds.
+        condition
+            .condition_expression
+            .get_or_insert("attribute_exists(pk) OR attribute_not_exists(pk)");
+        let keyed = |condition| wire::KeyWrite {
+            table_name: name,
+            key: Key::new(pk, sk),
+            condition,
+            return_consumed_capacity: None,
         };
-        Ok(built)
+        Ok(match op {
+            WriteOp::Put { item, .. } => wire::TransactItem::Put(wire::TransactPut {
+                table_name: name,
+                item: self.encode(item, put_version.unwrap_or(1))?,
+                condition,
+            }),
+            WriteOp::Delete { .. } => wire::TransactItem::Delete(keyed(condition)),
+            WriteOp::Check { .. } => wire::TransactItem::ConditionCheck(keyed(condition)),
+        })
     }
 }
 
@@ -660,14 +636,14 @@ impl DynamoStore {
 /// DynamoDB reports (their old entries and sizes are not known here).
 fn transaction_floor(
     ops: &[WriteOp],
-    items: &[TransactWriteItem],
+    items: &[wire::TransactItem<'_>],
 ) -> std::collections::BTreeMap<String, f64> {
     let mut floor = std::collections::BTreeMap::<String, f64>::new();
     for (op, built) in ops.iter().zip(items) {
         let table = op.key().0;
-        match (op, built.put()) {
-            (WriteOp::Put { item, cond, .. }, Some(put)) => {
-                let size: usize = put.item().iter().map(|(k, v)| k.len() + attr_size(v)).sum();
+        match (op, built) {
+            (WriteOp::Put { item, cond, .. }, wire::TransactItem::Put(put)) => {
+                let size: usize = put.item.iter().map(|(k, v)| k.len() + attr_size(v)).sum();
                 *floor.entry(table.to_string()).or_default() += 2.0 * size.div_ceil(1024) as f64;
                 // A new item: each of its index entries is a new entry of at least one unit.
                 if *cond == Cond::NotExists {
@@ -685,12 +661,12 @@ fn transaction_floor(
 
 /// An attribute value's size as DynamoDB bills it (strings and binaries by their bytes; a
 /// number about one byte per two digits).
-fn attr_size(v: &AttributeValue) -> usize {
+fn attr_size(v: &Av) -> usize {
     match v {
-        AttributeValue::S(s) => s.len(),
-        AttributeValue::B(b) => b.as_ref().len(),
-        AttributeValue::N(n) => n.len() / 2 + 1,
-        _ => 1,
+        Av::S(s) => s.len(),
+        Av::B(b) => b.len(),
+        Av::N(n) => n.len() / 2 + 1,
+        Av::Other => 1,
     }
 }
 
@@ -791,6 +767,7 @@ impl Store for DynamoStore {
         limit: usize,
     ) -> Result<KeyPage, StoreError> {
         let (ipk, isk) = (format!("{index}_pk"), format!("{index}_sk"));
+        let name = self.table(table);
         let mut start = after.map(|k| {
             let mut a = Attrs::new();
             a.insert("pk".into(), s(&k.pk));
@@ -799,38 +776,32 @@ impl Store for DynamoStore {
             a.insert(isk.clone(), s(&k.isk));
             a
         });
-        let key_of = |m: &HashMap<String, AttributeValue>| {
-            let text = |k: &str| m.get(k).and_then(|v| v.as_s().ok()).cloned();
-            match (text(&ipk), text(&isk), text("pk"), text("sk")) {
-                (Some(ipk), Some(isk), Some(pk), Some(sk)) => Ok(IndexKey { ipk, isk, pk, sk }),
-                _ => Err(StoreError::Other("index entry lacks its keys".into())),
-            }
+        let key_of = |m: &Attrs| match (text(m, &ipk), text(m, &isk), text(m, "pk"), text(m, "sk"))
+        {
+            (Some(ipk), Some(isk), Some(pk), Some(sk)) => Ok(IndexKey { ipk, isk, pk, sk }),
+            _ => Err(StoreError::Other("index entry lacks its keys".into())),
         };
         loop {
-            let out = self
-                .client
-                .scan()
-                .table_name(self.table(table))
-                .index_name(index)
-                .projection_expression("pk, sk, #ipk, #isk")
-                .expression_attribute_names("#ipk", &ipk)
-                .expression_attribute_names("#isk", &isk)
-                .set_exclusive_start_key(start.take())
-                .limit(limit.clamp(1, 1000) as i32)
-                .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
-                .send()
-                .await
-                .map_err(sdk_err)?;
-            self.count(out.consumed_capacity(), false);
+            let req = wire::Query {
+                table_name: &name,
+                index_name: Some(index),
+                projection_expression: Some("pk, sk, #ipk, #isk"),
+                expression_attribute_names: vec![("#ipk", ipk.as_str()), ("#isk", isk.as_str())],
+                exclusive_start_key: start.take(),
+                limit: Some(limit.clamp(1, 1000) as u32),
+                ..wire::Query::default()
+            };
+            let out: wire::PageOut = self.wire.call("Scan", &req).await.map_err(wire_err)?;
+            self.count(out.consumed_capacity.as_ref(), false);
             let keys = out
-                .items()
+                .items
                 .iter()
                 .map(key_of)
                 .collect::<Result<Vec<_>, _>>()?;
-            let next = out.last_evaluated_key().map(key_of).transpose()?;
+            let next = out.last_evaluated_key.as_ref().map(key_of).transpose()?;
             // A page may come back empty before the scan ends (DynamoDB stops at 1 MB read).
             match next {
-                Some(_) if keys.is_empty() => start = out.last_evaluated_key().cloned(),
+                Some(_) if keys.is_empty() => start = out.last_evaluated_key,
                 next => return Ok(KeyPage { keys, next }),
             }
         }
@@ -856,22 +827,15 @@ impl Store for DynamoStore {
             )),
             WriteOp::Put { table, item, cond } => {
                 let (cond, version) = self.resolve_put_cond(table, item, *cond).await?;
-                let mut req = self
-                    .client
-                    .put_item()
-                    .table_name(self.table(table))
-                    .set_item(Some(self.encode(item, version)?))
-                    .return_consumed_capacity(ReturnConsumedCapacity::Indexes);
-                if let Some((expr, value)) = condition(cond) {
-                    req = req.condition_expression(expr);
-                    if let Some((k, v)) = value {
-                        req = req
-                            .expression_attribute_names("#v", "v")
-                            .expression_attribute_values(k, v);
-                    }
-                }
-                let out = req.send().await.map_err(sdk_err)?;
-                self.count(out.consumed_capacity(), true);
+                let (name, attrs) = (self.table(table), self.encode(item, version)?);
+                let req = wire::PutItem {
+                    table_name: &name,
+                    item: &attrs,
+                    condition: condition(cond),
+                    return_consumed_capacity: (),
+                };
+                let out: wire::ItemOut = self.wire.call("PutItem", &req).await.map_err(wire_err)?;
+                self.count(out.consumed_capacity.as_ref(), true);
                 Ok(version)
             }
             WriteOp::Delete {
@@ -880,23 +844,16 @@ impl Store for DynamoStore {
                 sk,
                 cond,
             } => {
-                let mut req = self
-                    .client
-                    .delete_item()
-                    .table_name(self.table(table))
-                    .key("pk", s(pk))
-                    .key("sk", s(sk))
-                    .return_consumed_capacity(ReturnConsumedCapacity::Indexes);
-                if let Some((expr, value)) = condition(*cond) {
-                    req = req.condition_expression(expr);
-                    if let Some((k, v)) = value {
-                        req = req
-                            .expression_attribute_names("#v", "v")
-                            .expression_attribute_values(k, v);
-                    }
-                }
-                let out = req.send().await.map_err(sdk_err)?;
-                self.count(out.consumed_capacity(), true);
+                let name = self.table(table);
+                let req = wire::KeyWrite {
+                    table_name: &name,
+                    key: Key::new(pk, sk),
+                    condition: condition(*cond),
+                    return_consumed_capacity: Some("INDEXES"),
+                };
+                let out: wire::ItemOut =
+                    self.wire.call("DeleteItem", &req).await.map_err(wire_err)?;
+                self.count(out.consumed_capacity.as_ref(), true);
                 Ok(0)
             }
         }
@@ -904,9 +861,10 @@ impl Store for DynamoStore {
 
     async fn transact(&self, ops: Vec<WriteOp>) -> Result<(), StoreError> {
         check_transaction(&ops)?;
+        let names: Vec<String> = ops.iter().map(|op| self.table(op.key().0)).collect();
         let mut items = Vec::with_capacity(ops.len());
-        for op in &ops {
-            match self.transact_item(op).await {
+        for (op, name) in ops.iter().zip(&names) {
+            match self.transact_item(op, name).await {
                 Ok(i) => items.push(i),
                 // A put whose Exists condition failed while learning its version.
                 Err(StoreError::ConditionFailed) => {
@@ -916,24 +874,27 @@ impl Store for DynamoStore {
                 Err(e) => return Err(e),
             }
         }
+        let floor = transaction_floor(&ops, &items);
+        let req = wire::TransactWrite {
+            transact_items: items,
+            return_consumed_capacity: (),
+        };
+        let code_is = |r: &wire::Reason, c: &str| r.code.as_deref() == Some(c);
         // TransactionConflict (a concurrent transaction on the same item) is not retried by
-        // the SDK; retry it here with backoff, as AWS advises.
+        // the standard retry; it is retried here with backoff, as AWS advises.
         let mut attempt = 0u32;
         let res = loop {
-            let res = self
-                .client
-                .transact_write_items()
-                .set_transact_items(Some(items.clone()))
-                .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
-                .send()
-                .await;
-            let conflict = res.as_ref().err().and_then(|e| e.as_service_error()).is_some_and(|e| match e {
-                aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(t) => {
-                    t.cancellation_reasons().iter().any(|r| r.code() == Some("TransactionConflict"))
-                        && !t.cancellation_reasons().iter().any(|r| r.code() == Some("ConditionalCheckFailed"))
+            let res: Result<wire::TransactOut, _> =
+                self.wire.call("TransactWriteItems", &req).await;
+            let conflict = match &res {
+                Err(WireError::Service { code, reasons, .. })
+                    if code == "TransactionCanceledException" =>
+                {
+                    reasons.iter().any(|r| code_is(r, "TransactionConflict"))
+                        && !reasons.iter().any(|r| code_is(r, "ConditionalCheckFailed"))
                 }
                 _ => false,
-            });
+            };
             if conflict && attempt < 6 {
                 attempt += 1;
                 let ms = (10u64 << attempt).min(500);
@@ -948,25 +909,34 @@ impl Store for DynamoStore {
         match res {
             Ok(out) => {
                 self.usage.requests.fetch_add(1, Ordering::Relaxed);
-                self.count_transaction(out.consumed_capacity(), &transaction_floor(&ops, &items));
+                self.count_transaction(&out.consumed_capacity, &floor);
                 Ok(())
             }
-            Err(e) => {
-                if let Some(aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(t)) =
-                    e.as_service_error()
-                {
-                    let reasons: Vec<bool> =
-                        t.cancellation_reasons().iter().map(|r| r.code() == Some("ConditionalCheckFailed")).collect();
-                    if reasons.iter().any(|&r| r) {
-                        return Err(StoreError::TransactionCancelled { reasons });
-                    }
-                    let throttled = t.cancellation_reasons().iter().any(|r| is_throttle(r.code()) || r.code() == Some("TransactionConflict"));
-                    if throttled {
-                        return Err(StoreError::Throttled);
-                    }
+            Err(WireError::Service { code, reasons, .. })
+                if code == "TransactionCanceledException" =>
+            {
+                let failed: Vec<bool> = reasons
+                    .iter()
+                    .map(|r| code_is(r, "ConditionalCheckFailed"))
+                    .collect();
+                if failed.iter().any(|&r| r) {
+                    return Err(StoreError::TransactionCancelled { reasons: failed });
                 }
-                Err(sdk_err(e))
+                if reasons
+                    .iter()
+                    .any(|r| is_throttle(r.code.as_deref()) || code_is(r, "TransactionConflict"))
+                {
+                    return Err(StoreError::Throttled);
+                }
+                Err(StoreError::Other(format!(
+                    "transaction cancelled: {:?}",
+                    reasons
+                        .iter()
+                        .map(|r| r.code.as_deref())
+                        .collect::<Vec<_>>()
+                )))
             }
+            Err(e) => Err(wire_err(e)),
         }
     }
 }
@@ -1009,22 +979,11 @@ pub async fn sdk_config() -> Result<aws_config::SdkConfig, String> {
     Ok(cfg)
 }
 
-/// A DynamoDB client; set `AWS_ENDPOINT_URL` (or `AWS_ENDPOINT_URL_DYNAMODB`) for LocalStack.
-///
-/// Per request, the SDK does less than by default; each of these was a share of a warm
-/// function's CPU:
-/// - each attempt is bounded by [`ATTEMPT_TIMEOUT`] instead of the stalled-stream protection,
-///   which watches the throughput of every request and response body with timers of its own
-///   (for DynamoDB's bodies of a few KB, a twentieth);
-/// - the endpoint is resolved once per set of parameters (see [`ResolvedOnce`]);
-/// - no clock-skew correction, which parses every answer's `Date`: the queue's leases and
-///   deadlines, and Hawk, already need a host whose clock is right.
+/// The SDK's DynamoDB client, which creates the tables; set `AWS_ENDPOINT_URL` (or
+/// `AWS_ENDPOINT_URL_DYNAMODB`) for LocalStack. Each attempt is bounded by [`ATTEMPT_TIMEOUT`].
 pub fn client(cfg: &aws_config::SdkConfig) -> Client {
-    use aws_sdk_dynamodb::config::{timeout::TimeoutConfig, StalledStreamProtectionConfig};
+    use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
     let conf = aws_sdk_dynamodb::config::Builder::from(cfg)
-        .endpoint_resolver(ResolvedOnce::default())
-        .disable_clock_skew_correction(true)
-        .stalled_stream_protection(StalledStreamProtectionConfig::disabled())
         .timeout_config(
             cfg.timeout_config()
                 .map(TimeoutConfig::to_builder)
@@ -1036,48 +995,8 @@ pub fn client(cfg: &aws_config::SdkConfig) -> Client {
     Client::from_conf(conf)
 }
 
-/// The SDK's endpoint rules, evaluated once per distinct set of parameters rather than at every
-/// request: they depend only on the region, the settings and the table's name, so a process
-/// sees a handful of sets. Held in the process; it is the same answer in every instance.
-#[derive(Debug, Default)]
-pub struct ResolvedOnce {
-    rules: aws_sdk_dynamodb::config::endpoint::DefaultResolver,
-    seen: std::sync::Mutex<Vec<(EndpointParams, aws_sdk_dynamodb::config::endpoint::Endpoint)>>,
-}
-
-type EndpointParams = aws_sdk_dynamodb::config::endpoint::Params;
-
-/// Sets of endpoint parameters [`ResolvedOnce`] keeps; past that it resolves each request.
-const ENDPOINTS_KEPT: usize = 64;
-
-impl aws_sdk_dynamodb::config::endpoint::ResolveEndpoint for ResolvedOnce {
-    fn resolve_endpoint<'a>(
-        &'a self,
-        params: &'a EndpointParams,
-    ) -> aws_sdk_dynamodb::config::endpoint::EndpointFuture<'a> {
-        use aws_sdk_dynamodb::config::endpoint::EndpointFuture;
-        let kept = self.seen.lock().ok().and_then(|seen| {
-            seen.iter()
-                .find(|(p, _)| p == params)
-                .map(|(_, e)| e.clone())
-        });
-        if let Some(endpoint) = kept {
-            return EndpointFuture::ready(Ok(endpoint));
-        }
-        EndpointFuture::new(async move {
-            let endpoint = self.rules.resolve_endpoint(params).await?;
-            if let Ok(mut seen) = self.seen.lock() {
-                if seen.len() < ENDPOINTS_KEPT {
-                    seen.push((params.clone(), endpoint.clone()));
-                }
-            }
-            Ok(endpoint)
-        })
-    }
-}
-
-/// How long one DynamoDB request may take before it is given up (and retried, as the SDK
-/// retries any transient failure): the 20 s the stalled-stream protection it replaces waited.
+/// How long one DynamoDB request may take before it is given up (and retried, as any
+/// transient failure is), unless the configuration sets an attempt timeout of its own.
 pub const ATTEMPT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// Creates the tables of `infra/resources.json` under `prefix` (and the test tables), without
@@ -1187,7 +1106,7 @@ async fn create_tables_with(
             Err(e)
                 if e.as_service_error()
                     .is_some_and(|s| s.is_resource_in_use_exception()) => {}
-            Err(e) => return Err(sdk_err(e)),
+            Err(e) => return Err(other(e)),
         }
         wait_active(client, &name).await?;
     }
@@ -1203,7 +1122,7 @@ async fn wait_active(client: &Client, name: &str) -> Result<(), StoreError> {
             .table_name(name)
             .send()
             .await
-            .map_err(sdk_err)?;
+            .map_err(other)?;
         let Some(t) = d.table() else { continue };
         let indexes_ready = t
             .global_secondary_indexes()
@@ -1236,18 +1155,14 @@ mod tests {
             let mut attrs = Attrs::from([
                 ("pk".into(), s(pk)),
                 ("sk".into(), s("def")),
-                ("d".into(), AttributeValue::B(vec![7u8; body].into())),
+                ("d".into(), Av::B(vec![7u8; body])),
             ]);
             attrs.insert("task-expiry_pk".into(), s("e"));
-            let built = TransactWriteItem::builder()
-                .put(
-                    Put::builder()
-                        .table_name("p-tasks")
-                        .set_item(Some(attrs))
-                        .build()
-                        .expect("put"),
-                )
-                .build();
+            let built = wire::TransactItem::Put(wire::TransactPut {
+                table_name: "p-tasks",
+                item: attrs,
+                condition: Condition::default(),
+            });
             let op = WriteOp::Put {
                 table: "tasks",
                 item,
@@ -1261,20 +1176,14 @@ mod tests {
             sk: "m".into(),
             cond: Cond::None,
         };
-        let delete_built = TransactWriteItem::builder()
-            .delete(
-                Delete::builder()
-                    .table_name("p-task-groups")
-                    .set_key(Some(Attrs::from([
-                        ("pk".into(), s("g")),
-                        ("sk".into(), s("m")),
-                    ])))
-                    .build()
-                    .expect("delete"),
-            )
-            .build();
+        let delete_built = wire::TransactItem::Delete(wire::KeyWrite {
+            table_name: "p-task-groups",
+            key: Key::new("g", "m"),
+            condition: Condition::default(),
+            return_consumed_capacity: None,
+        });
         // Three small new items, one of 3,000 bytes replacing another, a deletion.
-        let mut pairs: Vec<(WriteOp, TransactWriteItem)> = ["a", "b", "c"]
+        let mut pairs: Vec<(WriteOp, wire::TransactItem)> = ["a", "b", "c"]
             .iter()
             .map(|pk| put(pk, 100, Cond::NotExists))
             .collect();
@@ -1326,36 +1235,31 @@ mod tests {
         assert_eq!(inflate(&deflate(b"after").unwrap()).unwrap(), b"after");
     }
 
-    /// The kept endpoint is the rules' own answer for those parameters, and other parameters
-    /// get theirs.
-    #[tokio::test]
-    async fn an_endpoint_resolved_once_is_the_rules_answer_for_its_parameters() {
-        use aws_sdk_dynamodb::config::endpoint::{DefaultResolver, ResolveEndpoint};
-        let params = |region: &str, url: Option<&str>| {
-            EndpointParams::builder()
-                .region(region)
-                .use_fips(false)
-                .use_dual_stack(false)
-                .set_endpoint(url.map(String::from))
-                .build()
-                .unwrap()
+    /// The endpoint is the SDK's rules' answer for the configured region, or the configured
+    /// URL (LocalStack).
+    #[test]
+    fn requests_go_to_the_regions_endpoint_or_the_configured_url() {
+        let cfg = |region: &'static str, url: Option<&str>| {
+            let mut b = aws_config::SdkConfig::builder()
+                .region(aws_config::Region::from_static(region))
+                .behavior_version(aws_config::BehaviorVersion::latest());
+            b.set_endpoint_url(url.map(String::from));
+            b.build()
         };
-        let once = ResolvedOnce::default();
-        let cases = [
-            params("eu-west-1", None),
-            params("us-east-1", None),
-            params("us-east-1", Some("http://127.0.0.1:4566")),
-            params("eu-west-1", None),
-        ];
-        for p in &cases {
-            let want = DefaultResolver::new().resolve_endpoint(p).await.unwrap();
-            let got = once.resolve_endpoint(p).await.unwrap();
-            assert_eq!(got.url(), want.url());
-        }
+        let url = |c| wire::Wire::new(&c).expect("client").url().to_string();
         assert_eq!(
-            once.resolve_endpoint(&cases[0]).await.unwrap().url(),
+            url(cfg("eu-west-1", None)),
             "https://dynamodb.eu-west-1.amazonaws.com"
         );
-        assert_eq!(once.seen.lock().unwrap().len(), 3, "one per distinct set");
+        assert_eq!(
+            url(cfg("cn-north-1", None)),
+            "https://dynamodb.cn-north-1.amazonaws.com.cn"
+        );
+        assert_eq!(
+            url(cfg("us-east-1", Some("http://127.0.0.1:4566"))),
+            "http://127.0.0.1:4566"
+        );
+        let no_region = aws_config::SdkConfig::builder().build();
+        assert!(wire::Wire::new(&no_region).is_err());
     }
 }
