@@ -117,48 +117,70 @@ async fn main() {
     println!("| function | memory MB | invocations | per life cycle | CPU per invocation ms | CPU per life cycle ms |");
     println!("|---|---|---|---|---|---|");
     let mut total = 0.0;
-    for (id, a) in &after {
-        let Some(b) = before.get(id) else { continue };
-        let calls = a.invocations - b.invocations;
-        if calls == 0 {
-            continue;
-        }
-        let cpu_ms = 1e3 * (a.cpu_secs - b.cpu_secs);
-        let cold = a.cold_starts - b.cold_starts;
+    for (id, a, w) in windows(&before, &after) {
         // A function that started an instance meanwhile is a schedule's that first fired
         // (or a cold one): its figures hold an init, and it is left out of the total.
-        let mark = if cold > 0 {
-            format!(" ({cold} cold starts, their init included)")
+        let mark = if w.cold > 0 {
+            format!(" ({} cold starts, their init included)", w.cold)
         } else {
-            total += cpu_ms;
+            total += w.cpu_ms;
             String::new()
         };
         println!(
-            "| {id}{mark} | {} | {calls} | {:.2} | {:.2} | {:.3} |",
+            "| {id}{mark} | {} | {} | {:.2} | {:.2} | {:.3} |",
             a.memory_mb,
-            calls as f64 / n as f64,
-            cpu_ms / calls as f64,
-            cpu_ms / n as f64
+            w.calls,
+            w.calls as f64 / n as f64,
+            w.cpu_ms / w.calls as f64,
+            w.cpu_ms / n as f64
         );
         if id.contains("Publisher") {
             println!(
                 "|   per event ({EVENTS_PER_LIFECYCLE} task events a life cycle) | | | | {:.3} | |",
-                cpu_ms / (n * EVENTS_PER_LIFECYCLE) as f64
+                w.cpu_ms / (n * EVENTS_PER_LIFECYCLE) as f64
             );
         }
     }
     println!("| every warm function | | | | | {:.3} |", total / n as f64);
-    for (id, a) in &pinged {
-        let Some(b) = after.get(id) else { continue };
-        let calls = a.invocations - b.invocations;
-        if calls > 0 && a.cold_starts == b.cold_starts {
+    for (id, _, w) in windows(&after, &pinged) {
+        if w.cold == 0 {
             println!(
-                "\nfloor: {id}, {calls} pings (no credentials, no store request): {:.2} ms of CPU per invocation",
-                1e3 * (a.cpu_secs - b.cpu_secs) / calls as f64
+                "\nfloor: {id}, {} pings (no credentials, no store request): {:.2} ms of CPU per invocation",
+                w.calls,
+                w.cpu_ms / w.calls as f64
             );
         }
     }
     billed_by_memory(&before, &after);
+}
+
+/// What one function did between two snapshots.
+struct Window {
+    /// Invocations.
+    calls: usize,
+    /// Instances started.
+    cold: usize,
+    /// CPU of its instances, ms.
+    cpu_ms: f64,
+    /// Time its invocations took, ms.
+    busy_ms: f64,
+}
+
+/// Each function invoked between `before` and `after`, with what it did meanwhile.
+fn windows<'a>(
+    before: &'a BTreeMap<String, FunctionUsage>,
+    after: &'a BTreeMap<String, FunctionUsage>,
+) -> impl Iterator<Item = (&'a str, &'a FunctionUsage, Window)> {
+    after.iter().filter_map(|(id, a)| {
+        let b = before.get(id)?;
+        let w = Window {
+            calls: a.invocations - b.invocations,
+            cold: a.cold_starts - b.cold_starts,
+            cpu_ms: 1e3 * (a.cpu_secs - b.cpu_secs),
+            busy_ms: 1e3 * (a.busy_secs - b.busy_secs),
+        };
+        (w.calls > 0).then_some((id.as_str(), a, w))
+    })
 }
 
 /// Memory at which a function gets one whole vCPU (AWS: "at 1,769 MB, a function has the
@@ -182,15 +204,12 @@ fn billed_by_memory(
     println!();
     println!("| function | CPU ms | wait ms | 128 MB | 256 MB | 512 MB | 1024 MB |");
     println!("|---|---|---|---|---|---|---|");
-    for (id, a) in after {
-        let Some(b) = before.get(id) else { continue };
-        let calls = a.invocations - b.invocations;
-        if calls == 0 || a.cold_starts > b.cold_starts {
+    for (id, _, w) in windows(before, after) {
+        if w.cold > 0 {
             continue;
         }
-        let cpu = 1e3 * (a.cpu_secs - b.cpu_secs) / calls as f64;
-        let wall = 1e3 * (a.busy_secs - b.busy_secs) / calls as f64;
-        let wait = (wall - cpu).max(0.0);
+        let cpu = w.cpu_ms / w.calls as f64;
+        let wait = (w.busy_ms / w.calls as f64 - cpu).max(0.0);
         let cells: Vec<String> = SIZES
             .iter()
             .map(|mb| {

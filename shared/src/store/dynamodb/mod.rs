@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+pub mod sigv4;
 pub mod wire;
 
 use wire::{Attrs, Av, Condition, Consumed, Key, WireError};
@@ -1249,15 +1250,15 @@ mod tests {
         let url = |c| wire::Wire::new(&c).expect("client").url().to_string();
         assert_eq!(
             url(cfg("eu-west-1", None)),
-            "https://dynamodb.eu-west-1.amazonaws.com"
+            "https://dynamodb.eu-west-1.amazonaws.com/"
         );
         assert_eq!(
             url(cfg("cn-north-1", None)),
-            "https://dynamodb.cn-north-1.amazonaws.com.cn"
+            "https://dynamodb.cn-north-1.amazonaws.com.cn/"
         );
         assert_eq!(
             url(cfg("us-east-1", Some("http://127.0.0.1:4566"))),
-            "http://127.0.0.1:4566"
+            "http://127.0.0.1:4566/"
         );
         let no_region = aws_config::SdkConfig::builder().build();
         assert!(wire::Wire::new(&no_region).is_err());
