@@ -29,10 +29,10 @@ pub struct Signer {
 /// The JSON protocol's content type, which every request sends (and signs).
 pub const CONTENT_TYPE: &str = "application/x-amz-json-1.0";
 
-fn hmac(key: &[u8], data: &[u8]) -> [u8; 32] {
-    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes any key length");
+fn hmac(key: &[u8], data: &[u8]) -> Result<[u8; 32], String> {
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).map_err(|e| e.to_string())?;
     mac.update(data);
-    mac.finalize().into_bytes().into()
+    Ok(mac.finalize().into_bytes().into())
 }
 
 fn hex(bytes: &[u8], out: &mut String) {
@@ -56,22 +56,22 @@ impl Signer {
     }
 
     /// The day's signing key for `secret`, derived at most once a day per access key.
-    fn key(&self, date: &str, access_key: &str, secret: &str) -> [u8; 32] {
+    fn key(&self, date: &str, access_key: &str, secret: &str) -> Result<[u8; 32], String> {
         if let Ok(kept) = self.key.lock() {
             if let Some((d, a, k)) = kept.as_ref() {
                 if d == date && a == access_key {
-                    return *k;
+                    return Ok(*k);
                 }
             }
         }
-        let k = hmac(format!("AWS4{secret}").as_bytes(), date.as_bytes());
-        let k = hmac(&k, self.region.as_bytes());
-        let k = hmac(&k, b"dynamodb");
-        let k = hmac(&k, b"aws4_request");
+        let k = hmac(format!("AWS4{secret}").as_bytes(), date.as_bytes())?;
+        let k = hmac(&k, self.region.as_bytes())?;
+        let k = hmac(&k, b"dynamodb")?;
+        let k = hmac(&k, b"aws4_request")?;
         if let Ok(mut kept) = self.key.lock() {
             *kept = Some((date.to_string(), access_key.to_string(), k));
         }
-        k
+        Ok(k)
     }
 
     /// Signs a request with `body` for operation header `target`, at `now`.
@@ -83,7 +83,7 @@ impl Signer {
         target: &str,
         body: &[u8],
         now: SystemTime,
-    ) -> Signed {
+    ) -> Result<Signed, String> {
         let t = chrono::DateTime::<chrono::Utc>::from(now);
         let amz_date = t.format("%Y%m%dT%H%M%SZ").to_string();
         let date = &amz_date[..8];
@@ -115,17 +115,17 @@ impl Signer {
         let mut to_sign = String::with_capacity(160);
         let _ = write!(to_sign, "AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n");
         hex(&Sha256::digest(canonical.as_bytes()), &mut to_sign);
-        let signature = hmac(&self.key(date, access_key, secret), to_sign.as_bytes());
+        let signature = hmac(&self.key(date, access_key, secret)?, to_sign.as_bytes())?;
         let mut authorization = String::with_capacity(256);
         let _ = write!(
             authorization,
             "AWS4-HMAC-SHA256 Credential={access_key}/{scope}, SignedHeaders={signed_headers}, Signature="
         );
         hex(&signature, &mut authorization);
-        Signed {
+        Ok(Signed {
             amz_date,
             authorization,
-        }
+        })
     }
 }
 
@@ -196,14 +196,16 @@ mod tests {
             }
             let signer = signers.last().unwrap();
             for _ in 0..2 {
-                let got = signer.sign(
-                    akid,
-                    "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
-                    token,
-                    target,
-                    body,
-                    now,
-                );
+                let got = signer
+                    .sign(
+                        akid,
+                        "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+                        token,
+                        target,
+                        body,
+                        now,
+                    )
+                    .unwrap();
                 assert_eq!(got.authorization, want["authorization"], "case {i}");
                 assert_eq!(got.amz_date, want["x-amz-date"], "case {i}");
             }

@@ -667,14 +667,17 @@ impl Wire {
 
     async fn attempt(&self, target: &str, body: &bytes::Bytes) -> Result<bytes::Bytes, Attempt> {
         let creds = self.credentials().await.map_err(Attempt::Final)?;
-        let signed = self.signer.sign(
-            creds.access_key_id(),
-            creds.secret_access_key(),
-            creds.session_token(),
-            target,
-            body,
-            SystemTime::now(),
-        );
+        let signed = self
+            .signer
+            .sign(
+                creds.access_key_id(),
+                creds.secret_access_key(),
+                creds.session_token(),
+                target,
+                body,
+                SystemTime::now(),
+            )
+            .map_err(|e| Attempt::Final(WireError::Transport(format!("signing: {e}"))))?;
         let header = |v: &str| {
             reqwest::header::HeaderValue::from_str(v)
                 .map_err(|e| Attempt::Final(WireError::Transport(e.to_string())))
