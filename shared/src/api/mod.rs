@@ -1,6 +1,6 @@
 //! The HTTP API of the four services (queue, auth, task-graph scheduler, object),
 //! independent of any server: the local server (axum) and the Lambda functions
-//! (`lambda_http`) both turn their request into an [`ApiRequest`] and send back the
+//! (API Gateway payload v2 events) both turn their request into an [`ApiRequest`] and send back the
 //! [`ApiResponse`].
 //!
 //! Each endpoint is one declaration ([`declare::Endpoint`]) in the file of its resource under

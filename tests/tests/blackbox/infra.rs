@@ -9,6 +9,8 @@
 //! After changing an endpoint, a function or `resources.json`, regenerate with
 //! `TCQ_BLESS=1 cargo test -p blackbox --test blackbox infra::`.
 
+use aws_lambda_events::apigw::{ApiGatewayV2httpRequest, ApiGatewayV2httpResponse};
+use aws_lambda_events::encodings::Body;
 use blackbox::shape::gateway::select;
 use blackbox::shape::template::{http_routes, Route};
 use functions::lambda::catalog::{
@@ -16,7 +18,6 @@ use functions::lambda::catalog::{
     LEGACY_EXCHANGES,
 };
 use functions::lambda::Function;
-use lambda_http::RequestExt;
 use serde_json::{json, Map, Value};
 use shared::api::declare::{Access, Functions, Need, Scopes};
 use shared::api::router::{canonical_path, decode, find};
@@ -2210,7 +2211,7 @@ fn published_documents_reach_the_auth_function() {
             "GET {path}"
         );
         assert!(
-            find(&lambda_http::http::Method::GET, path).is_none(),
+            find(&axum::http::Method::GET, path).is_none(),
             "{path} is a route"
         );
         assert!(shared::api::references::is_document_path(path), "{path}");
@@ -2552,8 +2553,11 @@ async fn a_decoded_gateway_path_is_served_as_the_client_signed_it() {
         &encoded,
         &format!("GET {PREFIX}/pending/{{taskQueueId+}}"),
     );
-    let request = || lambda_http::request::from_str(&event.to_string()).expect("v2 event");
-    assert_eq!(request().raw_http_path(), encoded.replace("%2F", "/"));
+    let request = || v2_request(&event);
+    assert_eq!(
+        request().raw_path.as_deref(),
+        Some(encoded.replace("%2F", "/").as_str())
+    );
 
     let api = app.api();
     let pending = shared::api::endpoints::QUEUE
@@ -2561,18 +2565,18 @@ async fn a_decoded_gateway_path_is_served_as_the_client_signed_it() {
         .expect("declared");
     let only = Serves::Endpoint(pending);
     let reply = functions::lambda::http::handle(&api, only, request()).await;
-    let body = String::from_utf8_lossy(reply.body().as_ref()).into_owned();
-    assert_eq!(reply.status(), 200, "{body}");
+    let body = text_of(&reply);
+    assert_eq!(reply.status_code, 200, "{body}");
     let body: Value = serde_json::from_str(&body).expect("JSON");
     assert_eq!(body["taskQueueId"], tq.as_str());
     assert_eq!(body["pendingTasks"], 1);
 
     // Served as handed over, the decoded path would no longer match the client's MAC.
     let mut raw = shared::api::ApiRequest {
-        method: lambda_http::http::Method::GET,
+        method: axum::http::Method::GET,
         path: encoded.replace("%2F", "/"),
         query: None,
-        headers: request().headers().clone(),
+        headers: request().headers,
         body: Default::default(),
         also_signed: vec![],
         request_id: "infra-test".into(),
@@ -2586,14 +2590,27 @@ async fn a_decoded_gateway_path_is_served_as_the_client_signed_it() {
     for service in SERVICES {
         let path = shared::api::openapi::path(service);
         let event = decoded_gateway_event("GET", &path, &format!("GET {path}"));
-        let request = lambda_http::request::from_str(&event.to_string()).expect("v2 event");
-        let reply = functions::lambda::http::handle(&api, auth, request).await;
-        let body: Value = serde_json::from_slice(reply.body().as_ref()).expect("JSON");
-        assert_eq!(reply.status(), 200, "{path}: {body}");
+        let reply = functions::lambda::http::handle(&api, auth, v2_request(&event)).await;
+        let body: Value = serde_json::from_str(&text_of(&reply)).expect("JSON");
+        assert_eq!(reply.status_code, 200, "{path}: {body}");
         assert_eq!(
             body["paths"]["/ping"]["get"]["operationId"], "ping",
             "{path}"
         );
+    }
+}
+
+/// A gateway event as the Lambda runtime hands it to an HTTP function.
+fn v2_request(event: &Value) -> ApiGatewayV2httpRequest {
+    serde_json::from_value(event.clone()).expect("v2 event")
+}
+
+/// A reply's body as text.
+fn text_of(reply: &ApiGatewayV2httpResponse) -> String {
+    match &reply.body {
+        Some(Body::Text(t)) => t.clone(),
+        Some(other) => String::from_utf8_lossy(other.as_ref()).into_owned(),
+        None => String::new(),
     }
 }
 
@@ -2613,20 +2630,21 @@ async fn answer_200(api: &blackbox::runtime_api::RuntimeApi, event: Value, what:
 async fn the_inspector_function_answers_default_route_events() {
     let answer = |method: &str, path: &str| {
         let event = blackbox::runtime_api::apigw_v2_event(method, path, None);
-        let req = lambda_http::request::from_str(&event.to_string()).expect("v2 event");
-        let reply = functions::lambda::http::handle_ui(req);
+        let reply = functions::lambda::http::handle_ui(v2_request(&event));
         let ct = reply
-            .headers()
+            .headers
             .get("content-type")
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default()
             .to_string();
-        let text = matches!(reply.body(), lambda_http::Body::Text(_));
+        let text = matches!(reply.body, Some(Body::Text(_)));
+        // What the gateway is told must match what the body is.
+        assert_eq!(reply.is_base64_encoded, !text, "{method} {path}");
         (
-            reply.status().as_u16(),
+            reply.status_code as u16,
             ct,
             text,
-            reply.body().as_ref().to_vec(),
+            reply.body.as_ref().map(|b| b.to_vec()).unwrap_or_default(),
         )
     };
     let index = functions::ui::asset("index.html").expect("embedded");
