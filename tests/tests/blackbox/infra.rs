@@ -2600,6 +2600,40 @@ async fn a_decoded_gateway_path_is_served_as_the_client_signed_it() {
     }
 }
 
+/// A body the gateway base64-encodes (as it may: `isBase64Encoded`) reaches the endpoint
+/// decoded; one that does not decode is refused as malformed input, not a crash.
+#[tokio::test]
+async fn base64_bodies_from_the_gateway_are_decoded() {
+    use base64::Engine;
+    if blackbox::not_in_shape("drives the HTTP function's handler in this process") {
+        return;
+    }
+    let app = blackbox::spawn_app().await;
+    let api = app.api();
+    let auth = Serves::Service(&shared::api::auth_service::AUTH);
+    let path = "/api/auth/v1/scopes/expand";
+    let body = json!({ "scopes": ["queue:get-artifact:public/*"] }).to_string();
+    let reply_to = |body: String, encoded: bool| {
+        let mut event = blackbox::runtime_api::apigw_v2_event("POST", path, None);
+        event["body"] = json!(body);
+        event["isBase64Encoded"] = json!(encoded);
+        v2_request(&event)
+    };
+
+    let encoded = base64::engine::general_purpose::STANDARD.encode(&body);
+    let reply = functions::lambda::http::handle(&api, auth, reply_to(encoded, true)).await;
+    let answer: Value = serde_json::from_str(&text_of(&reply)).expect("JSON");
+    assert_eq!(reply.status_code, 200, "{answer}");
+    assert_eq!(answer["scopes"], json!(["queue:get-artifact:public/*"]));
+    assert!(!reply.is_base64_encoded);
+
+    let reply =
+        functions::lambda::http::handle(&api, auth, reply_to("{not base64".into(), true)).await;
+    let answer: Value = serde_json::from_str(&text_of(&reply)).expect("JSON");
+    assert_eq!(reply.status_code, 400, "{answer}");
+    assert!(answer["code"].is_string(), "{answer}");
+}
+
 /// A gateway event as the Lambda runtime hands it to an HTTP function.
 fn v2_request(event: &Value) -> ApiGatewayV2httpRequest {
     serde_json::from_value(event.clone()).expect("v2 event")
