@@ -1247,7 +1247,7 @@ mod tests {
             b.set_endpoint_url(url.map(String::from));
             b.build()
         };
-        let url = |c| wire::Wire::new(&c).expect("client").url().to_string();
+        let url = |c| wire::Wire::new(&c).expect("client").url();
         assert_eq!(
             url(cfg("eu-west-1", None)),
             "https://dynamodb.eu-west-1.amazonaws.com/"

@@ -495,10 +495,11 @@ fn causes(e: &dyn std::error::Error) -> String {
     out
 }
 
-/// A client for `url`'s scheme: TLS trusts `roots`, else the system's (as the SDK's client
-/// does); a plain `http` endpoint (LocalStack, DynamoDB Local) needs none, so none are loaded.
+/// A client for an `https` endpoint or a plain one: TLS trusts `roots`, else the system's (as
+/// the SDK's client does); a plain `http` endpoint (LocalStack, DynamoDB Local) needs none, so
+/// none are loaded.
 fn http_client(
-    url: &url::Url,
+    https: bool,
     connect_timeout: Duration,
     roots: Option<rustls::RootCertStore>,
 ) -> Result<Http, String> {
@@ -512,7 +513,7 @@ fn http_client(
     let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let builder = hyper_rustls::HttpsConnectorBuilder::new();
     let builder = match roots {
-        None if url.scheme() == "https" => builder
+        None if https => builder
             .with_provider_and_native_roots(provider)
             .map_err(|e| format!("TLS roots: {e}"))?,
         roots => {
@@ -541,8 +542,6 @@ pub struct Wire {
     attempt_timeout: Duration,
     connect_timeout: Duration,
     /// Parsed once: parsing it at every request was 3 % of a warm claimWork's CPU.
-    url: url::Url,
-    /// The same, as requests take it.
     uri: http::Uri,
     signer: super::sigv4::Signer,
     provider: Option<aws_sdk_dynamodb::config::SharedCredentialsProvider>,
@@ -556,7 +555,7 @@ pub struct Wire {
 
 impl std::fmt::Debug for Wire {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Wire").field("url", &self.url).finish()
+        f.debug_struct("Wire").field("uri", &self.uri).finish()
     }
 }
 
@@ -624,7 +623,6 @@ impl Wire {
         };
         Ok(Wire {
             signer: super::sigv4::Signer::new(&region, &host, url.path()),
-            url,
             uri,
             http: std::sync::OnceLock::new(),
             attempt_timeout,
@@ -639,8 +637,8 @@ impl Wire {
     }
 
     /// The endpoint requests go to.
-    pub fn url(&self) -> &str {
-        self.url.as_str()
+    pub fn url(&self) -> String {
+        self.uri.to_string()
     }
 
     /// The credentials to sign with: the kept ones, or the provider's when they are about to
@@ -763,7 +761,8 @@ impl Wire {
         let http = match self.http.get() {
             Some(http) => http,
             None => {
-                let built = http_client(&self.url, self.connect_timeout, None)
+                let https = self.uri.scheme() == Some(&http::uri::Scheme::HTTPS);
+                let built = http_client(https, self.connect_timeout, None)
                     .map_err(|e| Attempt::Final(WireError::Transport(e)))?;
                 self.http.get_or_init(|| built)
             }
@@ -1035,8 +1034,7 @@ mod tests {
 
         let untrusted = Wire::new(&config(&url, None)).unwrap();
         let empty = rustls::RootCertStore::empty();
-        let parsed = url::Url::parse(&url).unwrap();
-        let client = http_client(&parsed, CONNECT_TIMEOUT, Some(empty)).unwrap();
+        let client = http_client(true, CONNECT_TIMEOUT, Some(empty)).unwrap();
         assert!(untrusted.http.set(client).is_ok());
         match untrusted.call::<_, ItemOut>("GetItem", &get()).await {
             Err(WireError::Transport(e)) => assert!(e.contains("certificate"), "{e}"),
@@ -1046,7 +1044,7 @@ mod tests {
         let trusted = Wire::new(&config(&url, None)).unwrap();
         let mut roots = rustls::RootCertStore::empty();
         roots.add(ca).unwrap();
-        let client = http_client(&parsed, CONNECT_TIMEOUT, Some(roots)).unwrap();
+        let client = http_client(true, CONNECT_TIMEOUT, Some(roots)).unwrap();
         assert!(trusted.http.set(client).is_ok());
         let out: ItemOut = trusted.call("GetItem", &get()).await.expect("over TLS");
         assert_eq!(out.item.unwrap()["sk"].as_s(), Some("b"));
