@@ -93,3 +93,48 @@ pub fn machine_cpu() -> Option<(Duration, Duration)> {
 fn clock_ticks() -> u64 {
     100
 }
+
+/// CPU time (user + system) of the processes `roots` and all their descendants, from
+/// `/proc`. A process that ended between two readings stays counted: its parent, on reaping
+/// it, adds its time to its own children's time, which is counted here too (a server that
+/// forks a process per connection, as PostgreSQL does, is measured whole). `None` where there
+/// is no procfs.
+pub fn tree_cpu(roots: &[u32]) -> Option<Duration> {
+    let mut parent = std::collections::HashMap::new();
+    let mut ticks = std::collections::HashMap::new();
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue; // gone since the listing
+        };
+        let Some(rest) = stat.rfind(')').and_then(|i| stat.get(i + 2..)) else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let num = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+        // After the command: state, ppid, ... utime (11), stime, cutime, cstime (14).
+        parent.insert(pid, num(1) as u32);
+        ticks.insert(pid, num(11) + num(12) + num(13) + num(14));
+    }
+    let inside = |mut pid: u32| loop {
+        if roots.contains(&pid) {
+            return true;
+        }
+        match parent.get(&pid) {
+            Some(&p) if p != 0 && p != pid => pid = p,
+            _ => return false,
+        }
+    };
+    let total: u64 = ticks
+        .iter()
+        .filter(|(pid, _)| inside(**pid))
+        .map(|(_, t)| t)
+        .sum();
+    Some(Duration::from_millis(total * 1000 / clock_ticks()))
+}
