@@ -290,7 +290,7 @@ async fn main() {
         }
         if let (Some(Some(ours)), Some(Some(theirs))) = (medians.first(), medians.get(1)) {
             println!(
-                "ratio {} / {}: {:.1}×",
+                "ratio {} / {}: {:.2}×",
                 targets[1].name,
                 targets[0].name,
                 theirs / ours
