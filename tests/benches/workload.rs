@@ -194,11 +194,6 @@ fn command(pid: u32) -> String {
     tail.chars().take(60).collect()
 }
 
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied()
-}
-
 #[tokio::main]
 async fn main() {
     let workers: usize = env_num("BENCH_WORKERS", 16);
@@ -282,7 +277,10 @@ async fn main() {
     }
     if targets.len() > 1 || rounds > 1 {
         println!("== server CPU per life cycle, median of {rounds} ==");
-        let medians: Vec<Option<f64>> = per_target.into_iter().map(median).collect();
+        let medians: Vec<Option<f64>> = per_target
+            .into_iter()
+            .map(|mut v| (!v.is_empty()).then(|| pct(&mut v, 0.5)))
+            .collect();
         for (t, m) in targets.iter().zip(&medians) {
             if let Some(m) = m {
                 println!("{:>16}: {m:.2} ms", t.name);

@@ -67,12 +67,24 @@ impl Drop for ReleaseServer {
 /// CPU time (user + system) a process has used, from `/proc/<pid>/stat`; `None` where there
 /// is no procfs.
 pub fn cpu_time(pid: &str) -> Option<Duration> {
+    let f = stat_fields(pid)?;
+    Some(ticks(f.get(11)? + f.get(12)?))
+}
+
+/// The numeric fields of `/proc/<pid>/stat` after the command (which may hold spaces):
+/// state is 0 (not a number, so 0 here), ppid 1, utime 11, stime 12, cutime 13, cstime 14.
+fn stat_fields(pid: &str) -> Option<Vec<u64>> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command (which may hold spaces) start after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    Some(Duration::from_millis(ticks * 1000 / clock_ticks()))
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    Some(
+        rest.split_whitespace()
+            .map(|x| x.parse().unwrap_or(0))
+            .collect(),
+    )
+}
+
+fn ticks(n: u64) -> Duration {
+    Duration::from_millis(n * 1000 / clock_ticks())
 }
 
 /// Busy and total CPU time of the whole machine, from `/proc/stat`.
@@ -85,8 +97,7 @@ pub fn machine_cpu() -> Option<(Duration, Duration)> {
         .collect();
     let total: u64 = v.iter().take(8).sum();
     let idle = v.get(3)? + v.get(4)?;
-    let ms = |t: u64| Duration::from_millis(t * 1000 / clock_ticks());
-    Some((ms(total - idle), ms(total)))
+    Some((ticks(total - idle), ticks(total)))
 }
 
 /// Linux's `USER_HZ`, which /proc's times count in (100 on every Linux ABI in use).
@@ -101,7 +112,7 @@ fn clock_ticks() -> u64 {
 /// is no procfs.
 pub fn tree_cpu(roots: &[u32]) -> Option<Duration> {
     let mut parent = std::collections::HashMap::new();
-    let mut ticks = std::collections::HashMap::new();
+    let mut used = std::collections::HashMap::new();
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
         let Some(pid) = entry
             .file_name()
@@ -110,17 +121,13 @@ pub fn tree_cpu(roots: &[u32]) -> Option<Duration> {
         else {
             continue;
         };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue; // gone since the listing
-        };
-        let Some(rest) = stat.rfind(')').and_then(|i| stat.get(i + 2..)) else {
+        // Gone since the listing: nothing to count.
+        let Some(f) = stat_fields(&pid.to_string()) else {
             continue;
         };
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        let num = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
-        // After the command: state, ppid, ... utime (11), stime, cutime, cstime (14).
+        let num = |i: usize| f.get(i).copied().unwrap_or(0);
         parent.insert(pid, num(1) as u32);
-        ticks.insert(pid, num(11) + num(12) + num(13) + num(14));
+        used.insert(pid, num(11) + num(12) + num(13) + num(14));
     }
     let inside = |mut pid: u32| loop {
         if roots.contains(&pid) {
@@ -131,10 +138,10 @@ pub fn tree_cpu(roots: &[u32]) -> Option<Duration> {
             _ => return false,
         }
     };
-    let total: u64 = ticks
+    let total: u64 = used
         .iter()
         .filter(|(pid, _)| inside(**pid))
         .map(|(_, t)| t)
         .sum();
-    Some(Duration::from_millis(total * 1000 / clock_ticks()))
+    Some(ticks(total))
 }
