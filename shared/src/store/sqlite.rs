@@ -70,15 +70,15 @@ impl SqliteStore {
             .execute_batch(
                 "CREATE TABLE IF NOT EXISTS items (
                     tbl TEXT NOT NULL, pk TEXT NOT NULL, sk TEXT NOT NULL,
-                    version INTEGER NOT NULL, data BLOB NOT NULL,
+                    version INTEGER NOT NULL, data BLOB NOT NULL, entries BLOB,
                     PRIMARY KEY (tbl, pk, sk)) WITHOUT ROWID;
                  CREATE TABLE IF NOT EXISTS idx (
                     tbl TEXT NOT NULL, idx TEXT NOT NULL, ipk TEXT NOT NULL, isk TEXT NOT NULL,
                     pk TEXT NOT NULL, sk TEXT NOT NULL,
-                    PRIMARY KEY (tbl, idx, ipk, isk, pk, sk)) WITHOUT ROWID;
-                 CREATE INDEX IF NOT EXISTS idx_by_item ON idx (tbl, pk, sk);",
+                    PRIMARY KEY (tbl, idx, ipk, isk, pk, sk)) WITHOUT ROWID;",
             )
             .map_err(other)?;
+        migrate_entries(&writer)?;
         let mut readers = Vec::with_capacity(READERS);
         for _ in 0..READERS {
             readers.push(Mutex::new(open(path, sync)?));
@@ -230,80 +230,163 @@ fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
-fn current_version(
+/// Brings a database written before items kept their index entries up to date, in one
+/// transaction: each item's entries are copied from the `idx` table into its row, and the
+/// index that found them there (a second B-tree for every entry written) is dropped.
+fn migrate_entries(conn: &Connection) -> Result<(), StoreError> {
+    let has_entries = conn
+        .prepare("SELECT 1 FROM pragma_table_info('items') WHERE name = 'entries'")
+        .and_then(|mut s| s.exists([]))
+        .map_err(other)?;
+    if has_entries {
+        return Ok(());
+    }
+    // `length` of a blob counts bytes, as `decode_entries` reads them.
+    conn.execute_batch(
+        "BEGIN IMMEDIATE;
+         ALTER TABLE items ADD COLUMN entries BLOB;
+         UPDATE items SET entries = (
+            SELECT CAST(group_concat(
+                length(CAST(x.idx AS BLOB)) || ':' || x.idx ||
+                length(CAST(x.ipk AS BLOB)) || ':' || x.ipk ||
+                length(CAST(x.isk AS BLOB)) || ':' || x.isk, '') AS BLOB)
+            FROM idx x WHERE x.tbl = items.tbl AND x.pk = items.pk AND x.sk = items.sk);
+         DROP INDEX IF EXISTS idx_by_item;
+         COMMIT;",
+    )
+    .map_err(other)
+}
+
+/// An item's index entries as its row keeps them: each of index, partition key and sort key
+/// as `<byte length>:<bytes>`, entry after entry (no separator can clash with a key).
+fn encode_entries(entries: &[IndexEntry]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for e in entries {
+        for part in [e.index, e.pk.as_str(), e.sk.as_str()] {
+            out.extend_from_slice(part.len().to_string().as_bytes());
+            out.push(b':');
+            out.extend_from_slice(part.as_bytes());
+        }
+    }
+    out
+}
+
+/// The entries [`encode_entries`] wrote, as (index, partition key, sort key).
+fn decode_entries(mut bytes: &[u8]) -> Result<Vec<(String, String, String)>, StoreError> {
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        out.push((part(&mut bytes)?, part(&mut bytes)?, part(&mut bytes)?));
+    }
+    Ok(out)
+}
+
+/// Takes one `<byte length>:<bytes>` from the front of `bytes`.
+fn part(bytes: &mut &[u8]) -> Result<String, StoreError> {
+    let corrupt = || other("an item's stored index entries are corrupt");
+    let colon = bytes.iter().position(|&b| b == b':').ok_or_else(corrupt)?;
+    let len: usize = std::str::from_utf8(&bytes[..colon])
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(corrupt)?;
+    let end = (colon + 1)
+        .checked_add(len)
+        .filter(|&e| e <= bytes.len())
+        .ok_or_else(corrupt)?;
+    let text = std::str::from_utf8(&bytes[colon + 1..end]).map_err(|_| corrupt())?;
+    *bytes = &bytes[end..];
+    Ok(text.to_string())
+}
+
+/// An item as it stands before a write: its version and index entries.
+struct Current {
+    version: u64,
+    entries: Option<Vec<u8>>,
+}
+
+fn current(
     tx: &Connection,
     table: &str,
     pk: &str,
     sk: &str,
-) -> Result<Option<u64>, StoreError> {
-    tx.prepare_cached("SELECT version FROM items WHERE tbl=?1 AND pk=?2 AND sk=?3")
+) -> Result<Option<Current>, StoreError> {
+    tx.prepare_cached("SELECT version, entries FROM items WHERE tbl=?1 AND pk=?2 AND sk=?3")
         .map_err(other)?
-        .query_row(params![table, pk, sk], |r| r.get::<_, i64>(0))
+        .query_row(params![table, pk, sk], |r| {
+            Ok(Current {
+                version: r.get::<_, i64>(0)? as u64,
+                entries: r.get(1)?,
+            })
+        })
         .optional()
-        .map(|v| v.map(|v| v as u64))
         .map_err(other)
 }
 
-fn cond_holds(cond: Cond, current: Option<u64>) -> bool {
+fn cond_holds(cond: Cond, current: Option<&Current>) -> bool {
+    let version = current.map(|c| c.version);
     match cond {
         Cond::None => true,
-        Cond::NotExists => current.is_none(),
-        Cond::Exists => current.is_some(),
-        Cond::Version(v) => current == Some(v),
+        Cond::NotExists => version.is_none(),
+        Cond::Exists => version.is_some(),
+        Cond::Version(v) => version == Some(v),
     }
+}
+
+fn delete_entry(
+    tx: &Connection,
+    table: &str,
+    (i, ipk, isk): &(String, String, String),
+    pk: &str,
+    sk: &str,
+) -> Result<(), StoreError> {
+    tx.prepare_cached(
+        "DELETE FROM idx WHERE tbl=?1 AND idx=?2 AND ipk=?3 AND isk=?4 AND pk=?5 AND sk=?6",
+    )
+    .map_err(other)?
+    .execute(params![table, i, ipk, isk, pk, sk])
+    .map_err(other)
+    .map(|_| ())
 }
 
 /// Applies one op whose condition already held. Returns the new version.
 fn apply(
     tx: &Connection,
     op: &WriteOp,
-    current: Option<u64>,
+    current: Option<Current>,
     encoded: Option<&[u8]>,
 ) -> Result<u64, StoreError> {
     let (table, pk, sk) = op.key();
+    let (version, old) = match current {
+        Some(c) => (
+            c.version,
+            decode_entries(c.entries.as_deref().unwrap_or_default())?,
+        ),
+        None => (0, vec![]),
+    };
     match op {
-        WriteOp::Check { .. } => Ok(current.unwrap_or(0)),
+        WriteOp::Check { .. } => Ok(version),
         WriteOp::Delete { .. } => {
             tx.prepare_cached("DELETE FROM items WHERE tbl=?1 AND pk=?2 AND sk=?3")
                 .map_err(other)?
                 .execute(params![table, pk, sk])
                 .map_err(other)?;
-            tx.prepare_cached("DELETE FROM idx WHERE tbl=?1 AND pk=?2 AND sk=?3")
-                .map_err(other)?
-                .execute(params![table, pk, sk])
-                .map_err(other)?;
+            for row in &old {
+                delete_entry(tx, table, row, pk, sk)?;
+            }
             Ok(0)
         }
         WriteOp::Put { item, .. } => {
-            let version = current.unwrap_or(0) + 1;
-            tx.prepare_cached("INSERT OR REPLACE INTO items (tbl, pk, sk, version, data) VALUES (?1, ?2, ?3, ?4, ?5)").map_err(other)?.execute(
-                params![table, pk, sk, version as i64, encoded.unwrap_or_default()],
+            let version = version + 1;
+            tx.prepare_cached("INSERT OR REPLACE INTO items (tbl, pk, sk, version, data, entries) VALUES (?1, ?2, ?3, ?4, ?5, ?6)").map_err(other)?.execute(
+                params![table, pk, sk, version as i64, encoded.unwrap_or_default(), encode_entries(&item.indexes)],
             )
             .map_err(other)?;
             // Only the entries that changed are touched: most writes keep most of theirs.
-            let old: Vec<(String, String, String)> = match current {
-                None => vec![],
-                Some(_) => tx
-                    .prepare_cached(
-                        "SELECT idx, ipk, isk FROM idx WHERE tbl=?1 AND pk=?2 AND sk=?3",
-                    )
-                    .map_err(other)?
-                    .query_map(params![table, pk, sk], |r| {
-                        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-                    })
-                    .map_err(other)?
-                    .collect::<Result<_, _>>()
-                    .map_err(other)?,
-            };
             let same = |e: &IndexEntry, (i, ipk, isk): &(String, String, String)| {
                 e.index == i && &e.pk == ipk && &e.sk == isk
             };
-            for row @ (i, ipk, isk) in &old {
+            for row in &old {
                 if !item.indexes.iter().any(|e| same(e, row)) {
-                    tx.prepare_cached("DELETE FROM idx WHERE tbl=?1 AND idx=?2 AND ipk=?3 AND isk=?4 AND pk=?5 AND sk=?6")
-                        .map_err(other)?
-                        .execute(params![table, i, ipk, isk, pk, sk])
-                        .map_err(other)?;
+                    delete_entry(tx, table, row, pk, sk)?;
                 }
             }
             for e in &item.indexes {
@@ -566,8 +649,8 @@ impl Store for SqliteStore {
         let encoded = encode(&op)?;
         self.write_txn(move |tx| {
             let (table, pk, sk) = op.key();
-            let current = current_version(tx, table, pk, sk)?;
-            if !cond_holds(op.cond(), current) {
+            let current = current(tx, table, pk, sk)?;
+            if !cond_holds(op.cond(), current.as_ref()) {
                 return Err(StoreError::ConditionFailed);
             }
             apply(tx, &op, current, encoded.as_deref())
@@ -583,8 +666,8 @@ impl Store for SqliteStore {
             let mut reasons = Vec::with_capacity(ops.len());
             for op in &ops {
                 let (table, pk, sk) = op.key();
-                let current = current_version(tx, table, pk, sk)?;
-                reasons.push(!cond_holds(op.cond(), current));
+                let current = current(tx, table, pk, sk)?;
+                reasons.push(!cond_holds(op.cond(), current.as_ref()));
                 currents.push(current);
             }
             if reasons.iter().any(|&failed| failed) {
@@ -696,6 +779,70 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(page.items.len(), 32);
+    }
+
+    /// Index entries whose keys hold digits, colons and non-ASCII text come back as written.
+    #[test]
+    fn entries_encode_and_decode() {
+        let entries = vec![entry("i", "12:3", "é:ü"), entry("j", "", ":")];
+        let back = decode_entries(&encode_entries(&entries)).unwrap();
+        let want: Vec<_> = entries
+            .iter()
+            .map(|e| (e.index.to_string(), e.pk.clone(), e.sk.clone()))
+            .collect();
+        assert_eq!(back, want);
+        assert!(decode_entries(b"").unwrap().is_empty());
+        assert!(decode_entries(b"5:ab").is_err());
+        assert!(decode_entries(b"1:a1:b").is_err());
+    }
+
+    /// A database from before items kept their entries opens migrated: its entries still
+    /// list, and a rewrite or a delete drops the old ones.
+    #[tokio::test]
+    async fn a_database_from_before_entries_in_rows_is_migrated() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        {
+            let c = Connection::open(&path).unwrap();
+            c.execute_batch(
+                "CREATE TABLE items (tbl TEXT NOT NULL, pk TEXT NOT NULL, sk TEXT NOT NULL,
+                    version INTEGER NOT NULL, data BLOB NOT NULL,
+                    PRIMARY KEY (tbl, pk, sk)) WITHOUT ROWID;
+                 CREATE TABLE idx (tbl TEXT NOT NULL, idx TEXT NOT NULL, ipk TEXT NOT NULL,
+                    isk TEXT NOT NULL, pk TEXT NOT NULL, sk TEXT NOT NULL,
+                    PRIMARY KEY (tbl, idx, ipk, isk, pk, sk)) WITHOUT ROWID;
+                 CREATE INDEX idx_by_item ON idx (tbl, pk, sk);
+                 INSERT INTO items VALUES ('t', 'a', 'b', 1, X'7B7D'), ('t', 'c', 'b', 1, X'7B7D');
+                 INSERT INTO idx VALUES ('t', 'i', 'p', 'é1', 'a', 'b'), ('t', 'j', 'q', '1', 'a', 'b'),
+                    ('t', 'i', 'p', '2', 'c', 'b');",
+            )
+            .unwrap();
+        }
+        let s = SqliteStore::open(&path).unwrap();
+        assert_eq!(listed(&s, "i", "p").await, ["c", "a"]);
+        s.write(WriteOp::Put {
+            table: "t",
+            item: Item::new("a", "b", serde_json::json!({}), vec![entry("k", "r", "1")]),
+            cond: Cond::Version(1),
+        })
+        .await
+        .unwrap();
+        assert_eq!(listed(&s, "i", "p").await, ["c"]);
+        assert!(listed(&s, "j", "q").await.is_empty());
+        assert_eq!(listed(&s, "k", "r").await, ["a"]);
+        s.write(WriteOp::Delete {
+            table: "t",
+            pk: "c".into(),
+            sk: "b".into(),
+            cond: Cond::None,
+        })
+        .await
+        .unwrap();
+        assert!(listed(&s, "i", "p").await.is_empty());
+        drop(s);
+        // Opening again finds it migrated.
+        let s = SqliteStore::open(&path).unwrap();
+        assert_eq!(listed(&s, "k", "r").await, ["a"]);
     }
 
     #[tokio::test]
