@@ -12,6 +12,10 @@ use std::sync::{Arc, Mutex};
 
 const READERS: usize = 4;
 
+/// Pages of at most this many rows are read in place (see [`SqliteStore::read_page`]): the
+/// background passes' batches (100 a shard) and a claim's look at its queue's head.
+const INLINE_ROWS: usize = 128;
+
 /// SQLite-backed [`Store`].
 #[derive(Clone)]
 pub struct SqliteStore {
@@ -126,6 +130,20 @@ impl SqliteStore {
             }
         }
         self.read(f).await
+    }
+
+    /// A page of at most `limit` rows: in place as a point read if it is small (what handing
+    /// it to another thread costs is then most of its cost), else on the blocking pool.
+    async fn read_page<T: Send + 'static>(
+        &self,
+        limit: usize,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        if limit <= INLINE_ROWS {
+            self.read_point(f).await
+        } else {
+            self.read(f).await
+        }
     }
 
     /// Runs `f` on the writer thread inside its own savepoint; answers once committed.
@@ -484,7 +502,7 @@ impl Store for SqliteStore {
         let pk = pk.to_string();
         // The base table's cursor is (sk, pk, sk); only the first part matters.
         let (cond, args) = range_sql("sk", range, after, ("pk", "sk"));
-        self.read(move |c| {
+        self.read_page(limit, move |c| {
             let sql = format!(
                 "SELECT sk, version, data FROM items WHERE tbl=? AND pk=? {cond} ORDER BY sk LIMIT {}",
                 limit + 1
@@ -525,7 +543,7 @@ impl Store for SqliteStore {
         super::check_cursor(true, pk, range, after)?;
         let ipk = pk.to_string();
         let (cond, args) = range_sql("x.isk", range, after, ("x.pk", "x.sk"));
-        self.read(move |c| {
+        self.read_page(limit, move |c| {
             let sql = format!(
                 "SELECT x.isk, i.pk, i.sk, i.version, i.data FROM idx x
                  JOIN items i ON i.tbl = x.tbl AND i.pk = x.pk AND i.sk = x.sk
