@@ -252,27 +252,33 @@ fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
 /// transaction: each item's entries are copied from the `idx` table into its row, and the
 /// index that found them there (a second B-tree for every entry written) is dropped.
 fn migrate_entries(conn: &Connection) -> Result<(), StoreError> {
+    // Checked inside the write lock: another process may be migrating the same file.
+    exec(conn, "BEGIN IMMEDIATE").map_err(other)?;
     let has_entries = conn
         .prepare("SELECT 1 FROM pragma_table_info('items') WHERE name = 'entries'")
-        .and_then(|mut s| s.exists([]))
-        .map_err(other)?;
-    if has_entries {
-        return Ok(());
+        .and_then(|mut s| s.exists([]));
+    let migrated = match has_entries {
+        Ok(true) => Ok(()),
+        // `length` of a blob counts bytes, as `decode_entries` reads them.
+        Ok(false) => conn.execute_batch(
+            "ALTER TABLE items ADD COLUMN entries BLOB;
+             UPDATE items SET entries = (
+                SELECT CAST(group_concat(
+                    length(CAST(x.idx AS BLOB)) || ':' || x.idx ||
+                    length(CAST(x.ipk AS BLOB)) || ':' || x.ipk ||
+                    length(CAST(x.isk AS BLOB)) || ':' || x.isk, '') AS BLOB)
+                FROM idx x WHERE x.tbl = items.tbl AND x.pk = items.pk AND x.sk = items.sk);
+             DROP INDEX IF EXISTS idx_by_item;",
+        ),
+        Err(e) => Err(e),
+    };
+    match migrated {
+        Ok(()) => exec(conn, "COMMIT").map_err(other),
+        Err(e) => {
+            let _ = exec(conn, "ROLLBACK");
+            Err(other(e))
+        }
     }
-    // `length` of a blob counts bytes, as `decode_entries` reads them.
-    conn.execute_batch(
-        "BEGIN IMMEDIATE;
-         ALTER TABLE items ADD COLUMN entries BLOB;
-         UPDATE items SET entries = (
-            SELECT CAST(group_concat(
-                length(CAST(x.idx AS BLOB)) || ':' || x.idx ||
-                length(CAST(x.ipk AS BLOB)) || ':' || x.ipk ||
-                length(CAST(x.isk AS BLOB)) || ':' || x.isk, '') AS BLOB)
-            FROM idx x WHERE x.tbl = items.tbl AND x.pk = items.pk AND x.sk = items.sk);
-         DROP INDEX IF EXISTS idx_by_item;
-         COMMIT;",
-    )
-    .map_err(other)
 }
 
 /// An item's index entries as its row keeps them: each of index, partition key and sort key
