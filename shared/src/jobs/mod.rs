@@ -98,7 +98,7 @@ pub async fn dependencies_of(
     // conditioned on its version confirms it, or the task is read again).
     let mut newest: std::collections::BTreeMap<String, Item> = Default::default();
     for image in images {
-        if image.sk != SK_STATUS || image.data.get("dependentsDue").is_none_or(|d| d.is_null()) {
+        if image.sk != SK_STATUS || !resolution_marked(&image) {
             continue;
         }
         match newest.get(&image.pk) {
@@ -148,6 +148,20 @@ pub async fn dependencies_of(
         Some(e) => Err(e.into()),
         None => Ok(n),
     }
+}
+
+/// True if a status image carries a resolution mark (`dependentsDue`). Read as a one-field
+/// record: the image's other attributes are skipped, not built into a `Value`.
+fn resolution_marked(image: &Item) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Mark {
+        #[serde(default, rename = "dependentsDue")]
+        dependents_due: Option<serde::de::IgnoredAny>,
+    }
+    image
+        .data
+        .decode::<Mark>()
+        .is_ok_and(|m| m.dependents_due.is_some())
 }
 
 /// Publishes what waits in outboxes, remembering what it published (a record written while
@@ -524,4 +538,39 @@ pub async fn worker_gone_batch(
     Ok(serde_json::json!({
         "messages": messages.len(), "resolved": resolved, "skipped": skipped
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Data;
+
+    fn image(data: Data) -> Item {
+        Item {
+            pk: "t".into(),
+            sk: SK_STATUS.into(),
+            version: 1,
+            data,
+            indexes: vec![],
+        }
+    }
+
+    /// Only an image whose `dependentsDue` holds a time is marked, as text or as a value.
+    #[test]
+    fn a_resolution_mark_is_read_without_the_rest_of_the_image() {
+        let text = |s: &str| image(Data::from_bytes(s.as_bytes().to_vec()));
+        assert!(resolution_marked(&text(
+            r#"{"taskId":"t","runs":[{"state":"completed"}],"dependentsDue":1700000000000}"#
+        )));
+        assert!(!resolution_marked(&text(
+            r#"{"taskId":"t","dependentsDue":null}"#
+        )));
+        assert!(!resolution_marked(&text(r#"{"taskId":"t"}"#)));
+        assert!(!resolution_marked(&text("{not json")));
+        let value = |v: serde_json::Value| image(Data::from(v));
+        assert!(resolution_marked(&value(
+            serde_json::json!({"dependentsDue": 5})
+        )));
+        assert!(!resolution_marked(&value(serde_json::json!({"runs": []}))));
+    }
 }
