@@ -295,8 +295,8 @@ fn encode_entries(entries: &[IndexEntry]) -> Vec<u8> {
     out
 }
 
-/// The entries [`encode_entries`] wrote, as (index, partition key, sort key).
-fn decode_entries(mut bytes: &[u8]) -> Result<Vec<(String, String, String)>, StoreError> {
+/// The entries [`encode_entries`] wrote, as (index, partition key, sort key), borrowed.
+fn decode_entries(mut bytes: &[u8]) -> Result<Vec<(&str, &str, &str)>, StoreError> {
     let mut out = Vec::new();
     while !bytes.is_empty() {
         out.push((part(&mut bytes)?, part(&mut bytes)?, part(&mut bytes)?));
@@ -305,7 +305,7 @@ fn decode_entries(mut bytes: &[u8]) -> Result<Vec<(String, String, String)>, Sto
 }
 
 /// Takes one `<byte length>:<bytes>` from the front of `bytes`.
-fn part(bytes: &mut &[u8]) -> Result<String, StoreError> {
+fn part<'a>(bytes: &mut &'a [u8]) -> Result<&'a str, StoreError> {
     let corrupt = || other("an item's stored index entries are corrupt");
     let colon = bytes.iter().position(|&b| b == b':').ok_or_else(corrupt)?;
     let len: usize = std::str::from_utf8(&bytes[..colon])
@@ -318,7 +318,7 @@ fn part(bytes: &mut &[u8]) -> Result<String, StoreError> {
         .ok_or_else(corrupt)?;
     let text = std::str::from_utf8(&bytes[colon + 1..end]).map_err(|_| corrupt())?;
     *bytes = &bytes[end..];
-    Ok(text.to_string())
+    Ok(text)
 }
 
 /// An item as it stands before a write: its version and index entries.
@@ -358,7 +358,7 @@ fn cond_holds(cond: Cond, current: Option<&Current>) -> bool {
 fn delete_entry(
     tx: &Connection,
     table: &str,
-    (i, ipk, isk): &(String, String, String),
+    (i, ipk, isk): &(&str, &str, &str),
     pk: &str,
     sk: &str,
 ) -> Result<(), StoreError> {
@@ -379,13 +379,10 @@ fn apply(
     encoded: Option<&[u8]>,
 ) -> Result<u64, StoreError> {
     let (table, pk, sk) = op.key();
-    let (version, old) = match current {
-        Some(c) => (
-            c.version,
-            decode_entries(c.entries.as_deref().unwrap_or_default())?,
-        ),
-        None => (0, vec![]),
-    };
+    let version = current.as_ref().map_or(0, |c| c.version);
+    // Decoded only by the ops that change entries (a condition check leaves them).
+    let stored = current.as_ref().and_then(|c| c.entries.as_deref());
+    let old = || decode_entries(stored.unwrap_or_default());
     match op {
         WriteOp::Check { .. } => Ok(version),
         WriteOp::Delete { .. } => {
@@ -393,7 +390,7 @@ fn apply(
                 .map_err(other)?
                 .execute(params![table, pk, sk])
                 .map_err(other)?;
-            for row in &old {
+            for row in &old()? {
                 delete_entry(tx, table, row, pk, sk)?;
             }
             Ok(0)
@@ -405,8 +402,9 @@ fn apply(
             )
             .map_err(other)?;
             // Only the entries that changed are touched: most writes keep most of theirs.
-            let same = |e: &IndexEntry, (i, ipk, isk): &(String, String, String)| {
-                e.index == i && &e.pk == ipk && &e.sk == isk
+            let old = old()?;
+            let same = |e: &IndexEntry, (i, ipk, isk): &(&str, &str, &str)| {
+                e.index == *i && e.pk == *ipk && e.sk == *isk
             };
             for row in &old {
                 if !item.indexes.iter().any(|e| same(e, row)) {
@@ -809,10 +807,11 @@ mod tests {
     #[test]
     fn entries_encode_and_decode() {
         let entries = vec![entry("i", "12:3", "é:ü"), entry("j", "", ":")];
-        let back = decode_entries(&encode_entries(&entries)).unwrap();
+        let encoded = encode_entries(&entries);
+        let back = decode_entries(&encoded).unwrap();
         let want: Vec<_> = entries
             .iter()
-            .map(|e| (e.index.to_string(), e.pk.clone(), e.sk.clone()))
+            .map(|e| (e.index, e.pk.as_str(), e.sk.as_str()))
             .collect();
         assert_eq!(back, want);
         assert!(decode_entries(b"").unwrap().is_empty());
