@@ -26,6 +26,9 @@ impl Ts {
     /// Parses an RFC 3339 date-time. Extra fractional digits are truncated to milliseconds,
     /// as JavaScript's `Date` does, so that equal instants compare equal.
     pub fn parse(s: &str) -> Option<Ts> {
+        if let Some(t) = Ts::parse_rendered(s.as_bytes()) {
+            return Some(t);
+        }
         DateTime::parse_from_rfc3339(s)
             .ok()
             .map(|d| Ts(d.with_timezone(&Utc).timestamp_millis()))
@@ -47,18 +50,15 @@ impl Ts {
     }
 }
 
-impl fmt::Display for Ts {
-    /// `YYYY-MM-DDTHH:MM:SS.mmmZ`. Every record, status and event renders several, so years
-    /// 0–9999 are rendered by hand (a tenth of chrono's instructions); others through chrono.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Ts {
+    /// `YYYY-MM-DDTHH:MM:SS.mmmZ` for years 0–9999, rendered by hand: every record, status
+    /// and event holds several, and chrono takes ten times the instructions.
+    fn render(self) -> Option<[u8; 24]> {
         let (secs, ms) = (self.0.div_euclid(1000), self.0.rem_euclid(1000));
         let (days, day_secs) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
         let (y, m, d) = civil_from_days(days);
         if !(0..=9999).contains(&y) {
-            return match Utc.timestamp_millis_opt(self.0).single() {
-                Some(d) => f.write_str(&d.to_rfc3339_opts(SecondsFormat::Millis, true)),
-                None => write!(f, "invalid-time({})", self.0),
-            };
+            return None;
         }
         let mut out = *b"0000-00-00T00:00:00.000Z";
         let mut put = |at: usize, width: usize, mut v: i64| {
@@ -74,8 +74,64 @@ impl fmt::Display for Ts {
         put(14, 2, day_secs / 60 % 60);
         put(17, 2, day_secs % 60);
         put(20, 3, ms);
-        f.write_str(std::str::from_utf8(&out).map_err(|_| fmt::Error)?)
+        Some(out)
     }
+
+    /// The inverse of [`Ts::render`]: exactly that form, a valid date and no leap second;
+    /// anything else is left to chrono.
+    fn parse_rendered(s: &[u8]) -> Option<Ts> {
+        if s.len() != 24 || s[4] != b'-' || s[7] != b'-' || s[10] != b'T' {
+            return None;
+        }
+        if s[13] != b':' || s[16] != b':' || s[19] != b'.' || s[23] != b'Z' {
+            return None;
+        }
+        let num = |at: usize, width: usize| {
+            s[at..at + width].iter().try_fold(0i64, |v, c| {
+                c.is_ascii_digit().then(|| v * 10 + i64::from(c - b'0'))
+            })
+        };
+        let (y, m, d) = (num(0, 4)?, num(5, 2)?, num(8, 2)?);
+        let (h, min, sec, ms) = (num(11, 2)?, num(14, 2)?, num(17, 2)?, num(20, 3)?);
+        let leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+        let month_days = match m {
+            2 if leap => 29,
+            2 => 28,
+            4 | 6 | 9 | 11 => 30,
+            1..=12 => 31,
+            _ => return None,
+        };
+        if d < 1 || d > month_days || h > 23 || min > 59 || sec > 59 {
+            return None;
+        }
+        let secs = days_from_civil(y, m, d) * 86_400 + h * 3600 + min * 60 + sec;
+        Some(Ts(secs * 1000 + ms))
+    }
+}
+
+impl fmt::Display for Ts {
+    /// `YYYY-MM-DDTHH:MM:SS.mmmZ` ([`Ts::render`]); years outside 0–9999 through chrono.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.render() {
+            Some(out) => f.write_str(std::str::from_utf8(&out).map_err(|_| fmt::Error)?),
+            None => match Utc.timestamp_millis_opt(self.0).single() {
+                Some(d) => f.write_str(&d.to_rfc3339_opts(SecondsFormat::Millis, true)),
+                None => write!(f, "invalid-time({})", self.0),
+            },
+        }
+    }
+}
+
+/// The count of days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's
+/// `days_from_civil`, the inverse of [`civil_from_days`]).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = if m > 2 { m - 3 } else { m + 9 };
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
 }
 
 /// The proleptic Gregorian (year, month, day) of a count of days since 1970-01-01 (Howard
@@ -99,15 +155,33 @@ impl fmt::Debug for Ts {
 }
 
 impl Serialize for Ts {
+    /// As a string, written whole rather than through the formatter (which a serializer
+    /// escapes piece by piece).
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
+        match self.render() {
+            Some(out) => match std::str::from_utf8(&out) {
+                Ok(text) => s.serialize_str(text),
+                Err(_) => s.collect_str(self),
+            },
+            None => s.collect_str(self),
+        }
     }
 }
 
 impl<'de> Deserialize<'de> for Ts {
+    /// From a string, borrowed where the input allows (no copy of the text).
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        Ts::parse(&s).ok_or_else(|| serde::de::Error::custom(format!("invalid date-time {s:?}")))
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Ts;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an RFC 3339 date-time")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Ts, E> {
+                Ts::parse(s).ok_or_else(|| E::custom(format!("invalid date-time {s:?}")))
+            }
+        }
+        d.deserialize_str(Visitor)
     }
 }
 
@@ -162,6 +236,61 @@ mod tests {
         ] {
             assert_eq!(Some(Ts(t).to_string()), chrono(t), "{t}");
         }
+    }
+
+    /// The hand parser reads what chrono reads, instant for instant, over four centuries,
+    /// and refuses what chrono refuses (leap seconds and other forms go to chrono itself).
+    #[test]
+    fn parses_as_chrono_does() {
+        let chrono = |s: &str| {
+            DateTime::parse_from_rfc3339(s)
+                .ok()
+                .map(|d| d.with_timezone(&Utc).timestamp_millis())
+        };
+        let mut t: i64 = -2_208_988_800_000; // 1900
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        while t < 10_413_792_000_000 {
+            let text = Ts(t).to_string();
+            assert_eq!(Ts::parse_rendered(text.as_bytes()), Some(Ts(t)), "{text}");
+            assert_eq!(chrono(&text), Some(t), "{text}");
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            t += (x % (3 * DAY as u64)) as i64;
+        }
+        for text in [
+            "0000-01-01T00:00:00.000Z",
+            "9999-12-31T23:59:59.999Z",
+            "2000-02-29T12:00:00.000Z",
+            "2100-02-29T12:00:00.000Z",
+            "2026-02-30T00:00:00.000Z",
+            "2026-04-31T00:00:00.000Z",
+            "2026-13-01T00:00:00.000Z",
+            "2026-00-01T00:00:00.000Z",
+            "2026-01-00T00:00:00.000Z",
+            "2026-01-01T24:00:00.000Z",
+            "2026-01-01T23:60:00.000Z",
+            "2026-06-30T23:59:60.000Z",
+            "2026-01-01T00:00:00.00xZ",
+            "2026-01-01 00:00:00.000Z",
+            "+026-01-01T00:00:00.000Z",
+        ] {
+            assert_eq!(Ts::parse(text).map(|t| t.0), chrono(text), "{text}");
+        }
+    }
+
+    /// Serialized and deserialized as JSON strings, through the hand-written paths.
+    #[test]
+    fn round_trips_through_json() {
+        for t in [Ts(0), Ts(1_700_000_000_123), Ts(253_402_300_799_999), Ts(-1)] {
+            let text = serde_json::to_string(&t).unwrap();
+            assert_eq!(text, format!("\"{t}\""));
+            assert_eq!(serde_json::from_str::<Ts>(&text).unwrap(), t);
+            let value = serde_json::to_value(t).unwrap();
+            assert_eq!(serde_json::from_value::<Ts>(value).unwrap(), t);
+        }
+        assert!(serde_json::from_str::<Ts>("\"2026-02-30T00:00:00.000Z\"").is_err());
+        assert!(serde_json::from_str::<Ts>("5").is_err());
     }
 
     #[test]
