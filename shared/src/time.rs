@@ -282,7 +282,12 @@ mod tests {
     /// Serialized and deserialized as JSON strings, through the hand-written paths.
     #[test]
     fn round_trips_through_json() {
-        for t in [Ts(0), Ts(1_700_000_000_123), Ts(253_402_300_799_999), Ts(-1)] {
+        for t in [
+            Ts(0),
+            Ts(1_700_000_000_123),
+            Ts(253_402_300_799_999),
+            Ts(-1),
+        ] {
             let text = serde_json::to_string(&t).unwrap();
             assert_eq!(text, format!("\"{t}\""));
             assert_eq!(serde_json::from_str::<Ts>(&text).unwrap(), t);

@@ -68,12 +68,12 @@ pub enum DrainOutcome {
     Empty,
 }
 
-fn to_event(prefix: &str, e: &OutboxEvent) -> Event {
+fn to_event(prefix: &str, e: &OutboxEvent, payload: serde_json::Value) -> Event {
     Event {
         exchange: crate::routing::exchange_name(prefix, &e.exchange),
         routing_key: e.routing_key.clone(),
         cc: e.cc.clone(),
-        payload: e.payload.clone(),
+        payload,
     }
 }
 
@@ -202,8 +202,11 @@ pub(crate) async fn checked_events(
 ) -> Result<Vec<Event>, StoreError> {
     let mut events = Vec::new();
     for e in outbox.iter().filter(|e| !published.contains(&e.id)) {
-        match crate::schema::check(&format!("{}-message", e.exchange), &e.payload) {
-            Ok(()) => events.push(to_event(prefix, e)),
+        let checked = e.payload.parse().map_err(|err| vec![err.to_string()]);
+        match checked.and_then(|payload| {
+            crate::schema::check(&format!("{}-message", e.exchange), &payload).map(|()| payload)
+        }) {
+            Ok(payload) => events.push(to_event(prefix, e, payload)),
             Err(errors) => keep_dead_letter(store, table, pk, e, errors).await?,
         }
     }
@@ -472,7 +475,7 @@ mod tests {
         assert_eq!(rec.outbox.len(), 2, "task-defined and task-pending");
         let mut bad = rec.outbox[0].clone();
         bad.id = "bad".into();
-        bad.payload = json!({ "version": 2 });
+        bad.payload = crate::records::outbox::Payload::of(&json!({ "version": 2 }));
         rec.outbox.insert(0, bad);
         let item = Item::new(&id, SK_STATUS, serde_json::to_value(&rec).unwrap(), vec![]);
         let version = store

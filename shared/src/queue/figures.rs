@@ -88,8 +88,8 @@ impl Queue {
             let Some(exchange) = Exchange::named(&event.exchange) else {
                 continue;
             };
-            let run = event.payload["runId"]
-                .as_u64()
+            let run = event
+                .run_id
                 .and_then(|id| rec.runs.get(usize::try_from(id).ok()?));
             let Some(run) = run else { continue };
             let reason = run.reason_resolved.map_or("", |r| r.as_str());

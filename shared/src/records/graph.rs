@@ -117,7 +117,10 @@ impl GraphRecord {
                 &self.routing,
             ),
             cc: vec![],
-            payload: json!({ "version": 1, "status": self.status_json() }),
+            payload: super::outbox::Payload::of(
+                &json!({ "version": 1, "status": self.status_json() }),
+            ),
+            run_id: None,
             fresh: true,
         });
     }

@@ -4,7 +4,48 @@
 use crate::store::{Data, IndexEntry};
 use crate::time::Ts;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::Value;
+
+/// A message body as JSON text. It is built once, when its event is, and stored and read
+/// back without being parsed: only publication parses it (to check its schema). A `Value`
+/// here cost every write and read of an outbox a tree of nodes built, copied and dropped.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Payload(Box<RawValue>);
+
+impl Payload {
+    /// The body `body` serializes to. Our bodies always serialize; one that did not would be
+    /// a bug, and its stand-in fails every message schema, so that publication keeps it
+    /// aside as a dead letter and says so.
+    pub fn of<T: Serialize + ?Sized>(body: &T) -> Payload {
+        let raw = serde_json::value::to_raw_value(body).or_else(|e| {
+            tracing::error!(error = %e, "BUG: an event body does not serialize");
+            serde_json::value::to_raw_value(&serde_json::json!({ "unserializable": e.to_string() }))
+        });
+        match raw {
+            Ok(raw) => Payload(raw),
+            // A string map always serializes.
+            Err(_) => Payload(RawValue::NULL.to_owned()),
+        }
+    }
+
+    /// The body as a `Value`.
+    pub fn parse(&self) -> serde_json::Result<Value> {
+        serde_json::from_str(self.0.get())
+    }
+
+    /// The JSON text.
+    pub fn text(&self) -> &str {
+        self.0.get()
+    }
+}
+
+impl PartialEq for Payload {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.get() == other.0.get()
+    }
+}
 
 /// An event waiting in a record's outbox.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -19,7 +60,11 @@ pub struct OutboxEvent {
     /// CC routing keys (`route.<r>`).
     pub cc: Vec<String>,
     /// The message body.
-    pub payload: Value,
+    pub payload: Payload,
+    /// The run the event is about, for an event added since its record was read (never
+    /// stored: counting a write's resolutions reads it without parsing the body).
+    #[serde(skip)]
+    pub run_id: Option<u32>,
     /// True for an event added since its record was read (never stored): the next write of a
     /// record whose events the stream delivers keeps only these (see
     /// [`crate::records::task::TaskRecord::sweep`]).

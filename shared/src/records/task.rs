@@ -33,7 +33,7 @@ use crate::store::shard::{shard_of, shard_pk, time_key};
 use crate::store::IndexEntry;
 use crate::time::Ts;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 /// Tasks: definitions and statuses (and the dependency edges of [`super::edge`]).
 pub const TASKS: &str = "tasks";
@@ -460,6 +460,54 @@ pub struct TaskRecord {
     pub unknown: super::Unknown,
 }
 
+/// The task status structure of a record, serialized straight from it (an event's body or
+/// an answer built as text needs no `Value` of it).
+pub struct Status<'a>(pub &'a TaskRecord);
+
+impl Serialize for Status<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let r = self.0;
+        let (p, w) = r.provisioner_and_worker_type();
+        let mut m = s.serialize_struct("TaskStatus", 13)?;
+        m.serialize_field("taskId", &r.task_id)?;
+        m.serialize_field("provisionerId", p)?;
+        m.serialize_field("workerType", w)?;
+        m.serialize_field("taskQueueId", &r.task_queue_id)?;
+        m.serialize_field("schedulerId", &r.scheduler_id)?;
+        m.serialize_field("projectId", &r.project_id)?;
+        m.serialize_field("taskGroupId", &r.task_group_id)?;
+        m.serialize_field("priority", r.priority.as_str())?;
+        m.serialize_field("deadline", &r.deadline)?;
+        m.serialize_field("expires", &r.expires)?;
+        m.serialize_field("retriesLeft", &r.retries_left)?;
+        m.serialize_field("state", r.state())?;
+        m.serialize_field("runs", &PublicRuns(&r.runs))?;
+        m.end()
+    }
+}
+
+/// The runs as the status structure shows them: without attributes this build does not
+/// know (a newer build's, kept only to be written back).
+struct PublicRuns<'a>(&'a [Run]);
+
+impl Serialize for PublicRuns<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = s.serialize_seq(Some(self.0.len()))?;
+        for run in self.0 {
+            if run.unknown.is_empty() {
+                seq.serialize_element(run)?;
+            } else {
+                let mut known = run.clone();
+                known.unknown.clear();
+                seq.serialize_element(&known)?;
+            }
+        }
+        seq.end()
+    }
+}
+
 /// What a claim hands to the worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClaimOutcome {
@@ -494,38 +542,10 @@ impl TaskRecord {
 
     /// The task status structure.
     pub fn status_json(&self) -> Value {
-        let (p, w) = self.provisioner_and_worker_type();
-        json!({
-            "taskId": self.task_id,
-            "provisionerId": p,
-            "workerType": w,
-            "taskQueueId": self.task_queue_id,
-            "schedulerId": self.scheduler_id,
-            "projectId": self.project_id,
-            "taskGroupId": self.task_group_id,
-            "priority": self.priority.as_str(),
-            "deadline": self.deadline,
-            "expires": self.expires,
-            "retriesLeft": self.retries_left,
-            "state": self.state(),
-            "runs": self.public_runs(),
+        serde_json::to_value(Status(self)).unwrap_or_else(|e| {
+            tracing::error!(task_id = %self.task_id, error = %e, "BUG: a status does not serialize");
+            Value::Null
         })
-    }
-
-    /// The runs as the status structure shows them: without attributes this build does not
-    /// know (a newer build's, kept only to be written back).
-    fn public_runs(&self) -> Value {
-        let mut runs = json!(self.runs);
-        if let Some(list) = runs.as_array_mut() {
-            for (v, run) in list.iter_mut().zip(&self.runs) {
-                if let Some(o) = v.as_object_mut() {
-                    for k in run.unknown.keys() {
-                        o.remove(k);
-                    }
-                }
-            }
-        }
-        runs
     }
 
     /// Where the last run sorts in the pending index while pending.

@@ -2,15 +2,33 @@
 //! appends the events it causes to the record's outbox, so that the state change and its
 //! events are stored in one conditional write.
 
-use super::outbox::OutboxEvent;
+use super::outbox::{OutboxEvent, Payload};
 use super::task::{
-    ClaimOutcome, Priority, ReasonCreated, ReasonResolved, Run, RunState, TaskRecord, MAX_RUNS,
+    ClaimOutcome, Priority, ReasonCreated, ReasonResolved, Run, RunState, Status, TaskRecord,
+    MAX_RUNS,
 };
 use crate::error::{ApiError, ApiResult};
 use crate::ids::new_slugid;
 use crate::routing::{route_ccs, task_routing_key, Exchange, TaskKey};
 use crate::time::Ts;
 use serde_json::{json, Map, Value};
+
+/// The body of a task's message: its status, the run and worker it concerns, and what the
+/// exchange adds (`task.tags`, a resolution's details), serialized straight to text.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct TaskMessage<'a> {
+    version: u32,
+    status: Status<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    run_id: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    worker_group: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    worker_id: Option<&'a str>,
+    #[serde(flatten)]
+    extra: &'a Map<String, Value>,
+}
 
 impl TaskRecord {
     /// After a change: a task that is now resolved has dependents to look at.
@@ -63,7 +81,8 @@ impl TaskRecord {
             exchange: exchange.name().to_string(),
             routing_key,
             cc: vec![],
-            payload: Value::Object(body),
+            payload: Payload::of(&body),
+            run_id: None,
             fresh: true,
         });
     }
@@ -93,24 +112,23 @@ impl TaskRecord {
             scheduler_id: &self.scheduler_id,
             task_group_id: &self.task_group_id,
         });
-        let mut payload = Map::new();
-        payload.insert("version".into(), json!(1));
-        payload.insert("status".into(), self.status_json());
-        if let Some(r) = run {
-            payload.insert("runId".into(), json!(r.run_id));
-        }
-        if let (Some(g), Some(i)) = (worker_group, worker_id) {
-            payload.insert("workerGroup".into(), json!(g));
-            payload.insert("workerId".into(), json!(i));
-        }
-        payload.extend(extra);
+        let worker = worker_group.as_deref().zip(worker_id.as_deref());
+        let payload = Payload::of(&TaskMessage {
+            version: 1,
+            status: Status(self),
+            run_id: run.map(|r| r.run_id),
+            worker_group: worker.map(|(g, _)| g),
+            worker_id: worker.map(|(_, i)| i),
+            extra: &extra,
+        });
         let event = OutboxEvent {
             unknown: Default::default(),
             id: new_slugid(),
             exchange: exchange.name().to_string(),
             routing_key,
             cc: route_ccs(&self.routes),
-            payload: Value::Object(payload),
+            payload,
+            run_id: run.map(|r| r.run_id),
             fresh: true,
         };
         self.outbox.push(event);
