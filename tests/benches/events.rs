@@ -52,6 +52,7 @@ fn sample_event(prefix: &str, i: usize) -> Event {
         routing_key: format!("primary.{id}.0._._.bench-prov.bench-wt.-.{id}._"),
         cc: vec!["route.index.bench".into(), "route.notify.by-email".into()],
         payload,
+        text: None,
     }
 }
 

@@ -406,6 +406,7 @@ pub async fn record(
             routing_key: d.routing_key.to_string(),
             cc,
             payload: serde_json::from_slice(&d.data).unwrap_or(Value::Null),
+            text: None,
         };
         let _ = sink.publish(&[event]).await;
         let _ = d.acker.ack(BasicAckOptions::default()).await;

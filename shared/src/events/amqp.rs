@@ -278,7 +278,7 @@ impl AmqpSink {
     async fn publish_on(channel: &Channel, events: &[Event]) -> Result<(), String> {
         let mut confirms = Vec::with_capacity(events.len());
         for e in events {
-            let body = serde_json::to_vec(&e.payload).map_err(|e| e.to_string())?;
+            let body = e.body().map_err(|e| e.to_string())?;
             let mut props = BasicProperties::default()
                 .with_delivery_mode(PERSISTENT)
                 .with_content_type(ShortString::from("application/json"))

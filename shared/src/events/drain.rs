@@ -74,6 +74,7 @@ fn to_event(prefix: &str, e: &OutboxEvent, payload: serde_json::Value) -> Event 
         routing_key: e.routing_key.clone(),
         cc: e.cc.clone(),
         payload,
+        text: Some(e.payload.text().to_string()),
     }
 }
 

@@ -75,5 +75,6 @@ pub fn legacy_event(e: &Event, prefix: &str, scheduler_id: &str) -> Option<Event
         routing_key: legacy_routing_key(&key, routing),
         cc: e.cc.clone(),
         payload: body,
+        text: None,
     })
 }

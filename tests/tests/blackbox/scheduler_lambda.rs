@@ -623,6 +623,7 @@ async fn the_publisher_function_declares_the_consumer_queue_first() {
             tq.replace('/', ".")
         ),
         payload: json!({ "status": { "taskId": id } }),
+        text: None,
         cc: vec![],
     };
     shared::events::EventSink::publish(&sink, &[event])
