@@ -16,17 +16,15 @@ pub struct Payload(Box<RawValue>);
 
 impl Payload {
     /// The body `body` serializes to. Our bodies always serialize; one that did not would be
-    /// a bug, and its stand-in fails every message schema, so that publication keeps it
-    /// aside as a dead letter and says so.
+    /// a bug: it is logged, and its stand-in (`null`) fails every message schema, so that
+    /// publication keeps it aside as a dead letter.
     pub fn of<T: Serialize + ?Sized>(body: &T) -> Payload {
-        let raw = serde_json::value::to_raw_value(body).or_else(|e| {
-            tracing::error!(error = %e, "BUG: an event body does not serialize");
-            serde_json::value::to_raw_value(&serde_json::json!({ "unserializable": e.to_string() }))
-        });
-        match raw {
+        match serde_json::value::to_raw_value(body) {
             Ok(raw) => Payload(raw),
-            // A string map always serializes.
-            Err(_) => Payload(RawValue::NULL.to_owned()),
+            Err(e) => {
+                tracing::error!(error = %e, "BUG: an event body does not serialize");
+                Payload(RawValue::NULL.to_owned())
+            }
         }
     }
 
