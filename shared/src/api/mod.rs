@@ -471,7 +471,7 @@ fn parse_body(endpoint: &Endpoint, req: &ApiRequest) -> Result<Value, ApiError> 
             "The request body must be sent as Content-Type: application/json",
         ));
     }
-    let v: Value = serde_json::from_slice(&req.body).map_err(|e| {
+    let v: Value = crate::json::from_bytes(&req.body).map_err(|e| {
         ApiError::new(
             ErrorCode::MalformedPayload,
             format!("The request body is not valid JSON: {e}"),

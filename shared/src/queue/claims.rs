@@ -589,7 +589,7 @@ fn decode_hint(hint: &[u8]) -> Option<(TaskRecord, u64)> {
         v: u64,
         d: TaskRecord,
     }
-    let In { v, d } = serde_json::from_slice(hint).ok()?;
+    let In { v, d } = crate::json::from_bytes(hint).ok()?;
     Some((d, v))
 }
 

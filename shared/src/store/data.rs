@@ -21,7 +21,7 @@ pub struct Data {
 /// Parses stored text; text that is not JSON reads as `Null` (typed decoding reports it).
 fn parse(bytes: Option<&[u8]>) -> Value {
     bytes.map_or(Value::Null, |b| {
-        serde_json::from_slice(b).unwrap_or_else(|e| {
+        crate::json::from_bytes(b).unwrap_or_else(|e| {
             tracing::error!(error = %e, "stored item data is not JSON");
             Value::Null
         })
@@ -46,7 +46,7 @@ impl Data {
     /// Decodes a typed record, from the JSON text if it is at hand.
     pub fn decode<T: DeserializeOwned>(&self) -> serde_json::Result<T> {
         match &self.bytes {
-            Some(bytes) => serde_json::from_slice(bytes),
+            Some(bytes) => crate::json::from_bytes(bytes),
             None => T::deserialize(self.value()),
         }
     }

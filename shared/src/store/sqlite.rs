@@ -296,29 +296,28 @@ fn encode_entries(entries: &[IndexEntry]) -> Vec<u8> {
 }
 
 /// The entries [`encode_entries`] wrote, as (index, partition key, sort key), borrowed.
-fn decode_entries(mut bytes: &[u8]) -> Result<Vec<(&str, &str, &str)>, StoreError> {
+fn decode_entries(bytes: &[u8]) -> Result<Vec<(&str, &str, &str)>, StoreError> {
+    // One UTF-8 check for the whole list, not one per part.
+    let mut text = std::str::from_utf8(bytes).map_err(|_| corrupt())?;
     let mut out = Vec::new();
-    while !bytes.is_empty() {
-        out.push((part(&mut bytes)?, part(&mut bytes)?, part(&mut bytes)?));
+    while !text.is_empty() {
+        out.push((part(&mut text)?, part(&mut text)?, part(&mut text)?));
     }
     Ok(out)
 }
 
-/// Takes one `<byte length>:<bytes>` from the front of `bytes`.
-fn part<'a>(bytes: &mut &'a [u8]) -> Result<&'a str, StoreError> {
-    let corrupt = || other("an item's stored index entries are corrupt");
-    let colon = bytes.iter().position(|&b| b == b':').ok_or_else(corrupt)?;
-    let len: usize = std::str::from_utf8(&bytes[..colon])
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .ok_or_else(corrupt)?;
-    let end = (colon + 1)
-        .checked_add(len)
-        .filter(|&e| e <= bytes.len())
-        .ok_or_else(corrupt)?;
-    let text = std::str::from_utf8(&bytes[colon + 1..end]).map_err(|_| corrupt())?;
-    *bytes = &bytes[end..];
-    Ok(text)
+fn corrupt() -> StoreError {
+    other("an item's stored index entries are corrupt")
+}
+
+/// Takes one `<byte length>:<bytes>` from the front of `text`.
+fn part<'a>(text: &mut &'a str) -> Result<&'a str, StoreError> {
+    let (len, rest) = text.split_once(':').ok_or_else(corrupt)?;
+    let len: usize = len.parse().map_err(|_| corrupt())?;
+    // `get` refuses a length that ends outside the text or inside a character.
+    let part = rest.get(..len).ok_or_else(corrupt)?;
+    *text = &rest[len..];
+    Ok(part)
 }
 
 /// An item as it stands before a write: its version and index entries.
@@ -817,6 +816,10 @@ mod tests {
         assert!(decode_entries(b"").unwrap().is_empty());
         assert!(decode_entries(b"5:ab").is_err());
         assert!(decode_entries(b"1:a1:b").is_err());
+        // A length that ends inside a character, one that is not a number, bytes not UTF-8.
+        assert!(decode_entries("1:é1:a1:b".as_bytes()).is_err());
+        assert!(decode_entries(b"x:a1:a1:b").is_err());
+        assert!(decode_entries(b"1:\xff1:a1:b").is_err());
     }
 
     /// A database from before items kept their entries opens migrated: its entries still

@@ -688,7 +688,7 @@ impl Wire {
                 Ok(bytes) => {
                     // A retried request that succeeds gives its quota back.
                     self.quota.fetch_add(taken, Ordering::Relaxed);
-                    return serde_json::from_slice(&bytes)
+                    return crate::json::from_bytes(&bytes)
                         .map_err(|e| WireError::Transport(format!("{operation}'s answer: {e}")));
                 }
                 Err(Attempt::Final(e)) => return Err(e),
