@@ -389,7 +389,7 @@ async fn store_file(
 /// object stored before headers were kept (`.ct`).
 async fn read_meta(file: &std::path::Path) -> std::collections::BTreeMap<String, String> {
     if let Ok(bytes) = tokio::fs::read(file.with_extension("meta")).await {
-        if let Ok(m) = serde_json::from_slice(&bytes) {
+        if let Ok(m) = crate::json::from_bytes(&bytes) {
             return m;
         }
     }

@@ -93,7 +93,7 @@ pub fn decode_token(t: &str) -> ApiResult<Cursor> {
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(t)
         .map_err(|_| bad())?;
-    let v: Vec<String> = serde_json::from_slice(&bytes).map_err(|_| bad())?;
+    let v: Vec<String> = crate::json::from_bytes(&bytes).map_err(|_| bad())?;
     match <[String; 3]>::try_from(v) {
         Ok([a, b, c]) => Ok((a, b, c)),
         Err(_) => Err(bad()),

@@ -233,7 +233,7 @@ impl Api {
                 // Not echoed when the body itself was too large: the answer must stay small
                 // (a Lambda response is at most 6 MB).
                 let payload = (seen.body_parsed && e.code != ErrorCode::InputTooLarge)
-                    .then(|| serde_json::from_slice::<Value>(&req.body).ok())
+                    .then(|| crate::json::from_bytes::<Value>(&req.body).ok())
                     .flatten()
                     .unwrap_or_else(|| json!({}));
                 let info = json!({ "method": seen.method, "params": seen.params, "payload": payload, "time": now });

@@ -164,7 +164,7 @@ fn parse_ext(ext: Option<&str>) -> Result<Ext, String> {
         });
     };
     let bytes = hawk::decode_any_base64(ext).ok_or("ext is not valid base64")?;
-    let v: Value = serde_json::from_slice(&bytes).map_err(|_| "ext is not valid JSON")?;
+    let v: Value = crate::json::from_bytes(&bytes).map_err(|_| "ext is not valid JSON")?;
     let o = v.as_object().ok_or("ext must be a JSON object")?;
     let certificate = match o.get("certificate") {
         None | Some(Value::Null) => None,

@@ -407,7 +407,7 @@ fn mq_messages(event: &serde_json::Value) -> Result<Vec<MqMessage<'_>>, JobError
                         .map_err(|e| format!("not base64: {e}"))
                 })
                 .and_then(|b| {
-                    serde_json::from_slice::<serde_json::Value>(&b)
+                    crate::json::from_bytes::<serde_json::Value>(&b)
                         .map_err(|e| format!("not JSON: {e}"))
                 });
             out.push(MqMessage {

@@ -579,7 +579,9 @@ fn hint_task_id(hint: &[u8]) -> Option<String> {
     struct In {
         d: Task,
     }
-    serde_json::from_slice::<In>(hint).ok().map(|i| i.d.task_id)
+    crate::json::from_bytes::<In>(hint)
+        .ok()
+        .map(|i| i.d.task_id)
 }
 
 /// The record and version a hint carries; `None` for one this build cannot read.

@@ -793,7 +793,7 @@ impl Wire {
         if status.is_success() {
             return Ok(bytes);
         }
-        let parsed: Option<ErrorBody> = serde_json::from_slice(&bytes).ok();
+        let parsed: Option<ErrorBody> = crate::json::from_bytes(&bytes).ok();
         let err = match parsed {
             Some(b) => WireError::Service {
                 code: b.kind.rsplit('#').next().unwrap_or_default().to_string(),
