@@ -3,11 +3,12 @@
 //! emulator, over LocalStack and RabbitMQ) serves life cycles of the official Rust client one
 //! at a time (createTask → claimWork → reportCompleted, events on), so each function keeps one
 //! warm instance. After `BENCH_WARMUP` life cycles (default 30), the CPU of every function's
-//! processes (user and system, from /proc) and its invocations are read, `BENCH_LIFECYCLES`
-//! more run (default 200), and they are read again once every instance is idle: the table
-//! gives each function's CPU per invocation and per life cycle over the measured ones, warm
-//! only (a function that started an instance meanwhile is marked). The stream functions'
-//! invocations each take a batch of records; the publisher's CPU is also given per event.
+//! processes (user and system, from each one's CPU clock, in ns) and its invocations are read,
+//! `BENCH_LIFECYCLES` more run (default 200), and they are read again once every instance is
+//! idle: the table gives each function's CPU per invocation and per life cycle over the
+//! measured ones, warm only (a function that started an instance meanwhile is marked). The
+//! stream functions' invocations each take a batch of records; the publisher's CPU is also
+//! given per event.
 //! A second table models each function's billed duration and price at 128–1024 MB from its
 //! CPU and its wait (see `billed_by_memory`). Last, `BENCH_LIFECYCLES` pings give the floor
 //! under every endpoint: the CPU of an invocation that checks no credentials and reads nothing.
@@ -127,7 +128,7 @@ async fn main() {
             String::new()
         };
         println!(
-            "| {id}{mark} | {} | {} | {:.2} | {:.2} | {:.3} |",
+            "| {id}{mark} | {} | {} | {:.2} | {:.3} | {:.3} |",
             a.memory_mb,
             w.calls,
             w.calls as f64 / n as f64,
@@ -145,7 +146,7 @@ async fn main() {
     for (id, _, w) in windows(&after, &pinged) {
         if w.cold == 0 {
             println!(
-                "\nfloor: {id}, {} pings (no credentials, no store request): {:.2} ms of CPU per invocation",
+                "\nfloor: {id}, {} pings (no credentials, no store request): {:.3} ms of CPU per invocation",
                 w.calls,
                 w.cpu_ms / w.calls as f64
             );

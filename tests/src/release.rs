@@ -64,11 +64,31 @@ impl Drop for ReleaseServer {
     }
 }
 
-/// CPU time (user + system) a process has used, from `/proc/<pid>/stat`; `None` where there
-/// is no procfs.
+/// CPU time (user + system) a process has used, every thread it ever ran included; `None`
+/// where there is no such process. Read from the process's CPU clock, in nanoseconds, where
+/// the kernel gives it (Linux does for any process): `/proc/<pid>/stat` counts in 10 ms
+/// ticks, ±0.05 ms over 200 calls, too coarse to tell a 5 % change in a 1.5 ms invocation.
 pub fn cpu_time(pid: &str) -> Option<Duration> {
-    let f = stat_fields(pid)?;
-    Some(ticks(f.get(11)? + f.get(12)?))
+    cpu_clock(pid).or_else(|| {
+        let f = stat_fields(pid)?;
+        Some(ticks(f.get(11)? + f.get(12)?))
+    })
+}
+
+/// The process's CPU clock (`clock_getcpuclockid`): the scheduler's own running total,
+/// threads that have ended included.
+fn cpu_clock(pid: &str) -> Option<Duration> {
+    let pid: libc::pid_t = if pid == "self" { 0 } else { pid.parse().ok()? };
+    let mut clock: libc::clockid_t = 0;
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: both calls only write the out-parameters passed, which live on this stack.
+    let ok = unsafe {
+        libc::clock_getcpuclockid(pid, &mut clock) == 0 && libc::clock_gettime(clock, &mut ts) == 0
+    };
+    ok.then(|| Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
 }
 
 /// The numeric fields of `/proc/<pid>/stat` after the command (which may hold spaces):

@@ -24,8 +24,8 @@ use crate::error::{ApiError, ApiResult};
 use crate::ids::TaskQueueId;
 use crate::page::{decode_token, page_by_key, PageReq, MAX_PAGE};
 use crate::records::worker::{
-    expiry_after, pk_workers, sk_worker, TaskQueueRecord, TaskRun, WorkerRecord, PK_TASK_QUEUES,
-    TABLE, TASK_QUEUE_LIFETIME_MS, WORKER_EXPIRY, WORKER_LIFETIME_MS,
+    expiry_after, pk_workers, sk_worker, TaskQueueRecord, TaskRun, WorkerRecord, WorkerSighting,
+    PK_TASK_QUEUES, TABLE, TASK_QUEUE_LIFETIME_MS, WORKER_EXPIRY, WORKER_LIFETIME_MS,
 };
 use crate::store::{Cond, Item, SkRange, WriteOp};
 use crate::time::{Budget, Ts};
@@ -86,6 +86,17 @@ impl Queue {
         Ok(item.and_then(|i| WorkerRecord::from_item(&i).map(|r| (r, i.version))))
     }
 
+    /// What a claim reads of a worker's record (strongly read or not); `None` if never seen.
+    async fn read_sighting(
+        &self,
+        key: WorkerKey<'_>,
+        strong: bool,
+    ) -> ApiResult<Option<WorkerSighting>> {
+        let (pk, sk) = (pk_workers(key.0), sk_worker(key.1, key.2));
+        let item = self.store.get_as(TABLE, &pk, &sk, strong).await?;
+        Ok(item.and_then(|i| WorkerSighting::from_item(&i)))
+    }
+
     /// A task queue's record, if seen and not expired at `now`.
     pub async fn task_queue(
         &self,
@@ -97,8 +108,8 @@ impl Queue {
     }
 
     /// Records that `worker` (if any) was seen on `task_queue_id` at `now`, having claimed
-    /// `runs` (see the module's notes). `read`: the worker's record as the caller just read
-    /// it, which spares a read. A record this sighting makes due (never written by this
+    /// `runs` (see the module's notes). `read`: what the caller just read of the worker's
+    /// record, which spares a read. A record this sighting makes due (never written by this
     /// process, or not for the throttle's time) is written before this returns, as upstream's
     /// claims await theirs. `defer`: the runs held for `recentTasks` are not written now even
     /// when their batch is due; [`Queue::flush_seen`] writes them (a claim that hands out
@@ -108,7 +119,7 @@ impl Queue {
         task_queue_id: &str,
         worker: Option<(&str, &str)>,
         runs: &[TaskRun],
-        read: Option<Option<(WorkerRecord, u64)>>,
+        read: Option<Option<WorkerSighting>>,
         now: Ts,
         defer: bool,
     ) {
@@ -139,7 +150,7 @@ impl Queue {
         &self,
         key: WorkerKey<'_>,
         runs: &[TaskRun],
-        read: Option<Option<(WorkerRecord, u64)>>,
+        read: Option<Option<WorkerSighting>>,
         now: Ts,
         defer: bool,
     ) {
@@ -149,7 +160,7 @@ impl Queue {
         // is due, so that many processes sharing the workers do not each write them.
         let read = match read {
             Some(r) => Some(r),
-            None if self.memo_written(&mkey).is_none() => self.read_worker(key, false).await.ok(),
+            None if self.memo_written(&mkey).is_none() => self.read_sighting(key, false).await.ok(),
             None => None,
         };
         let (stale, due) = {
@@ -161,7 +172,7 @@ impl Queue {
             if m.written.is_none() {
                 m.written = read
                     .flatten()
-                    .map(|(r, _)| r.last_date_active)
+                    .map(|r| r.last_date_active)
                     .filter(|t| now.millis() - t.millis() < throttle);
             }
             if m.waiting.is_empty() {
@@ -303,15 +314,20 @@ impl Queue {
         mut change: impl FnMut(Option<WorkerRecord>) -> Option<WorkerRecord>,
     ) -> ApiResult<Option<WorkerRecord>> {
         let (pk, sk) = (pk_workers(key.0), sk_worker(key.1, key.2));
+        // The record last put, kept rather than decoded back from its item.
+        let mut put = None;
         let item = self
             .read_modify_write((&pk, &sk), "worker", |old| {
                 if old.is_none() && !create {
                     return None;
                 }
-                change(old.and_then(WorkerRecord::from_item)).map(|r| r.to_item())
+                let new = change(old.and_then(WorkerRecord::from_item))?;
+                let item = new.to_item();
+                put = Some(new);
+                Some(item)
             })
             .await?;
-        Ok(item.as_ref().and_then(WorkerRecord::from_item))
+        Ok(item.and(put))
     }
 
     /// Records a task queue as seen at `now`, expiring no earlier than `expires`.
@@ -331,7 +347,7 @@ impl Queue {
         Ok(())
     }
 
-    /// True if the worker is quarantined at `now`, with the record read to decide, which
+    /// True if the worker is quarantined at `now`, with what was read to decide, which
     /// [`Queue::record_seen`] can reuse. The read is strongly consistent (1 read unit rather
     /// than 0.5): an eventually consistent one can miss a quarantine written moments ago and
     /// hand the worker a task (seen with 1 s of index lag, `TCQ_INDEX_LAG_MS`).
@@ -339,9 +355,9 @@ impl Queue {
         &self,
         key: WorkerKey<'_>,
         now: Ts,
-    ) -> ApiResult<(bool, Option<(WorkerRecord, u64)>)> {
-        let read = self.read_worker(key, true).await?;
-        let q = read.as_ref().is_some_and(|(r, _)| r.quarantined(now));
+    ) -> ApiResult<(bool, Option<WorkerSighting>)> {
+        let read = self.read_sighting(key, true).await?;
+        let q = read.is_some_and(|r| r.quarantined(now));
         Ok((q, read))
     }
 

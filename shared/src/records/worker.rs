@@ -181,6 +181,32 @@ pub struct WorkerRecord {
     pub unknown: super::Unknown,
 }
 
+/// What a claim reads of a worker's record: whether it is quarantined and when it was last
+/// recorded. Decoding only these skips the rest (its `recentTasks` above all), which a claim
+/// never uses: the whole record, with its unknown attributes kept, costs a warm claimWork
+/// more than its quarantine check.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerSighting {
+    /// When it was last recorded as seen.
+    pub last_date_active: Ts,
+    /// Until when it is quarantined (set once it ever was).
+    #[serde(default)]
+    pub quarantine_until: Option<Ts>,
+}
+
+impl WorkerSighting {
+    /// Decodes a stored worker item.
+    pub fn from_item(item: &Item) -> Option<Self> {
+        item.data.decode().ok()
+    }
+
+    /// True while quarantined at `now` (as [`WorkerRecord::quarantined`]).
+    pub fn quarantined(&self, now: Ts) -> bool {
+        self.quarantine_until.is_some_and(|q| q > now)
+    }
+}
+
 impl WorkerRecord {
     /// Decodes a stored item.
     pub fn from_item(item: &Item) -> Option<Self> {
@@ -235,7 +261,15 @@ impl WorkerRecord {
 
     /// True while quarantined at `now`.
     pub fn quarantined(&self, now: Ts) -> bool {
-        self.quarantine_until.is_some_and(|q| q > now)
+        self.sighting().quarantined(now)
+    }
+
+    /// What a claim reads of it.
+    pub fn sighting(&self) -> WorkerSighting {
+        WorkerSighting {
+            last_date_active: self.last_date_active,
+            quarantine_until: self.quarantine_until,
+        }
     }
 
     /// True if reads at `now` no longer show it: expired and not quarantined.
