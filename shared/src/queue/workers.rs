@@ -62,6 +62,18 @@ struct WorkerMemo {
     written: Option<Ts>,
     waiting: Vec<TaskRun>,
     waiting_since: Ts,
+    /// The item as a claim that held runs here last read it: the write of those runs starts
+    /// from it, conditioned on its version, instead of reading it again (a changed item
+    /// fails the condition and is read).
+    read: Option<Item>,
+}
+
+/// A worker's record as a claim read it: what the claim needs of it, and the item, which the
+/// write of the runs it claims can start from (see [`Queue::record_seen`]).
+pub struct WorkerRead {
+    /// Whether it is quarantined, and when it was last recorded.
+    pub sighting: WorkerSighting,
+    item: Item,
 }
 
 /// A worker: `(taskQueueId, workerGroup, workerId)`.
@@ -91,10 +103,13 @@ impl Queue {
         &self,
         key: WorkerKey<'_>,
         strong: bool,
-    ) -> ApiResult<Option<WorkerSighting>> {
+    ) -> ApiResult<Option<WorkerRead>> {
         let (pk, sk) = (pk_workers(key.0), sk_worker(key.1, key.2));
         let item = self.store.get_as(TABLE, &pk, &sk, strong).await?;
-        Ok(item.and_then(|i| WorkerSighting::from_item(&i)))
+        Ok(item.and_then(|item| {
+            let sighting = WorkerSighting::from_item(&item)?;
+            Some(WorkerRead { sighting, item })
+        }))
     }
 
     /// A task queue's record, if seen and not expired at `now`.
@@ -119,7 +134,7 @@ impl Queue {
         task_queue_id: &str,
         worker: Option<(&str, &str)>,
         runs: &[TaskRun],
-        read: Option<Option<WorkerSighting>>,
+        read: Option<Option<WorkerRead>>,
         now: Ts,
         defer: bool,
     ) {
@@ -150,7 +165,7 @@ impl Queue {
         &self,
         key: WorkerKey<'_>,
         runs: &[TaskRun],
-        read: Option<Option<WorkerSighting>>,
+        read: Option<Option<WorkerRead>>,
         now: Ts,
         defer: bool,
     ) {
@@ -159,8 +174,10 @@ impl Queue {
         // A process that has not written this worker learns from the record whether a write
         // is due, so that many processes sharing the workers do not each write them.
         let read = match read {
-            Some(r) => Some(r),
-            None if self.memo_written(&mkey).is_none() => self.read_sighting(key, false).await.ok(),
+            Some(r) => r,
+            None if self.memo_written(&mkey).is_none() => {
+                self.read_sighting(key, false).await.ok().flatten()
+            }
             None => None,
         };
         let (stale, due) = {
@@ -171,14 +188,17 @@ impl Queue {
             let m = memo.workers.entry(mkey.clone()).or_default();
             if m.written.is_none() {
                 m.written = read
-                    .flatten()
-                    .map(|r| r.last_date_active)
+                    .as_ref()
+                    .map(|r| r.sighting.last_date_active)
                     .filter(|t| now.millis() - t.millis() < throttle);
             }
             if m.waiting.is_empty() {
                 m.waiting_since = now;
             }
             m.waiting.extend(runs.iter().cloned());
+            if let (false, Some(r)) = (m.waiting.is_empty(), read) {
+                m.read = Some(r.item);
+            }
             (self.worker_stale(m, now), self.worker_write_due(m, now))
         };
         if stale || due && !defer {
@@ -245,16 +265,16 @@ impl Queue {
     /// Writes a worker as seen at `now` with the runs the memo holds; on failure they stay
     /// held for the next try.
     async fn write_worker_seen(&self, key: WorkerKey<'_>, mkey: &MemoKey, now: Ts) {
-        let runs = {
+        let (runs, read) = {
             let mut memo = self.seen.lock().unwrap_or_else(|p| p.into_inner());
             memo.workers
                 .get_mut(mkey)
-                .map(|m| std::mem::take(&mut m.waiting))
+                .map(|m| (std::mem::take(&mut m.waiting), m.read.take()))
                 .unwrap_or_default()
         };
         let expires = expiry_after(now, WORKER_LIFETIME_MS);
         let out = self
-            .update_worker(key, true, |old| {
+            .update_worker(key, true, read, |old| {
                 Some(WorkerRecord::seen(old, key, expires, &runs, now))
             })
             .await;
@@ -273,15 +293,20 @@ impl Queue {
 
     /// Read-modify-write of one metadata item, retried on a concurrent change: `change` gets
     /// the stored item (if any) and returns the one to put, or `None` to leave it (the result
-    /// is then `None`). `what` names it in the 409 when it keeps changing.
+    /// is then `None`). `what` names it in the 409 when it keeps changing. `read`: the item
+    /// as recently read, which the first attempt starts from instead of reading it.
     async fn read_modify_write(
         &self,
         (pk, sk): (&str, &str),
         what: &str,
+        mut read: Option<Item>,
         mut change: impl FnMut(Option<&Item>) -> Option<Item>,
     ) -> ApiResult<Option<Item>> {
         for attempt in 0..ATTEMPTS {
-            let old = self.store.get(TABLE, pk, sk).await?;
+            let old = match read.take() {
+                Some(item) => Some(item),
+                None => self.store.get(TABLE, pk, sk).await?,
+            };
             let cond = old
                 .as_ref()
                 .map_or(Cond::NotExists, |i| Cond::Version(i.version));
@@ -306,18 +331,19 @@ impl Queue {
 
     /// Read-modify-write of a worker's record: `change` gets the current record (if any) and
     /// returns the new one, or `None` to leave it (the result is then `None`). `create`:
-    /// whether a missing worker may be created.
+    /// whether a missing worker may be created; `read`: its item as recently read, if any.
     async fn update_worker(
         &self,
         key: WorkerKey<'_>,
         create: bool,
+        read: Option<Item>,
         mut change: impl FnMut(Option<WorkerRecord>) -> Option<WorkerRecord>,
     ) -> ApiResult<Option<WorkerRecord>> {
         let (pk, sk) = (pk_workers(key.0), sk_worker(key.1, key.2));
         // The record last put, kept rather than decoded back from its item.
         let mut put = None;
         let item = self
-            .read_modify_write((&pk, &sk), "worker", |old| {
+            .read_modify_write((&pk, &sk), "worker", read, |old| {
                 if old.is_none() && !create {
                     return None;
                 }
@@ -333,7 +359,7 @@ impl Queue {
     /// Records a task queue as seen at `now`, expiring no earlier than `expires`.
     async fn task_queue_seen(&self, task_queue_id: &str, expires: Ts, now: Ts) -> ApiResult<()> {
         let key = (PK_TASK_QUEUES, task_queue_id);
-        self.read_modify_write(key, "task queue", |item| {
+        self.read_modify_write(key, "task queue", None, |item| {
             let old = item.and_then(TaskQueueRecord::from_item);
             // Many workers of a queue recording it at once: the first write does for all.
             if old.as_ref().is_some_and(|o| {
@@ -355,9 +381,9 @@ impl Queue {
         &self,
         key: WorkerKey<'_>,
         now: Ts,
-    ) -> ApiResult<(bool, Option<WorkerSighting>)> {
+    ) -> ApiResult<(bool, Option<WorkerRead>)> {
         let read = self.read_sighting(key, true).await?;
-        let q = read.is_some_and(|r| r.quarantined(now));
+        let q = read.as_ref().is_some_and(|r| r.sighting.quarantined(now));
         Ok((q, read))
     }
 
@@ -493,7 +519,7 @@ impl Queue {
         now: Ts,
     ) -> ApiResult<WorkerRecord> {
         let out = self
-            .update_worker(key, false, |old| {
+            .update_worker(key, false, None, |old| {
                 let mut w = old?;
                 w.quarantine(until, info, client_id, now);
                 Some(w)
@@ -512,7 +538,7 @@ impl Queue {
     ) -> ApiResult<WorkerRecord> {
         self.task_queue_seen(key.0, expires, now).await?;
         let out = self
-            .update_worker(key, true, |old| {
+            .update_worker(key, true, None, |old| {
                 Some(WorkerRecord::seen(old, key, expires, &[], now))
             })
             .await?;

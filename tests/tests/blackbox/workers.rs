@@ -710,3 +710,105 @@ async fn runs_of_a_worker_that_worker_manager_removed_are_resolved_and_retried()
         )
         .await;
 }
+
+/// The runs a worker's claims hold go out in one write that starts from the record the last
+/// of those claims read (for its quarantine), conditioned on that record's version: no read
+/// of its own. A record changed since (here, quarantined by another process) fails the
+/// condition and is read again, so the quarantine stays and the runs are added to it.
+#[tokio::test]
+async fn held_runs_are_written_from_the_claims_read_and_a_change_since_is_kept() {
+    use blackbox::counting::Counting;
+    use shared::creds::IssuerCredentials;
+    use shared::ids::TaskQueueId;
+    use shared::queue::{workers::Flush, Queue, QueueConfig};
+    use shared::signal::LocalSignal;
+    use shared::store::sqlite::SqliteStore;
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let sqlite: Arc<dyn shared::store::Store> =
+        Arc::new(SqliteStore::open(&dir.path().join("db")).expect("SQLite"));
+    let store = Arc::new(Counting::new(sqlite.clone()));
+    let issuer = IssuerCredentials {
+        client_id: "static/taskcluster/queue".into(),
+        access_token: "test".into(),
+    };
+    // Five runs a write, and none written for their age during the test.
+    let cfg = QueueConfig {
+        recent_tasks_batch: 5,
+        recent_tasks_delay_ms: HOUR,
+        ..QueueConfig::default()
+    };
+    let queue = |store: Arc<dyn shared::store::Store>| {
+        Queue::new(
+            store,
+            Arc::new(LocalSignal::default()),
+            issuer.clone(),
+            cfg.clone(),
+        )
+    };
+    let (claimer, other) = (queue(store.clone()), queue(sqlite));
+    let tq = TaskQueueId::parse(&task_queue_id()).expect("queue id");
+    let key = (tq.as_str(), "g", "w");
+    let mut claimed = vec![];
+    // The first claim writes the new worker before it answers; the next five are held.
+    claim(&claimer, &tq, 6, &mut claimed).await;
+    let before = store.counts();
+    claimer.flush_seen(Ts::now(), Flush::Due).await;
+    let spent = store.counts() - before;
+    assert_eq!(
+        (spent.reads, spent.writes, spent.refused),
+        (0, 1, 0),
+        "one write, from the last claim's read: {spent:?}"
+    );
+    let recent = |w: &shared::records::worker::WorkerRecord| -> Vec<String> {
+        w.recent_tasks.iter().map(|r| r.task_id.clone()).collect()
+    };
+    let w = claimer
+        .get_worker(key, Ts::now())
+        .await
+        .expect("the worker");
+    assert_eq!(recent(&w), claimed);
+
+    // Five more; another process quarantines the worker after the last claim read it.
+    claim(&claimer, &tq, 5, &mut claimed).await;
+    let until = Ts::now().plus(HOUR);
+    other
+        .quarantine_worker(key, until, "disk full", "tester", Ts::now())
+        .await
+        .expect("quarantine");
+    let before = store.counts();
+    claimer.flush_seen(Ts::now(), Flush::Due).await;
+    let spent = store.counts() - before;
+    assert_eq!(
+        (spent.reads, spent.writes, spent.refused),
+        (1, 1, 1),
+        "refused on the changed version, read again, written: {spent:?}"
+    );
+    let w = claimer
+        .get_worker(key, Ts::now())
+        .await
+        .expect("the worker");
+    assert_eq!(recent(&w), claimed, "every run recorded");
+    assert_eq!(w.quarantine_until, Some(until), "the quarantine kept");
+    assert_eq!(w.quarantine_details.len(), 1);
+}
+
+/// `n` tasks created on `tq` and claimed by worker `g/w` one by one, their ids added to
+/// `claimed`.
+async fn claim(
+    queue: &shared::queue::Queue,
+    tq: &shared::ids::TaskQueueId,
+    n: usize,
+    claimed: &mut Vec<String>,
+) {
+    for _ in 0..n {
+        let id = new_task(queue, tq, false).await;
+        let got = queue
+            .claim_work(tq, "g", "w", 1, &Ts::now)
+            .await
+            .expect("claimWork");
+        assert_eq!(got.len(), 1, "claim {} of {n}", claimed.len());
+        assert_eq!(got[0].record.task_id, id.as_str());
+        claimed.push(id.to_string());
+    }
+}
