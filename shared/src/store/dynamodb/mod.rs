@@ -73,7 +73,9 @@ fn s(v: impl Into<String>) -> Av {
 thread_local! {
     // A deflate stream's state is hundreds of KB that a new one allocates and zeroes: at a
     // few items per request that was a tenth of a warm function's CPU, so each thread keeps
-    // one of each and resets it per item.
+    // one of each and resets it per item. The backend is zlib-rs, whose reset clears only its
+    // 64 KB hash heads; miniz_oxide's zeroed all of its 310 KB, 17 % of a warm claimWork's
+    // instructions (`scripts/function-instructions.sh`).
     static DEFLATER: std::cell::RefCell<flate2::Compress> =
         std::cell::RefCell::new(flate2::Compress::new(flate2::Compression::default(), false));
     static INFLATER: std::cell::RefCell<flate2::Decompress> =
@@ -1234,6 +1236,20 @@ mod tests {
         let bomb = deflate(&vec![b'x'; MAX_ITEM_BYTES * 5]).unwrap();
         assert!(inflate(&bomb).is_err(), "past the limit");
         assert_eq!(inflate(&deflate(b"after").unwrap()).unwrap(), b"after");
+    }
+
+    /// Item data deflated by another encoder (zlib's, here; builds before 2026-12-07 used
+    /// miniz_oxide) inflates: the stored format is raw deflate, whichever encoder wrote it.
+    #[test]
+    fn data_deflated_by_another_encoder_inflates() {
+        let json = br#"{"taskId":"fN1SbArXTPSVFNUvaOlinQ","runs":[{"runId":0,"state":"running","reasonCreated":"scheduled","workerGroup":"us-east-1","workerId":"i-0123456789abcdef0"}],"outbox":[{"exchange":"task-running","routingKey":"primary.fN1SbArXTPSVFNUvaOlinQ.0.us-east-1.i-0123456789abcdef0"}]}"#;
+        // Python's `zlib.compressobj(6, zlib.DEFLATED, -15)`: one dynamic Huffman block.
+        let hex = "6d8f490bc2400c85ff4bced3d2badb9b088a08557141100fd376baa0ce9459d452fadfcdf4503cf49447de4bbea4064dd56393400069e81fa385bc9ef6c7cb2a3cbfe9ee59f0031090862b086eb51536e911509a6a8633d8e105cf6c885125f8128b66769b8a739698276a021f211f4caea530253a463998d58edf392dbe703c7f301c8d27d3d99c4671c2520f9a3b01617424be2d9f7de39cf2cc82edd5ce1f1d53a8b6ac42af94c58bcacaed7fc8f5dcee02b71fdafc00";
+        let bytes: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect();
+        assert_eq!(inflate(&bytes).unwrap(), json);
     }
 
     /// The endpoint is the SDK's rules' answer for the configured region, or the configured
