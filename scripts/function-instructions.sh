@@ -22,12 +22,7 @@ command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install valgri
 [ -x "$LAMBDA_BIN" ] || { echo "no $LAMBDA_BIN: cargo build --release -p functions --bin lambda" >&2; exit 1; }
 export AWS_ENDPOINT_URL=${AWS_ENDPOINT_URL:-http://127.0.0.1:4566} AWS_REGION=${AWS_REGION:-us-east-1}
 export AWS_ACCESS_KEY_ID=${AWS_ACCESS_KEY_ID:-test} AWS_SECRET_ACCESS_KEY=${AWS_SECRET_ACCESS_KEY:-test}
-bench=$(cargo bench --profile dev -p blackbox --bench function_cpu --no-run --message-format=json 2>/dev/null |
-  python3 -c 'import json,sys
-for l in sys.stdin:
-    m=json.loads(l)
-    if m.get("reason")=="compiler-artifact" and m.get("target",{}).get("name")=="function_cpu" and m.get("executable"):
-        print(m["executable"])' | tail -1)
+bench=$(bash scripts/bench-binary.sh function_cpu --profile dev)
 [ -x "$bench" ] || { echo "no function_cpu bench binary" >&2; exit 1; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT

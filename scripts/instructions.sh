@@ -11,12 +11,7 @@ cd "$(dirname "$0")/.."
 SHORT=${SHORT:-100}
 LONG=${LONG:-400}
 command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install valgrind)" >&2; exit 1; }
-bin=$(cargo bench -p blackbox --bench lifecycle --no-run --message-format=json 2>/dev/null |
-  python3 -c 'import json,sys
-for l in sys.stdin:
-    m=json.loads(l)
-    if m.get("reason")=="compiler-artifact" and m.get("target",{}).get("name")=="lifecycle" and m.get("executable"):
-        print(m["executable"])' | tail -1)
+bin=$(bash scripts/bench-binary.sh lifecycle)
 [ -x "$bin" ] || { echo "no lifecycle bench binary" >&2; exit 1; }
 out=$(mktemp -d)
 count() {

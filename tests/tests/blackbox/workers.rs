@@ -752,22 +752,21 @@ async fn held_runs_are_written_from_the_claims_read_and_a_change_since_is_kept()
     let mut claimed = vec![];
     // The first claim writes the new worker before it answers; the next five are held.
     claim(&claimer, &tq, 6, &mut claimed).await;
-    let before = store.counts();
-    claimer.flush_seen(Ts::now(), Flush::Due).await;
-    let spent = store.counts() - before;
-    assert_eq!(
-        (spent.reads, spent.writes, spent.refused),
-        (0, 1, 0),
-        "one write, from the last claim's read: {spent:?}"
-    );
-    let recent = |w: &shared::records::worker::WorkerRecord| -> Vec<String> {
-        w.recent_tasks.iter().map(|r| r.task_id.clone()).collect()
+    // The held runs' write: its (reads, writes, refused writes), and the worker after it.
+    let flush = async |claimed: &[String]| {
+        let before = store.counts();
+        claimer.flush_seen(Ts::now(), Flush::Due).await;
+        let spent = store.counts() - before;
+        let w = claimer
+            .get_worker(key, Ts::now())
+            .await
+            .expect("the worker");
+        let recent: Vec<String> = w.recent_tasks.iter().map(|r| r.task_id.clone()).collect();
+        assert_eq!(recent, claimed, "every run recorded");
+        ((spent.reads, spent.writes, spent.refused), w)
     };
-    let w = claimer
-        .get_worker(key, Ts::now())
-        .await
-        .expect("the worker");
-    assert_eq!(recent(&w), claimed);
+    let (spent, _) = flush(&claimed).await;
+    assert_eq!(spent, (0, 1, 0), "one write, from the last claim's read");
 
     // Five more; another process quarantines the worker after the last claim read it.
     claim(&claimer, &tq, 5, &mut claimed).await;
@@ -776,19 +775,12 @@ async fn held_runs_are_written_from_the_claims_read_and_a_change_since_is_kept()
         .quarantine_worker(key, until, "disk full", "tester", Ts::now())
         .await
         .expect("quarantine");
-    let before = store.counts();
-    claimer.flush_seen(Ts::now(), Flush::Due).await;
-    let spent = store.counts() - before;
+    let (spent, w) = flush(&claimed).await;
     assert_eq!(
-        (spent.reads, spent.writes, spent.refused),
+        spent,
         (1, 1, 1),
-        "refused on the changed version, read again, written: {spent:?}"
+        "refused on the changed version, read again, written"
     );
-    let w = claimer
-        .get_worker(key, Ts::now())
-        .await
-        .expect("the worker");
-    assert_eq!(recent(&w), claimed, "every run recorded");
     assert_eq!(w.quarantine_until, Some(until), "the quarantine kept");
     assert_eq!(w.quarantine_details.len(), 1);
 }
