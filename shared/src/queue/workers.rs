@@ -93,9 +93,14 @@ impl Queue {
         key: WorkerKey<'_>,
         strong: bool,
     ) -> ApiResult<Option<(WorkerRecord, u64)>> {
-        let (pk, sk) = (pk_workers(key.0), sk_worker(key.1, key.2));
-        let item = self.store.get_as(TABLE, &pk, &sk, strong).await?;
+        let item = self.worker_item(key, strong).await?;
         Ok(item.and_then(|i| WorkerRecord::from_item(&i).map(|r| (r, i.version))))
+    }
+
+    /// A worker's stored item (strongly read or not).
+    async fn worker_item(&self, key: WorkerKey<'_>, strong: bool) -> ApiResult<Option<Item>> {
+        let (pk, sk) = (pk_workers(key.0), sk_worker(key.1, key.2));
+        Ok(self.store.get_as(TABLE, &pk, &sk, strong).await?)
     }
 
     /// What a claim reads of a worker's record (strongly read or not); `None` if never seen.
@@ -104,8 +109,7 @@ impl Queue {
         key: WorkerKey<'_>,
         strong: bool,
     ) -> ApiResult<Option<WorkerRead>> {
-        let (pk, sk) = (pk_workers(key.0), sk_worker(key.1, key.2));
-        let item = self.store.get_as(TABLE, &pk, &sk, strong).await?;
+        let item = self.worker_item(key, strong).await?;
         Ok(item.and_then(|item| {
             let sighting = WorkerSighting::from_item(&item)?;
             Some(WorkerRead { sighting, item })
