@@ -3,7 +3,9 @@
 //! this counts requests the same way on SQLite).
 
 use async_trait::async_trait;
-use shared::store::{Cursor, IndexKey, Item, KeyPage, Page, SkRange, Store, StoreError, WriteOp};
+use shared::store::{
+    Cursor, GetKey, IndexKey, Item, KeyPage, Page, SkRange, Store, StoreError, WriteOp,
+};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -121,6 +123,11 @@ impl Store for Counting {
     ) -> Result<Vec<Option<Item>>, StoreError> {
         self.read();
         self.inner.get_many(t, keys, consistent).await
+    }
+
+    async fn get_each(&self, keys: &[GetKey]) -> Result<Vec<Option<Item>>, StoreError> {
+        self.read();
+        self.inner.get_each(keys).await
     }
 
     async fn scan_index_keys(

@@ -2,15 +2,15 @@
 //! handing the worker temporary credentials for the run.
 
 use super::core::{backoff, Queue, MAX_ATTEMPTS};
-use super::workers::Flush;
+use super::workers::{worker_get_key, Flush, WorkerKey, WorkerRead};
 use crate::creds;
 use crate::error::{ApiError, ApiResult};
 use crate::ids::{TaskId, TaskQueueId};
-use crate::records::task::{index, ClaimOutcome, Run, RunState, TaskRecord, TASKS};
+use crate::records::task::{index, ClaimOutcome, Run, RunState, TaskRecord, SK_DEF, TASKS};
 use crate::records::wait_slot;
 use crate::records::worker::TaskRun;
 use crate::signal::Hint;
-use crate::store::{Item, SkRange, StoreError};
+use crate::store::{GetKey, Item, SkRange, StoreError};
 use crate::time::Ts;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -38,6 +38,8 @@ enum Missed {
     /// It had moved on before this call began: the index entry or hint that offered it
     /// was stale.
     Stale,
+    /// The worker is quarantined: it claims nothing.
+    Quarantined,
 }
 
 impl Missed {
@@ -51,6 +53,31 @@ impl Missed {
             None if rec.deadline <= now => Missed::Stale,
             _ => Missed::Lost,
         }
+    }
+}
+
+/// What one claimWork call knows of its worker's record: nothing yet, or the record as read
+/// once, with the first candidate's definition (one request for both), else before the call
+/// waits. The quarantine is judged when it is read.
+#[derive(Default)]
+struct Gate {
+    /// `None` until read; then whether the worker was quarantined when read (the call
+    /// claims nothing), and what was read (`None`: never seen), which spares the worker's
+    /// write a read.
+    read: Option<(bool, Option<WorkerRead>)>,
+}
+
+impl Gate {
+    fn set(&mut self, quarantined: bool, read: Option<WorkerRead>) {
+        self.read = Some((quarantined, read));
+    }
+
+    fn is_read(&self) -> bool {
+        self.read.is_some()
+    }
+
+    fn quarantined(&self) -> bool {
+        self.read.as_ref().is_some_and(|(q, _)| *q)
     }
 }
 
@@ -167,9 +194,10 @@ impl Queue {
         Ok(claim)
     }
 
-    /// One pass over the head of a task queue's pending index: claims up to `count` runs.
-    /// `lost` counts claimable candidates that other claimers won meanwhile (work exists, so
-    /// a long poll should look again at once rather than wait).
+    /// One pass over the head of a task queue's pending index: claims up to `count` runs,
+    /// none if the worker is quarantined. `lost` counts claimable candidates that other
+    /// claimers won meanwhile (work exists, so a long poll should look again at once rather
+    /// than wait).
     pub async fn try_claim_work(
         &self,
         q: &TaskQueueId,
@@ -177,6 +205,20 @@ impl Queue {
         worker_id: &str,
         count: usize,
         now: Ts,
+    ) -> ApiResult<ClaimPass> {
+        let key = (q.as_str(), worker_group, worker_id);
+        self.claim_pass(q, key, count, now, &mut Gate::default())
+            .await
+    }
+
+    /// [`Queue::try_claim_work`] within a claimWork call that knows `gate`.
+    async fn claim_pass(
+        &self,
+        q: &TaskQueueId,
+        key: WorkerKey<'_>,
+        count: usize,
+        now: Ts,
+        gate: &mut Gate,
     ) -> ApiResult<ClaimPass> {
         // A few spare candidates beyond `count` absorb lost races without reading (and
         // decoding) a long stretch of the index on every call.
@@ -214,10 +256,11 @@ impl Queue {
                     continue;
                 };
                 match self
-                    .claim_seen(rec, item.version, run_id, worker_group, worker_id, now)
+                    .claim_seen(rec, item.version, run_id, key, now, gate)
                     .await?
                 {
                     Ok(claim) => claims.push(claim),
+                    Err(Missed::Quarantined) => return Ok(ClaimPass { claims, lost }),
                     // An entry that lags behind its item: no race to spread out from, and
                     // nothing to look again for at once.
                     Err(Missed::Stale) => stale += 1,
@@ -238,35 +281,78 @@ impl Queue {
     }
 
     /// Claims run `run_id` of a record as seen in the index or a wake-up's hint (at
-    /// `version`), reading its definition beside the claim's write. `None` if someone else
-    /// got it first or it is no longer pending.
+    /// `version`). The call's first candidate reads the worker's record and its definition
+    /// in one request before the claim's write; later ones read their definition beside it.
+    /// `None` if someone else got it first or it is no longer pending.
     async fn claim_seen(
         &self,
         rec: TaskRecord,
         version: u64,
         run_id: u32,
-        worker_group: &str,
-        worker_id: &str,
+        key: WorkerKey<'_>,
         now: Ts,
+        gate: &mut Gate,
     ) -> ApiResult<Result<Claim, Missed>> {
         let taken_until = now.plus(self.cfg.claim_timeout_ms);
         let task_id = rec.task_id.clone();
-        let (claimed, def) = tokio::join!(
-            self.claim_candidate(
-                rec,
-                version,
-                run_id,
-                worker_group,
-                worker_id,
-                now,
-                taken_until
-            ),
-            self.load_def(&task_id)
+        let mut read_def = None;
+        if !gate.is_read() {
+            let (read, def) = self.first_read(key, &task_id).await?;
+            let quarantined = read.as_ref().is_some_and(|r| r.sighting.quarantined(now));
+            gate.set(quarantined, read);
+            if quarantined {
+                return Ok(Err(Missed::Quarantined));
+            }
+            read_def = def;
+        }
+        let (_, worker_group, worker_id) = key;
+        let claim = self.claim_candidate(
+            rec,
+            version,
+            run_id,
+            worker_group,
+            worker_id,
+            now,
+            taken_until,
         );
+        let (claimed, def) = match read_def {
+            Some(def) => (claim.await, Ok(Some(def))),
+            None => tokio::join!(claim, self.load_def(&task_id)),
+        };
         match claimed? {
             Ok(rec) => Ok(Ok(self.finish_claim(rec, run_id, def?, now).await?)),
             Err(missed) => Ok(Err(missed)),
         }
+    }
+
+    /// The first read of a claimWork call that has a candidate: the worker's record
+    /// (strongly: a quarantine set a moment ago holds) and, in the same request, the
+    /// candidate's definition (eventually consistent: definitions never change). The
+    /// definition is `None` when not found (a task created moments ago: the claim reads it
+    /// strongly) and comes from the cache when this process holds it.
+    async fn first_read(
+        &self,
+        key: WorkerKey<'_>,
+        task_id: &str,
+    ) -> ApiResult<(Option<WorkerRead>, Option<Value>)> {
+        let worker = worker_get_key(key, true);
+        if let Some(def) = self.cached_def(task_id) {
+            let item = self.store.get(worker.table, &worker.pk, &worker.sk).await?;
+            return Ok((item.and_then(WorkerRead::of), Some(def)));
+        }
+        let def = GetKey {
+            table: TASKS,
+            pk: task_id.to_string(),
+            sk: SK_DEF.to_string(),
+            consistent: false,
+        };
+        let mut got = self.store.get_each(&[worker, def]).await?.into_iter();
+        let read = got.next().flatten().and_then(WorkerRead::of);
+        let def = got.next().flatten().map(|i| i.data.into_value());
+        if let Some(d) = &def {
+            self.remember_def(task_id, d);
+        }
+        Ok((read, def))
     }
 
     /// Claims the run a wake-up carried, without reading the index; `None` when it carried
@@ -274,9 +360,9 @@ impl Queue {
     async fn claim_hinted(
         &self,
         hint: Option<Hint>,
-        worker_group: &str,
-        worker_id: &str,
+        key: WorkerKey<'_>,
         now: Ts,
+        gate: &mut Gate,
     ) -> ApiResult<Option<Claim>> {
         let body = hint.as_deref().and_then(|h| self.hint_body(h));
         let Some((rec, version)) = body.and_then(decode_hint) else {
@@ -286,7 +372,7 @@ impl Queue {
             return Ok(None);
         };
         Ok(self
-            .claim_seen(rec, version, run_id, worker_group, worker_id, now)
+            .claim_seen(rec, version, run_id, key, now, gate)
             .await?
             .ok())
     }
@@ -392,26 +478,28 @@ impl Queue {
     ) -> ApiResult<Vec<Claim>> {
         let key = (q.as_str(), worker_group, worker_id);
         let worker = Some((worker_group, worker_id));
-        // What earlier claims left to record goes out beside the quarantine read, before
-        // this call waits, so that no claim's answer waits for a metadata write.
-        let (checked, ()) = tokio::join!(
-            self.quarantined(key, clock()),
+        let wait = Duration::from_millis(self.cfg.claim_work_timeout_ms.max(0) as u64);
+        let until = Instant::now() + wait;
+        let mut slot = None;
+        let mut gate = Gate::default();
+        // What earlier claims left to record goes out beside the first pass, so that no
+        // claim's answer waits for a metadata write.
+        let (out, ()) = tokio::join!(
+            self.wait_for_work(q, key, count, clock, until, &mut slot, &mut gate),
             self.flush_seen(clock(), Flush::Due)
         );
-        let (quarantined, read) = checked?;
-        if quarantined {
-            // Seen, but given nothing, and only after the whole wait: a quarantined worker
-            // must not spin.
-            self.record_seen(q.as_str(), worker, &[], Some(read), clock(), false)
-                .await;
-            let wait = self.cfg.claim_work_timeout_ms.max(0) as u64;
-            tokio::time::sleep(Duration::from_millis(wait)).await;
-            return Ok(vec![]);
-        }
-        let mut slot = None;
-        let out = self
-            .wait_for_work(q, worker_group, worker_id, count, clock, &mut slot)
-            .await;
+        let read = match gate.read {
+            None => None,
+            Some((true, read)) => {
+                // Seen, but given nothing, and only after the whole wait: a quarantined
+                // worker must not spin.
+                self.record_seen(q.as_str(), worker, &[], Some(read), clock(), false)
+                    .await;
+                tokio::time::sleep(until.saturating_duration_since(Instant::now())).await;
+                return Ok(vec![]);
+            }
+            Some((false, read)) => Some(read),
+        };
         if let Some((n, version)) = slot {
             // A slot left behind (an error here, a killed process) frees itself at `until`.
             if let Err(e) = self.store.write(wait_slot::give_back(n, version)).await {
@@ -421,23 +509,26 @@ impl Queue {
         if let Ok(claims) = &out {
             let runs: Vec<TaskRun> = claims.iter().map(Claim::task_run).collect();
             let defer = !runs.is_empty();
-            self.record_seen(q.as_str(), worker, &runs, Some(read), clock(), defer)
+            self.record_seen(q.as_str(), worker, &runs, read, clock(), defer)
                 .await;
         }
         out
     }
 
+    /// claimWork's passes and waits until `until`. Nothing is claimed once `gate` shows the
+    /// worker quarantined; before it first waits, the call reads the worker's record if no
+    /// candidate made it do so.
+    #[allow(clippy::too_many_arguments)]
     async fn wait_for_work(
         &self,
         q: &TaskQueueId,
-        worker_group: &str,
-        worker_id: &str,
+        key: WorkerKey<'_>,
         count: usize,
         clock: &(dyn Fn() -> Ts + Send + Sync),
+        until: Instant,
         slot: &mut Option<(u32, u64)>,
+        gate: &mut Gate,
     ) -> ApiResult<Vec<Claim>> {
-        let wait = Duration::from_millis(self.cfg.claim_work_timeout_ms.max(0) as u64);
-        let until = Instant::now() + wait;
         let mut empty_reads = 0;
         // Registered before the first read: a run made pending meanwhile wakes this call.
         let mut waiter = self.signal.waiter(q.as_str());
@@ -446,7 +537,7 @@ impl Queue {
             // write claims it, without a read of the index.
             let mut claims = Vec::new();
             if let Some(claim) = self
-                .claim_hinted(waiter.take_hint(), worker_group, worker_id, clock())
+                .claim_hinted(waiter.take_hint(), key, clock(), gate)
                 .await?
             {
                 claims.push(claim);
@@ -455,12 +546,12 @@ impl Queue {
                 }
             }
             let ClaimPass { claims: read, lost } = self
-                .try_claim_work(q, worker_group, worker_id, count - claims.len(), clock())
+                .claim_pass(q, key, count - claims.len(), clock(), gate)
                 .await?;
             claims.extend(read);
             waiter.note_read();
             let left = until.saturating_duration_since(Instant::now());
-            if !claims.is_empty() || left.is_zero() {
+            if !claims.is_empty() || left.is_zero() || gate.quarantined() {
                 // A wake-up that came for a run this read claimed is used up, not handed on.
                 waiter.used_up(|hint| {
                     self.hint_body(hint)
@@ -473,6 +564,14 @@ impl Queue {
                 // Others won this pass but work remains: look again after a short jitter.
                 tokio::time::sleep(Duration::from_millis(rand::random::<u64>() % 10)).await;
                 continue;
+            }
+            if !gate.is_read() {
+                // Read once before waiting, so that a wake-up's claim needs no second read.
+                let (quarantined, read) = self.quarantined(key, clock()).await?;
+                gate.set(quarantined, read);
+                if quarantined {
+                    return Ok(vec![]);
+                }
             }
             if empty_reads == 0 {
                 if let Some(slots) = self.cfg.claim_work_slots {

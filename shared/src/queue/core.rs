@@ -340,7 +340,7 @@ impl Queue {
 
     /// A task's definition (cached: definitions never change).
     pub(crate) async fn load_def(&self, task_id: &str) -> ApiResult<Option<Value>> {
-        if let Some(def) = self.defs.lock().ok().and_then(|c| c.get(task_id).cloned()) {
+        if let Some(def) = self.cached_def(task_id) {
             return Ok(Some(def));
         }
         // Definitions never change, so an eventually consistent read is current whenever it
@@ -359,7 +359,12 @@ impl Queue {
         Ok(def)
     }
 
-    fn remember_def(&self, task_id: &str, def: &Value) {
+    /// A definition this process has read before, if it still holds it.
+    pub(crate) fn cached_def(&self, task_id: &str) -> Option<Value> {
+        self.defs.lock().ok().and_then(|c| c.get(task_id).cloned())
+    }
+
+    pub(crate) fn remember_def(&self, task_id: &str, def: &Value) {
         if let Ok(mut cache) = self.defs.lock() {
             cache.insert(task_id, def);
         }

@@ -27,7 +27,7 @@ use crate::records::worker::{
     expiry_after, pk_workers, sk_worker, TaskQueueRecord, TaskRun, WorkerRecord, WorkerSighting,
     PK_TASK_QUEUES, TABLE, TASK_QUEUE_LIFETIME_MS, WORKER_EXPIRY, WORKER_LIFETIME_MS,
 };
-use crate::store::{Cond, Item, SkRange, WriteOp};
+use crate::store::{Cond, GetKey, Item, SkRange, WriteOp};
 use crate::time::{Budget, Ts};
 use futures_util::future::join_all;
 use serde_json::Value;
@@ -76,6 +76,24 @@ pub struct WorkerRead {
     item: Item,
 }
 
+impl WorkerRead {
+    /// What a claim reads of a worker's stored item; `None` if it holds no worker record.
+    pub(crate) fn of(item: Item) -> Option<WorkerRead> {
+        let sighting = WorkerSighting::from_item(&item)?;
+        Some(WorkerRead { sighting, item })
+    }
+}
+
+/// Where a worker's record is stored, as a key of a batched read.
+pub(crate) fn worker_get_key(key: WorkerKey<'_>, strong: bool) -> GetKey {
+    GetKey {
+        table: TABLE,
+        pk: pk_workers(key.0),
+        sk: sk_worker(key.1, key.2),
+        consistent: strong,
+    }
+}
+
 /// A worker: `(taskQueueId, workerGroup, workerId)`.
 pub type WorkerKey<'a> = (&'a str, &'a str, &'a str);
 
@@ -99,8 +117,8 @@ impl Queue {
 
     /// A worker's stored item (strongly read or not).
     async fn worker_item(&self, key: WorkerKey<'_>, strong: bool) -> ApiResult<Option<Item>> {
-        let (pk, sk) = (pk_workers(key.0), sk_worker(key.1, key.2));
-        Ok(self.store.get_as(TABLE, &pk, &sk, strong).await?)
+        let k = worker_get_key(key, strong);
+        Ok(self.store.get_as(k.table, &k.pk, &k.sk, strong).await?)
     }
 
     /// What a claim reads of a worker's record (strongly read or not); `None` if never seen.
@@ -109,11 +127,10 @@ impl Queue {
         key: WorkerKey<'_>,
         strong: bool,
     ) -> ApiResult<Option<WorkerRead>> {
-        let item = self.worker_item(key, strong).await?;
-        Ok(item.and_then(|item| {
-            let sighting = WorkerSighting::from_item(&item)?;
-            Some(WorkerRead { sighting, item })
-        }))
+        Ok(self
+            .worker_item(key, strong)
+            .await?
+            .and_then(WorkerRead::of))
     }
 
     /// A task queue's record, if seen and not expired at `now`.

@@ -8,6 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const T: &str = "conformance";
+/// A second table, for reads across tables.
+const T2: &str = "conformance-other";
 const IDX: &str = "by-color";
 
 fn item(pk: &str, sk: &str, n: i64, color: Option<&str>) -> Item {
@@ -53,6 +55,7 @@ pub async fn run_all(store: Arc<dyn Store>) {
     index_scans_cover_every_partition(store.as_ref()).await;
     eventual_reads_catch_up(store.as_ref()).await;
     batched_reads_keep_the_order_of_the_keys(store.as_ref()).await;
+    batched_reads_span_tables(store.as_ref()).await;
     oversized_items_are_refused(store.as_ref()).await;
     concurrent_updates_lose_nothing(store.clone()).await;
     racing_creates_have_one_winner(store).await;
@@ -130,6 +133,52 @@ pub async fn batched_reads_keep_the_order_of_the_keys(s: &dyn Store) {
         }
     }
     assert!(s.get_many(T, &[], true).await.unwrap().is_empty());
+}
+
+/// `get_each` reads keys of several tables at once, each as strongly as asked, in order,
+/// with `None` for missing items; it refuses no keys, too many, or one key twice.
+pub async fn batched_reads_span_tables(s: &dyn Store) {
+    let key = |table, pk: &str, sk: &str, consistent| GetKey {
+        table,
+        pk: pk.into(),
+        sk: sk.into(),
+        consistent,
+    };
+    s.write(put(item("x", "1", 1, None), Cond::None))
+        .await
+        .unwrap();
+    let other = Item::new("x", "1", json!({ "n": 2 }), vec![]);
+    s.write(WriteOp::Put {
+        table: T2,
+        item: other,
+        cond: Cond::None,
+    })
+    .await
+    .unwrap();
+    // The same pk and sk in two tables are two items; a key read strongly is current.
+    let keys = [
+        key(T2, "x", "1", true),
+        key(T, "x", "missing", false),
+        key(T, "x", "1", true),
+    ];
+    let got = s.get_each(&keys).await.unwrap();
+    let n: Vec<Option<i64>> = got
+        .iter()
+        .map(|i| i.as_ref().and_then(|i| i.data["n"].as_i64()))
+        .collect();
+    assert_eq!(n, [Some(2), None, Some(1)], "one answer per key, in order");
+    let refused = |r: Result<Vec<Option<Item>>, StoreError>| {
+        assert!(matches!(r, Err(StoreError::Validation(_))), "{r:?}");
+    };
+    refused(s.get_each(&[]).await);
+    refused(
+        s.get_each(&[key(T, "x", "1", true), key(T, "x", "1", false)])
+            .await,
+    );
+    let many: Vec<GetKey> = (0..=MAX_BATCH_GET)
+        .map(|i| key(T, "x", &i.to_string(), false))
+        .collect();
+    refused(s.get_each(&many).await);
 }
 
 /// Versions start at 1 and bump on every write; conditions are enforced.

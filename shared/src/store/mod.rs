@@ -8,7 +8,7 @@
 //! - sparse secondary indexes that are **eventually consistent**: what an index query returns
 //!   is a hint that the caller must confirm with a conditional write on the base item;
 //! - items of at most [`MAX_ITEM_BYTES`];
-//! - batched reads of up to [`MAX_BATCH_GET`] items of one table (BatchGetItem).
+//! - batched reads of up to [`MAX_BATCH_GET`] items, of one table or several (BatchGetItem).
 //!
 //! Every item carries a version that the store bumps on each write; optimistic concurrency is
 //! "read, compute, write with `Cond::Version(read_version)`".
@@ -391,6 +391,20 @@ pub trait Store: Send + Sync + 'static {
         Ok(out)
     }
 
+    /// Items of one or more tables by key, in the order of `keys` (`None` where there is no
+    /// item): at most [`MAX_BATCH_GET`] distinct keys, in one request where the backend
+    /// batches (DynamoDB's BatchGetItem, whose unprocessed keys are asked for again), else one
+    /// by one. BatchGetItem sets consistency per table, so a table's keys are all read
+    /// strongly when any of them asks for it: a key is read at least as strongly as asked.
+    async fn get_each(&self, keys: &[GetKey]) -> Result<Vec<Option<Item>>, StoreError> {
+        check_get_each(keys)?;
+        let mut out = Vec::with_capacity(keys.len());
+        for k in keys {
+            out.push(self.get_as(k.table, &k.pk, &k.sk, k.consistent).await?);
+        }
+        Ok(out)
+    }
+
     /// Items under one partition of a sparse index, ascending by index sort key.
     /// Eventually consistent: results may be stale or missing recent writes.
     async fn query_index(
@@ -428,6 +442,37 @@ pub trait Store: Send + Sync + 'static {
 
     /// All-or-nothing writes on at most [`MAX_TRANSACTION_ITEMS`] distinct items.
     async fn transact(&self, ops: Vec<WriteOp>) -> Result<(), StoreError>;
+}
+
+/// One key of a [`Store::get_each`] read.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct GetKey {
+    /// Table name.
+    pub table: &'static str,
+    /// Partition key.
+    pub pk: String,
+    /// Sort key.
+    pub sk: String,
+    /// Read strongly consistent.
+    pub consistent: bool,
+}
+
+/// The rules of a [`Store::get_each`] read, as BatchGetItem enforces them: 1 to
+/// [`MAX_BATCH_GET`] keys, none named twice.
+pub fn check_get_each(keys: &[GetKey]) -> Result<(), StoreError> {
+    if keys.is_empty() || keys.len() > MAX_BATCH_GET {
+        return Err(StoreError::Validation(format!(
+            "a batched read names 1..{MAX_BATCH_GET} keys, got {}",
+            keys.len()
+        )));
+    }
+    let mut seen = std::collections::HashSet::with_capacity(keys.len());
+    if keys.iter().any(|k| !seen.insert((k.table, &k.pk, &k.sk))) {
+        return Err(StoreError::Validation(
+            "a batched read may not name the same item twice".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Checks the rules every adapter enforces before writing.

@@ -711,34 +711,31 @@ async fn runs_of_a_worker_that_worker_manager_removed_are_resolved_and_retried()
         .await;
 }
 
-/// The runs a worker's claims hold go out in one write that starts from the record the last
-/// of those claims read (for its quarantine), conditioned on that record's version: no read
-/// of its own. A record changed since (here, quarantined by another process) fails the
-/// condition and is read again, so the quarantine stays and the runs are added to it.
-#[tokio::test]
-async fn held_runs_are_written_from_the_claims_read_and_a_change_since_is_kept() {
-    use blackbox::counting::Counting;
+use shared::ids::TaskQueueId;
+use shared::queue::{workers::Flush, Queue, QueueConfig};
+
+/// Two processes' `Queue`s over one SQLite store: the first counts its requests.
+fn two_processes(
+    cfg: QueueConfig,
+) -> (
+    tempfile::TempDir,
+    std::sync::Arc<blackbox::counting::Counting>,
+    Queue,
+    Queue,
+) {
     use shared::creds::IssuerCredentials;
-    use shared::ids::TaskQueueId;
-    use shared::queue::{workers::Flush, Queue, QueueConfig};
     use shared::signal::LocalSignal;
-    use shared::store::sqlite::SqliteStore;
+    use shared::store::{sqlite::SqliteStore, Store};
     use std::sync::Arc;
     let dir = tempfile::tempdir().expect("temp dir");
-    let sqlite: Arc<dyn shared::store::Store> =
+    let sqlite: Arc<dyn Store> =
         Arc::new(SqliteStore::open(&dir.path().join("db")).expect("SQLite"));
-    let store = Arc::new(Counting::new(sqlite.clone()));
+    let store = Arc::new(blackbox::counting::Counting::new(sqlite.clone()));
     let issuer = IssuerCredentials {
         client_id: "static/taskcluster/queue".into(),
         access_token: "test".into(),
     };
-    // Five runs a write, and none written for their age during the test.
-    let cfg = QueueConfig {
-        recent_tasks_batch: 5,
-        recent_tasks_delay_ms: HOUR,
-        ..QueueConfig::default()
-    };
-    let queue = |store: Arc<dyn shared::store::Store>| {
+    let queue = |store: Arc<dyn Store>| {
         Queue::new(
             store,
             Arc::new(LocalSignal::default()),
@@ -747,6 +744,80 @@ async fn held_runs_are_written_from_the_claims_read_and_a_change_since_is_kept()
         )
     };
     let (claimer, other) = (queue(store.clone()), queue(sqlite));
+    (dir, store, claimer, other)
+}
+
+/// A claim of a task another process created reads the worker's record and the task's
+/// definition in one request, between the pending query and the claim's write; a
+/// quarantined worker's claim makes the same reads and writes nothing.
+#[tokio::test]
+async fn a_claim_reads_its_worker_and_the_definition_in_one_request() {
+    let cfg = QueueConfig {
+        claim_work_timeout_ms: 300,
+        ..QueueConfig::default()
+    };
+    let (_dir, store, claimer, other) = two_processes(cfg);
+    let tq = TaskQueueId::parse(&task_queue_id()).expect("queue id");
+    let key = (tq.as_str(), "g", "w");
+    // The worker's first claim also reads and writes its task queue's record; the second
+    // finds both recorded.
+    for n in 0..2 {
+        let id = new_task(&other, &tq, false).await;
+        let before = store.counts();
+        let got = claimer
+            .claim_work(&tq, "g", "w", 1, &Ts::now)
+            .await
+            .expect("claimWork");
+        let spent = store.counts() - before;
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].record.task_id, id.as_str());
+        assert_eq!(got[0].task["taskQueueId"], tq.as_str(), "the definition");
+        assert_eq!(spent.refused, 0);
+        if n == 1 {
+            assert_eq!(spent.reads, 2, "the pending query, then one batched read");
+        }
+    }
+    other
+        .quarantine_worker(key, Ts::now().plus(HOUR), "disk full", "tester", Ts::now())
+        .await
+        .expect("quarantine");
+    let id = new_task(&other, &tq, false).await;
+    let (before, started) = (store.counts(), Instant::now());
+    let got = claimer
+        .claim_work(&tq, "g", "w", 1, &Ts::now)
+        .await
+        .expect("claimWork");
+    let spent = store.counts() - before;
+    assert!(got.is_empty(), "a quarantined worker claims nothing");
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "after the whole wait"
+    );
+    assert_eq!(
+        (spent.reads, spent.writes),
+        (2, 0),
+        "read, then nothing written"
+    );
+    let status = other.status(&id, Ts::now()).await.expect("status");
+    assert_eq!(
+        status.runs[0].state,
+        shared::records::task::RunState::Pending
+    );
+}
+
+/// The runs a worker's claims hold go out in one write that starts from the record the last
+/// of those claims read (for its quarantine), conditioned on that record's version: no read
+/// of its own. A record changed since (here, quarantined by another process) fails the
+/// condition and is read again, so the quarantine stays and the runs are added to it.
+#[tokio::test]
+async fn held_runs_are_written_from_the_claims_read_and_a_change_since_is_kept() {
+    // Five runs a write, and none written for their age during the test.
+    let cfg = QueueConfig {
+        recent_tasks_batch: 5,
+        recent_tasks_delay_ms: HOUR,
+        ..QueueConfig::default()
+    };
+    let (_dir, store, claimer, other) = two_processes(cfg);
     let tq = TaskQueueId::parse(&task_queue_id()).expect("queue id");
     let key = (tq.as_str(), "g", "w");
     let mut claimed = vec![];

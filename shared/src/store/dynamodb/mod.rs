@@ -197,35 +197,31 @@ fn condition(cond: Cond) -> Condition {
 }
 
 /// The text of attribute `k`, if it is a string.
+/// An item's key as DynamoDB names it.
+fn key_attrs(pk: &str, sk: &str) -> Attrs {
+    Attrs::from([("pk".into(), s(pk)), ("sk".into(), s(sk))])
+}
+
 fn text(m: &Attrs, k: &str) -> Option<String> {
     m.get(k).and_then(Av::as_s).map(String::from)
 }
 
 impl DynamoStore {
-    /// One BatchGetItem of at most [`MAX_BATCH_GET`] distinct keys of table `name`, asking
-    /// again (backing off) for the keys DynamoDB leaves for later (throughput, 16 MB).
+    /// One BatchGetItem of at most [`MAX_BATCH_GET`] distinct keys in all, `todo` holding
+    /// each table's (by its full name), asking again (backing off) for the keys DynamoDB
+    /// leaves for later (throughput, 16 MB). The items found, each with its table's name.
     async fn batch_get(
         &self,
-        name: &str,
-        chunk: &[&(String, String)],
-        consistent: bool,
-    ) -> Result<Vec<Item>, StoreError> {
-        let mut todo: Vec<Attrs> = chunk
-            .iter()
-            .map(|(pk, sk)| Attrs::from([("pk".into(), s(pk)), ("sk".into(), s(sk))]))
-            .collect();
-        let mut out_items = Vec::with_capacity(chunk.len());
+        mut todo: Vec<(String, wire::KeysAndAttributes)>,
+    ) -> Result<Vec<(String, Item)>, StoreError> {
+        let mut found = Vec::new();
         let mut attempt = 0u32;
         while !todo.is_empty() {
-            let ask = wire::KeysAndAttributes {
-                keys: std::mem::take(&mut todo),
-                consistent_read: consistent,
-            };
             let req = wire::BatchGet {
-                request_items: [(name, ask)],
+                request_items: todo.iter().map(|(n, k)| (n.as_str(), k)).collect(),
                 return_consumed_capacity: (),
             };
-            let mut out: wire::BatchGetOut = self
+            let out: wire::BatchGetOut = self
                 .wire
                 .call("BatchGetItem", &req)
                 .await
@@ -235,14 +231,16 @@ impl DynamoStore {
             for cc in &out.consumed_capacity {
                 self.count_units(Some(cc), false);
             }
-            for m in out.responses.remove(name).into_iter().flatten() {
-                out_items.push(Self::decode(m)?);
+            for (name, items) in out.responses {
+                for m in items {
+                    found.push((name.clone(), Self::decode(m)?));
+                }
             }
             todo = out
                 .unprocessed_keys
-                .remove(name)
-                .map(|k| k.keys)
-                .unwrap_or_default();
+                .into_iter()
+                .filter(|(_, k)| !k.keys.is_empty())
+                .collect();
             if !todo.is_empty() {
                 attempt += 1;
                 if attempt > 8 {
@@ -252,7 +250,7 @@ impl DynamoStore {
                 tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
             }
         }
-        Ok(out_items)
+        Ok(found)
     }
 
     /// A store over DynamoDB as `cfg` configures it (region, endpoint, credentials, retries);
@@ -711,17 +709,50 @@ impl Store for DynamoStore {
         let mut found: HashMap<(String, String), Item> = HashMap::with_capacity(keys.len());
         // A few requests in flight at once.
         for group in unique.chunks(MAX_BATCH_GET * BATCH_GETS_AT_ONCE) {
-            let read = futures_util::future::try_join_all(
-                group
-                    .chunks(MAX_BATCH_GET)
-                    .map(|chunk| self.batch_get(&name, chunk, consistent)),
-            )
-            .await?;
-            for item in read.into_iter().flatten() {
+            let read =
+                futures_util::future::try_join_all(group.chunks(MAX_BATCH_GET).map(|chunk| {
+                    let ask = wire::KeysAndAttributes {
+                        keys: chunk.iter().map(|(pk, sk)| key_attrs(pk, sk)).collect(),
+                        consistent_read: consistent,
+                    };
+                    self.batch_get(vec![(name.clone(), ask)])
+                }))
+                .await?;
+            for (_, item) in read.into_iter().flatten() {
                 found.insert((item.pk.clone(), item.sk.clone()), item);
             }
         }
         Ok(keys.iter().map(|k| found.get(k).cloned()).collect())
+    }
+
+    async fn get_each(&self, keys: &[GetKey]) -> Result<Vec<Option<Item>>, StoreError> {
+        check_get_each(keys)?;
+        let names: Vec<String> = keys.iter().map(|k| self.table(k.table)).collect();
+        let mut asks: Vec<(String, wire::KeysAndAttributes)> = Vec::new();
+        for (k, name) in keys.iter().zip(&names) {
+            let at = match asks.iter().position(|(n, _)| n == name) {
+                Some(at) => at,
+                None => {
+                    asks.push((name.clone(), wire::KeysAndAttributes::default()));
+                    asks.len() - 1
+                }
+            };
+            let ask = &mut asks[at].1;
+            ask.keys.push(key_attrs(&k.pk, &k.sk));
+            // Set per table: the strongest any of its keys asks for.
+            ask.consistent_read |= k.consistent;
+        }
+        let mut found = self.batch_get(asks).await?;
+        Ok(keys
+            .iter()
+            .zip(&names)
+            .map(|(k, name)| {
+                let at = found
+                    .iter()
+                    .position(|(n, i)| n == name && i.pk == k.pk && i.sk == k.sk)?;
+                Some(found.swap_remove(at).1)
+            })
+            .collect())
     }
 
     async fn query_eventual(

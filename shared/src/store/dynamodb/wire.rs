@@ -306,13 +306,13 @@ pub struct Query<'a> {
     pub return_consumed_capacity: (),
 }
 
-/// A BatchGetItem of one table.
+/// A BatchGetItem of one or more tables.
 #[derive(Serialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct BatchGet<'a> {
     /// Table name → its keys.
     #[serde(serialize_with = "as_map")]
-    pub request_items: [(&'a str, KeysAndAttributes); 1],
+    pub request_items: Vec<(&'a str, &'a KeysAndAttributes)>,
     /// Always `INDEXES`.
     #[serde(serialize_with = "indexes")]
     pub return_consumed_capacity: (),
