@@ -390,6 +390,17 @@ pub fn index_lag() -> Duration {
     Duration::from_millis(env_num("TCQ_INDEX_LAG_MS", 0))
 }
 
+/// How long the server's background passes let its indexes settle before a second look
+/// (`QueueConfig::index_settle_ms`): the default on DynamoDB, else twice the embedded
+/// backend's lag, as the local server sets it.
+pub fn index_settle() -> Duration {
+    if on_localstack() || in_shape() {
+        Duration::from_millis(shared::queue::QueueConfig::default().index_settle_ms)
+    } else {
+        index_lag() * 2
+    }
+}
+
 /// Waits until every index shows what was written before the call. For the tests that read
 /// an index, or run a job that does, at once after writing and check exactly what it shows:
 /// on DynamoDB nothing bounds an index's lag, so only the embedded backend's, which is set on

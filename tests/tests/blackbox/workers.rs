@@ -643,7 +643,7 @@ async fn runs_of_a_worker_that_worker_manager_removed_are_resolved_and_retried()
     publish("worker-removed", message(json!({ "reason": "terminated" }))).await;
     // Its run was claimed moments ago, so it may take a second look, once the index settles.
     let st = poll(
-        local_or_shape(Duration::from_secs(2), Duration::from_secs(30)) + index_lag() * 3,
+        local_or_shape(Duration::from_secs(2), Duration::from_secs(30)) + index_settle() * 2,
         "the removed worker's run resolved",
         || async {
             let st = q.status(&gone).await.ok()?;
@@ -674,8 +674,10 @@ async fn runs_of_a_worker_that_worker_manager_removed_are_resolved_and_retried()
     // another worker's run.
     publish("worker-stopped", message(json!({}))).await;
     publish("worker-stopped", message(json!({ "workerId": "stopping" }))).await;
+    // The consumer takes one message at a time, and the two before this one each wait for
+    // the indexes to settle before their second look.
     poll(
-        local_or_shape(Duration::from_secs(2), Duration::from_secs(30)) + index_lag() * 3,
+        local_or_shape(Duration::from_secs(2), Duration::from_secs(30)) + index_settle() * 3,
         "the stopped worker's run resolved",
         || async {
             let st = q.status(&stopping).await.ok()?;
@@ -699,7 +701,7 @@ async fn runs_of_a_worker_that_worker_manager_removed_are_resolved_and_retried()
         return;
     }
     // A batch acknowledges after its second look, which waits for the index to settle.
-    tokio::time::sleep(index_lag() * 3).await;
+    tokio::time::sleep(index_settle() * 2).await;
     app.stop().await;
     assert_eq!(counts().await, Some((0, 0)));
     let ch = conn.create_channel().await.expect("channel");
