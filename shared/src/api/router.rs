@@ -123,13 +123,23 @@ pub fn find_in(
 /// route matches with or without a trailing `/` (the PyPI client strips it from routes such
 /// as `/clients/`); the path as given is tried first.
 pub fn find(method: &Method, path: &str) -> Option<Matched> {
-    find_exact(method, path).or_else(|| {
-        let other = match path.strip_suffix('/') {
-            Some(without) => without.to_string(),
-            None => format!("{path}/"),
-        };
-        find_exact(method, &other)
-    })
+    find_either(method, path).map(|(m, _)| m)
+}
+
+/// [`find`], and whether the path matched as given (else with its trailing `/` toggled).
+fn find_either(method: &Method, path: &str) -> Option<(Matched, bool)> {
+    if let Some(m) = find_exact(method, path) {
+        return Some((m, true));
+    }
+    find_exact(method, &toggle_slash(path)).map(|m| (m, false))
+}
+
+/// `path` with its trailing `/` dropped, or one added.
+fn toggle_slash(path: &str) -> String {
+    match path.strip_suffix('/') {
+        Some(without) => without.to_string(),
+        None => format!("{path}/"),
+    }
 }
 
 fn find_exact(method: &Method, path: &str) -> Option<Matched> {
@@ -167,7 +177,7 @@ pub fn through_gateway(method: &Method, given: String) -> (String, Vec<String>) 
 /// parameter that spans segments holds a `/`, the same with that `/` left as it is (as a
 /// client that builds the URL by hand sends it). Empty: no route.
 pub fn signed_paths(method: &Method, path: &str) -> Vec<String> {
-    let Some(m) = find(method, path) else {
+    let Some((m, as_given)) = find_either(method, path) else {
         return vec![];
     };
     let build = |raw_slashes: bool| {
@@ -193,15 +203,9 @@ pub fn signed_paths(method: &Method, path: &str) -> Vec<String> {
     if other != out[0] {
         out.push(other);
     }
-    if find_exact(method, path).is_none() {
+    if !as_given {
         // The client added or dropped the route's trailing `/`, and signed the path so.
-        out = out
-            .into_iter()
-            .map(|p| match p.strip_suffix('/') {
-                Some(without) => without.to_string(),
-                None => format!("{p}/"),
-            })
-            .collect();
+        out = out.iter().map(|p| toggle_slash(p)).collect();
     }
     out
 }

@@ -482,12 +482,19 @@ impl Queue {
         let until = Instant::now() + wait;
         let mut slot = None;
         let mut gate = Gate::default();
-        // What earlier claims left to record goes out beside the first pass, so that no
-        // claim's answer waits for a metadata write.
-        let (out, ()) = tokio::join!(
-            self.wait_for_work(q, key, count, clock, until, &mut slot, &mut gate),
-            self.flush_seen(clock(), Flush::Due)
-        );
+        // What earlier claims left to record goes out first, so that no claim's answer waits
+        // for a metadata write, and before the worker's record is read: the read then sees
+        // that write, and the write of the runs this call holds can start from it.
+        self.flush_seen(clock(), Flush::Due).await;
+        let out = self
+            .wait_for_work(q, key, count, clock, until, &mut slot, &mut gate)
+            .await;
+        if let Some((n, version)) = slot {
+            // A slot left behind (an error here, a killed process) frees itself at `until`.
+            if let Err(e) = self.store.write(wait_slot::give_back(n, version)).await {
+                tracing::warn!(error = %e, slot = n, "claimWork could not give its wait slot back");
+            }
+        }
         let read = match gate.read {
             None => None,
             Some((true, read)) => {
@@ -500,12 +507,6 @@ impl Queue {
             }
             Some((false, read)) => Some(read),
         };
-        if let Some((n, version)) = slot {
-            // A slot left behind (an error here, a killed process) frees itself at `until`.
-            if let Err(e) = self.store.write(wait_slot::give_back(n, version)).await {
-                tracing::warn!(error = %e, slot = n, "claimWork could not give its wait slot back");
-            }
-        }
         if let Ok(claims) = &out {
             let runs: Vec<TaskRun> = claims.iter().map(Claim::task_run).collect();
             let defer = !runs.is_empty();
