@@ -196,12 +196,12 @@ fn condition(cond: Cond) -> Condition {
     }
 }
 
-/// The text of attribute `k`, if it is a string.
 /// An item's key as DynamoDB names it.
 fn key_attrs(pk: &str, sk: &str) -> Attrs {
     Attrs::from([("pk".into(), s(pk)), ("sk".into(), s(sk))])
 }
 
+/// The text of attribute `k`, if it is a string.
 fn text(m: &Attrs, k: &str) -> Option<String> {
     m.get(k).and_then(Av::as_s).map(String::from)
 }
@@ -214,6 +214,12 @@ impl DynamoStore {
         &self,
         mut todo: Vec<(String, wire::KeysAndAttributes)>,
     ) -> Result<Vec<(String, Item)>, StoreError> {
+        // Keys left for later are asked for again as strongly as at first, whether or not
+        // the answer repeats how.
+        let strong: Vec<(String, bool)> = todo
+            .iter()
+            .map(|(n, k)| (n.clone(), k.consistent_read))
+            .collect();
         let mut found = Vec::new();
         let mut attempt = 0u32;
         while !todo.is_empty() {
@@ -240,6 +246,10 @@ impl DynamoStore {
                 .unprocessed_keys
                 .into_iter()
                 .filter(|(_, k)| !k.keys.is_empty())
+                .map(|(n, mut k)| {
+                    k.consistent_read = strong.iter().any(|(t, c)| *t == n && *c);
+                    (n, k)
+                })
                 .collect();
             if !todo.is_empty() {
                 attempt += 1;
