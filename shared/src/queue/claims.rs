@@ -335,11 +335,10 @@ impl Queue {
         key: WorkerKey<'_>,
         task_id: &str,
     ) -> ApiResult<(Option<WorkerRead>, Option<Value>)> {
-        let worker = worker_get_key(key, true);
         if let Some(def) = self.cached_def(task_id) {
-            let item = self.store.get(worker.table, &worker.pk, &worker.sk).await?;
-            return Ok((item.and_then(WorkerRead::of), Some(def)));
+            return Ok((self.read_sighting(key, true).await?, Some(def)));
         }
+        let worker = worker_get_key(key, true);
         let def = GetKey {
             table: TASKS,
             pk: task_id.to_string(),

@@ -118,11 +118,14 @@ impl Queue {
     /// A worker's stored item (strongly read or not).
     async fn worker_item(&self, key: WorkerKey<'_>, strong: bool) -> ApiResult<Option<Item>> {
         let k = worker_get_key(key, strong);
-        Ok(self.store.get_as(k.table, &k.pk, &k.sk, strong).await?)
+        Ok(self
+            .store
+            .get_as(k.table, &k.pk, &k.sk, k.consistent)
+            .await?)
     }
 
     /// What a claim reads of a worker's record (strongly read or not); `None` if never seen.
-    async fn read_sighting(
+    pub(crate) async fn read_sighting(
         &self,
         key: WorkerKey<'_>,
         strong: bool,
