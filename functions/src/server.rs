@@ -22,6 +22,7 @@ use shared::jobs::{self, Job, Publisher, JOBS};
 use shared::queue::workers::Flush;
 use shared::queue::Queue;
 use shared::scheduler::SchedulerSink;
+use shared::store::shard::Shards;
 use shared::store::sqlite::SqliteStore;
 use shared::store::Store;
 use shared::time::Ts;
@@ -403,11 +404,8 @@ fn start_jobs(
             Local::Publisher | Local::Scrape => continue,
         };
         // This process's resolutions stand for a stream's records.
-        let woken = match job.streams {
-            Some(_) => hints.dependents_waiting.clone(),
-            None => Arc::new(Notify::new()),
-        };
-        tasks.push(tokio::spawn(run.every(every, woken, stopped.clone())));
+        let woken_by = job.streams.is_some().then(|| hints.clone());
+        tasks.push(tokio::spawn(run.every(every, woken_by, stopped.clone())));
     }
     tasks.push(tokio::spawn(publisher_loop(
         queue.clone(),
@@ -447,19 +445,25 @@ struct JobLoop {
 }
 
 impl JobLoop {
-    fn context(&self) -> Context<'_> {
+    fn context(&self, shards: Shards) -> Context<'_> {
         Context {
             queue: &self.queue,
             blobs: self.blobs.as_ref(),
             artifact_grace_ms: self.grace_ms,
             publisher: self.publisher.as_deref(),
             scheduler: None,
+            shards,
         }
     }
 
     /// Runs the job once.
     async fn once(&self) -> Result<usize, jobs::JobError> {
-        self.job.run(&self.context(), pass_budget()).await
+        self.once_in(Shards::ALL).await
+    }
+
+    /// Runs the job once, its passes over the index shards `shards`.
+    async fn once_in(&self, shards: Shards) -> Result<usize, jobs::JobError> {
+        self.job.run(&self.context(shards), pass_budget()).await
     }
 
     /// Runs the job until a run succeeds (the broker may come up after the server), backing
@@ -499,7 +503,11 @@ impl JobLoop {
                     }] }
                 });
                 async move {
-                    match this.job.on_broker(&this.context(), &event, Ts::now()).await {
+                    match this
+                        .job
+                        .on_broker(&this.context(Shards::ALL), &event, Ts::now())
+                        .await
+                    {
                         Ok(_) => Ok(()),
                         Err(e) => {
                             // Not at once: the broker hands it back straight away.
@@ -527,16 +535,32 @@ impl JobLoop {
         }
     }
 
-    /// Runs the job every `every`, and at once when `woken`, until `stop`.
-    async fn every(self, every: Duration, woken: Arc<Notify>, mut stop: watch::Receiver<bool>) {
+    /// Runs the job every `every` over every shard, and at once when `woken_by` wakes it for
+    /// the resolutions it marked (then only over their shards), until `stop`.
+    async fn every(
+        self,
+        every: Duration,
+        woken_by: Option<Arc<LocalHints>>,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        let woken = woken_by
+            .as_ref()
+            .map_or_else(|| Arc::new(Notify::new()), |h| h.dependents_waiting.clone());
+        let mut shards = Shards::ALL;
         loop {
             let notified = woken.notified();
-            report(self.job.name, self.once().await);
-            tokio::select! {
-                _ = notified => {}
-                _ = tokio::time::sleep(every) => {}
+            report(self.job.name, self.once_in(shards).await);
+            let hinted = tokio::select! {
+                _ = notified => true,
+                _ = tokio::time::sleep(every) => false,
                 _ = stop.wait_for(|s| *s) => return,
+            };
+            shards = match woken_by.as_ref().filter(|_| hinted) {
+                // None taken: a pass over every shard is always right.
+                Some(h) => Some(h.take_resolved_shards()).filter(|s| *s != Shards::NONE),
+                None => None,
             }
+            .unwrap_or(Shards::ALL);
         }
     }
 }

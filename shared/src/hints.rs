@@ -5,8 +5,9 @@
 //! streams trigger the publisher and the dependency resolver) and observe nothing.
 
 use crate::records::task::TaskRecord;
+use crate::store::shard::Shards;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 
@@ -41,6 +42,14 @@ pub struct LocalHints {
     pub events_waiting: Arc<Notify>,
     /// Notified whenever a resolved task awaits the dependency worker.
     pub dependents_waiting: Arc<Notify>,
+    /// Set when a resolution was written with events: the dependency worker is woken once
+    /// the publisher has delivered them ([`LocalHints::drained`]). Both rewrite the record (to
+    /// clear the mark; to remove the delivered events), and woken together they raced for
+    /// its version: the loser read, counted and wrote again (about one resolution in two).
+    dependents_after_drain: AtomicBool,
+    /// The `resolved` index's shards this process marked since the dependency worker last
+    /// looked ([`LocalHints::take_resolved_shards`]), as [`Shards`] bits.
+    resolved_shards: AtomicU32,
 }
 
 impl LocalHints {
@@ -66,15 +75,37 @@ impl LocalHints {
     pub fn keep_graph_events(&self) {
         self.graph_events.store(true, Ordering::SeqCst);
     }
+
+    /// The shards of the resolutions written since the last call: a pass woken by them need
+    /// not look at the others (the loop's timed passes look at every shard).
+    pub fn take_resolved_shards(&self) -> Shards {
+        Shards::from_bits(self.resolved_shards.swap(0, Ordering::SeqCst))
+    }
+
+    /// The publisher went through the records it took ([`LocalHints::take_dirty`]),
+    /// delivered or not: wakes the dependency worker for the resolutions among them.
+    pub fn drained(&self) {
+        if self.dependents_after_drain.swap(false, Ordering::SeqCst) {
+            self.dependents_waiting.notify_one();
+        }
+    }
 }
 
 impl WriteObserver for LocalHints {
     fn task_written(&self, rec: &TaskRecord, version: u64) {
         if rec.dependents_due.is_some() {
-            self.dependents_waiting.notify_one();
+            // Set before the wake-up below or after the drain, so the woken pass sees it.
+            let shard = Shards::of(&rec.task_id).bits();
+            self.resolved_shards.fetch_or(shard, Ordering::SeqCst);
         }
         if rec.outbox.is_empty() {
+            if rec.dependents_due.is_some() {
+                self.dependents_waiting.notify_one();
+            }
             return;
+        }
+        if rec.dependents_due.is_some() {
+            self.dependents_after_drain.store(true, Ordering::SeqCst);
         }
         if let Ok(mut d) = self.dirty.lock() {
             let newer = d.get(&rec.task_id).is_none_or(|(_, v)| *v < version);
@@ -88,5 +119,62 @@ impl WriteObserver for LocalHints {
     fn graph_written(&self) {
         self.graph_events.store(true, Ordering::SeqCst);
         self.events_waiting.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::outbox::{OutboxEvent, Payload};
+    use crate::time::Ts;
+    use std::time::Duration;
+
+    async fn woken(h: &LocalHints) -> bool {
+        let wait = h.dependents_waiting.notified();
+        tokio::time::timeout(Duration::from_millis(50), wait)
+            .await
+            .is_ok()
+    }
+
+    fn resolved(task_id: &str, events: bool) -> TaskRecord {
+        let mut rec = TaskRecord::for_test(task_id);
+        rec.dependents_due = Some(Ts(5));
+        if events {
+            rec.outbox.push(OutboxEvent {
+                id: "e1".into(),
+                exchange: "task-completed".into(),
+                routing_key: "k".into(),
+                cc: vec![],
+                payload: Payload::of(&serde_json::json!({})),
+                run_id: None,
+                fresh: true,
+                unknown: Default::default(),
+            });
+        }
+        rec
+    }
+
+    #[tokio::test]
+    async fn a_resolution_with_events_wakes_the_dependency_worker_once_they_are_drained() {
+        let h = LocalHints::default();
+        h.task_written(&resolved("T1", true), 3);
+        assert!(!woken(&h).await, "not before the publisher went through it");
+        h.drained();
+        assert!(woken(&h).await);
+        assert_eq!(h.take_resolved_shards(), Shards::of("T1"));
+        assert_eq!(h.take_resolved_shards(), Shards::NONE, "taken once");
+        h.drained();
+        assert!(!woken(&h).await, "one wake-up per resolution");
+    }
+
+    #[tokio::test]
+    async fn a_resolution_without_events_wakes_the_dependency_worker_at_once() {
+        let h = LocalHints::default();
+        h.task_written(&resolved("T2", false), 3);
+        assert!(woken(&h).await);
+        assert_eq!(h.take_resolved_shards(), Shards::of("T2"));
+        h.task_written(&TaskRecord::for_test("T3"), 1);
+        assert!(!woken(&h).await, "an unresolved task wakes nobody");
+        assert_eq!(h.take_resolved_shards(), Shards::NONE);
     }
 }

@@ -13,6 +13,7 @@ use shared::events::amqp::AmqpSink;
 use shared::jobs::{self, Job, JobError, Publisher};
 use shared::metrics;
 use shared::store::dynamodb::{DynamoStore, ImageData};
+use shared::store::shard::Shards;
 use shared::time::Ts;
 use std::sync::Arc;
 
@@ -192,6 +193,7 @@ async fn run_job(
         artifact_grace_ms: grace,
         publisher: publisher.as_deref(),
         scheduler: Some(api.scheduler.as_ref()),
+        shards: Shards::ALL,
     };
     match Invoked::of(&event.payload) {
         Invoked::Stream => {

@@ -417,7 +417,7 @@ pub async fn drain_all<R: Outboxed>(
 mod tests {
     use super::*;
     use crate::events::RecordingSink;
-    use crate::records::task::{index, Priority, ReasonResolved, TaskRecord, SK_STATUS, TASKS};
+    use crate::records::task::{index, ReasonResolved, TaskRecord, SK_STATUS, TASKS};
     use crate::routing::Exchange;
     use crate::store::sqlite::SqliteStore;
     use crate::time::Ts;
@@ -426,27 +426,8 @@ mod tests {
 
     fn record(id: &str, sweep: bool) -> TaskRecord {
         TaskRecord {
-            unknown: Default::default(),
-            task_id: id.to_string(),
-            task_queue_id: "prov/wt".into(),
-            scheduler_id: "-".into(),
-            project_id: "none".into(),
-            task_group_id: id.to_string(),
-            priority: Priority::Lowest,
-            deadline: Ts(100_000),
-            expires: Ts(1_000_000),
-            retries: 0,
-            retries_left: 0,
-            runs: vec![],
-            routes: vec![],
-            tags: json!({}),
-            outbox: vec![],
-            unsatisfied: 0,
-            dependents_due: None,
-            group_counted: false,
             sweep,
-            aged: None,
-            held_since: None,
+            ..TaskRecord::for_test(id)
         }
     }
 

@@ -14,6 +14,7 @@ use crate::records::graph::TASK_GRAPHS;
 use crate::records::group::TASK_GROUPS;
 use crate::records::task::{index, TASKS};
 use crate::scheduler::Scheduler;
+use crate::store::shard::Shards;
 use crate::store::Item;
 use crate::time::Ts;
 use futures_util::future::BoxFuture;
@@ -30,6 +31,9 @@ pub struct Context<'a> {
     pub publisher: Option<&'a Publisher>,
     /// The task-graph scheduler, for a job fed by the [broker](Job::broker).
     pub scheduler: Option<&'a Scheduler>,
+    /// The shards of the `resolved` index the dependency resolver's pass looks at: every
+    /// one, but for the local server's passes woken by its own resolutions, which know theirs.
+    pub shards: Shards,
 }
 
 /// One pass of a job at `now`: what it handled, and whether more is due.
@@ -377,7 +381,12 @@ pub static DEPENDENCY_RESOLVER: Job = Job {
         "rate(1 minute)",
         Local::Reapers,
         TASKS_AND_GROUPS,
-        Run::Repeat(|c, now, budget| Box::pin(c.queue.resolve_dependents_once(now, BATCH, budget))),
+        Run::Repeat(|c, now, budget| {
+            Box::pin(
+                c.queue
+                    .resolve_dependents_once(now, BATCH, c.shards, budget),
+            )
+        }),
     )
 };
 

@@ -227,8 +227,9 @@ impl Publisher {
         let prefix = &queue.cfg.exchange_prefix;
         let store = queue.store.as_ref();
         let (sink, published) = (self.sink(), &self.published);
-        let mut n =
-            delivered(drain_written(store, sink, prefix, written, published, Ts::now()).await?);
+        let drained = drain_written(store, sink, prefix, written, published, Ts::now()).await;
+        hints.drained();
+        let mut n = delivered(drained?);
         if hints.take_graph_events() {
             n += self.graphs(queue).await.inspect_err(|_| {
                 // Look again next time.

@@ -7,7 +7,7 @@ use crate::hints::{NoHints, WriteObserver};
 use crate::page::{encode_token, PageReq};
 use crate::records::task::{RunState, TaskRecord, SK_DEF, SK_STATUS, TASKS};
 use crate::signal::WorkSignal;
-use crate::store::shard::{due_upto, shard_pk, SHARDS};
+use crate::store::shard::{due_upto, shard_pk, Shards, SHARDS};
 use crate::store::{Cond, Item, SkRange, Store, StoreError, WriteOp, MAX_BATCH_GET};
 use crate::time::{Budget, Ts, MINUTE};
 use serde_json::{json, Value};
@@ -644,12 +644,25 @@ impl Queue {
         now: Ts,
         batch: usize,
     ) -> ApiResult<Due> {
+        self.due_in_shards(table, idx, now, batch, Shards::ALL)
+            .await
+    }
+
+    /// [`Queue::due_in`] over the shards `shards` only.
+    pub(crate) async fn due_in_shards(
+        &self,
+        table: &'static str,
+        idx: &'static str,
+        now: Ts,
+        batch: usize,
+        shards: Shards,
+    ) -> ApiResult<Due> {
         let mut due = Due::default();
-        for shard in 0..SHARDS {
-            let range = SkRange {
-                upto: Some(due_upto(now)),
-                ..Default::default()
-            };
+        let range = SkRange {
+            upto: Some(due_upto(now)),
+            ..Default::default()
+        };
+        for shard in (0..SHARDS).filter(|s| shards.contains(*s)) {
             let pk = shard_pk(idx, shard);
             let page = self
                 .store

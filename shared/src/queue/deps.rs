@@ -28,6 +28,7 @@ use crate::records::edge::{
     SK_DEPENDENT_PREFIX,
 };
 use crate::records::task::{index, TaskRecord, TASKS};
+use crate::store::shard::Shards;
 use crate::store::{Cond, Item, SkRange, WriteOp};
 use crate::time::{Budget, Pace, Ts};
 use futures_util::future::try_join_all;
@@ -378,9 +379,12 @@ impl Queue {
         &self,
         now: Ts,
         batch: usize,
+        shards: Shards,
         budget: &Budget,
     ) -> ApiResult<Pass> {
-        let due = self.due_in(TASKS, index::RESOLVED, now, batch).await?;
+        let due = self
+            .due_in_shards(TASKS, index::RESOLVED, now, batch, shards)
+            .await?;
         // Resolutions are independent of each other: handle a few at once. One cut short
         // keeps its `resolved` entry, and the next pass goes on with it.
         let (released, cut) = chunked(&due.items, budget, |i| {

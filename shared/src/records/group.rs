@@ -12,7 +12,7 @@
 
 use crate::error::{ApiError, ApiResult};
 use crate::records::task::Priority;
-use crate::store::shard::{shard_of, shard_pk, time_key, SHARDS};
+use crate::store::shard::{shard_of, shard_pk, time_keyed, SHARDS};
 use crate::store::{Cond, Data, IndexEntry, Item, WriteOp};
 use crate::time::Ts;
 use serde::{Deserialize, Serialize};
@@ -48,7 +48,7 @@ pub fn group_expiry_entry(expires: Ts, task_group_id: &str) -> IndexEntry {
     IndexEntry {
         index: GROUP_EXPIRY,
         pk: shard_pk(GROUP_EXPIRY, shard_of(task_group_id)),
-        sk: format!("{}:{task_group_id}", time_key(expires)),
+        sk: time_keyed(expires, task_group_id),
     }
 }
 

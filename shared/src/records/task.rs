@@ -29,7 +29,7 @@
 //! them) and dependency edges ([`super::edge`]).
 
 use super::outbox::{outbox_entry, OutboxEvent, Outboxed};
-use crate::store::shard::{shard_of, shard_pk, time_key};
+use crate::store::shard::{shard_of, shard_pk, time_key, time_keyed};
 use crate::store::IndexEntry;
 use crate::time::Ts;
 use serde::{Deserialize, Serialize};
@@ -80,7 +80,7 @@ fn sharded(index: &'static str, at: Ts, task_id: &str) -> IndexEntry {
     IndexEntry {
         index,
         pk: shard_pk(index, shard_of(task_id)),
-        sk: format!("{}:{task_id}", time_key(at)),
+        sk: time_keyed(at, task_id),
     }
 }
 
@@ -140,7 +140,7 @@ pub fn claimed_entry(task_queue_id: &str, started: Ts, task_id: &str) -> IndexEn
     IndexEntry {
         index: index::CLAIMED,
         pk: task_queue_id.to_string(),
-        sk: format!("{}:{task_id}", time_key(started)),
+        sk: time_keyed(started, task_id),
     }
 }
 
@@ -633,6 +633,36 @@ impl Outboxed for TaskRecord {
     }
     fn clear_held(&mut self) {
         self.held_since = None;
+    }
+}
+
+/// A bare record for unit tests: one task in a group of its own, no runs, no events.
+#[cfg(test)]
+impl TaskRecord {
+    pub(crate) fn for_test(task_id: &str) -> TaskRecord {
+        TaskRecord {
+            unknown: Default::default(),
+            task_id: task_id.to_string(),
+            task_queue_id: "prov/wt".into(),
+            scheduler_id: "-".into(),
+            project_id: "none".into(),
+            task_group_id: task_id.to_string(),
+            priority: Priority::Lowest,
+            deadline: Ts(100_000),
+            expires: Ts(1_000_000),
+            retries: 0,
+            retries_left: 0,
+            runs: vec![],
+            routes: vec![],
+            tags: serde_json::json!({}),
+            outbox: vec![],
+            unsatisfied: 0,
+            dependents_due: None,
+            group_counted: false,
+            sweep: true,
+            aged: None,
+            held_since: None,
+        }
     }
 }
 

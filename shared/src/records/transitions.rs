@@ -495,27 +495,11 @@ mod tests {
 
     fn record(retries: u32) -> TaskRecord {
         TaskRecord {
-            unknown: Default::default(),
-            task_id: "T".into(),
-            task_queue_id: "prov/wt".into(),
-            scheduler_id: "-".into(),
-            project_id: "none".into(),
             task_group_id: "G".into(),
-            priority: Priority::Lowest,
-            deadline: Ts(100_000),
-            expires: Ts(1_000_000),
             retries,
             retries_left: retries,
-            runs: vec![],
             routes: vec!["r1".into()],
-            tags: json!({}),
-            outbox: vec![],
-            unsatisfied: 0,
-            dependents_due: None,
-            group_counted: false,
-            sweep: true,
-            aged: None,
-            held_since: None,
+            ..TaskRecord::for_test("T")
         }
     }
 

@@ -686,6 +686,7 @@ async fn the_expiry_reaper_removes_rows_and_objects() {
         artifact_grace_ms: grace,
         publisher: None,
         scheduler: None,
+        shards: shared::store::shard::Shards::ALL,
     };
     let (grace, none) = (
         with_grace(shared::queue::artifacts::EXPIRY_GRACE_MS),

@@ -253,6 +253,7 @@ async fn resolutions_reach_the_resolver(from_stream: bool) {
                 .resolve_dependents_once(
                     now(),
                     100,
+                    shared::store::shard::Shards::ALL,
                     &shared::time::Budget::of(Duration::from_secs(30))
                 )
                 .await
@@ -317,6 +318,7 @@ async fn resolutions_reach_the_resolver(from_stream: bool) {
                 .resolve_dependents_once(
                     now(),
                     100,
+                    shared::store::shard::Shards::ALL,
                     &shared::time::Budget::of(Duration::from_secs(30))
                 )
                 .await
