@@ -153,19 +153,21 @@ impl Params {
 }
 
 /// Replaces every `<name>` in `s` with its single-valued parameter.
-fn fill(s: &str, params: &Params) -> Result<String, String> {
+/// `s` with its placeholders filled from `params`, and from `bound` (a `for` loop's variable
+/// and its value) before them.
+fn fill(s: &str, params: &Params, bound: Option<(&str, &str)>) -> Result<String, String> {
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
     while let Some(i) = rest.find('<') {
         let Some(j) = rest[i..].find('>') else { break };
         let name = &rest[i + 1..i + j];
-        match params.get(name) {
-            Some(Param::One(v)) => {
-                out.push_str(&rest[..i]);
-                out.push_str(v);
-            }
+        let value = match (bound, params.get(name)) {
+            (Some((var, v)), _) if var == name => v,
+            (_, Some(Param::One(v))) => v.as_str(),
             _ => return Err(format!("scope template {s:?} has no value for <{name}>")),
-        }
+        };
+        out.push_str(&rest[..i]);
+        out.push_str(value);
         rest = &rest[i + j + 1..];
     }
     out.push_str(rest);
@@ -178,7 +180,7 @@ impl Template {
     pub fn render(&self, params: &Params) -> Result<ScopeExpr, String> {
         match self {
             Template::For { .. } => Ok(ScopeExpr::AllOf(self.render_items(params)?)),
-            Template::Scope(s) => Ok(ScopeExpr::Scope(fill(s, params)?)),
+            Template::Scope(s) => Ok(ScopeExpr::Scope(fill(s, params, None)?)),
             Template::AllOf(v) => Ok(ScopeExpr::AllOf(Self::render_list(v, params)?)),
             Template::AnyOf(v) => Ok(ScopeExpr::AnyOf(Self::render_list(v, params)?)),
         }
@@ -200,12 +202,10 @@ impl Template {
         let Some(Param::Many(values)) = params.get(in_) else {
             return Err(format!("scope template has no list for {in_:?}"));
         };
+        // The loop's variable is looked up before the others, as if added last.
         values
             .iter()
-            .map(|v| {
-                let bound = params.clone().one(var, v.clone());
-                fill(each, &bound).map(ScopeExpr::Scope)
-            })
+            .map(|v| fill(each, params, Some((var, v))).map(ScopeExpr::Scope))
             .collect()
     }
 
