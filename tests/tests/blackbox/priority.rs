@@ -21,6 +21,10 @@ async fn a_high_task_is_claimed_before_an_older_lowest_one() {
     let tq = task_queue_id();
     let low = create(&app, &def_with(&tq, json!({"priority": "lowest"}))).await;
     let high = create(&app, &def_with(&tq, json!({"priority": "high"}))).await;
+    // Claims order what the pending index shows: with an index that lags, a claim made at
+    // once can find the older entry alone (the test failed so under TCQ_INDEX_LAG_MS, on
+    // 2b5d9c6 as well).
+    settle_indexes().await;
     let first = claim_one(&app, &tq, "g", "w").await;
     assert_eq!(first["status"]["taskId"], high.as_str());
     assert_eq!(first["task"]["priority"], "high");
@@ -102,6 +106,10 @@ async fn change_task_priority_reorders_pending_work() {
         },
     )
     .await;
+    // With an index that lags, the poll above can also pass before `b` shows at all (`a`
+    // first under its old priority, alone), and the claim then finds `b` beside `a`'s old
+    // entry: wait until the index shows every write made so far.
+    settle_indexes().await;
 
     let first = claim_one(&app, &tq, "g", "w").await;
     assert_eq!(first["status"]["taskId"], a.as_str());
