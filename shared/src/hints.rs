@@ -45,7 +45,8 @@ pub struct LocalHints {
     /// Set when a resolution was written with events: the dependency worker is woken once
     /// the publisher has delivered them ([`LocalHints::drained`]). Both rewrite the record (to
     /// clear the mark; to remove the delivered events), and woken together they raced for
-    /// its version: the loser read, counted and wrote again (about one resolution in two).
+    /// its version: the loser read, counted and wrote again (0.9 times a life cycle in the
+    /// lifecycle bench).
     dependents_after_drain: AtomicBool,
     /// The `resolved` index's shards this process marked since the dependency worker last
     /// looked ([`LocalHints::take_resolved_shards`]), as [`Shards`] bits.
