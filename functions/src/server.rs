@@ -555,12 +555,16 @@ impl JobLoop {
                 _ = tokio::time::sleep(every) => false,
                 _ = stop.wait_for(|s| *s) => return,
             };
-            shards = match woken_by.as_ref().filter(|_| hinted) {
-                // None taken: a pass over every shard is always right.
-                Some(h) => Some(h.take_resolved_shards()).filter(|s| *s != Shards::NONE),
-                None => None,
-            }
-            .unwrap_or(Shards::ALL);
+            // A timed pass, or a wake-up whose shards were taken already: every shard.
+            let taken = woken_by
+                .as_ref()
+                .filter(|_| hinted)
+                .map_or(Shards::NONE, |h| h.take_resolved_shards());
+            shards = if taken == Shards::NONE {
+                Shards::ALL
+            } else {
+                taken
+            };
         }
     }
 }

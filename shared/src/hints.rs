@@ -126,7 +126,7 @@ impl WriteObserver for LocalHints {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::records::outbox::{OutboxEvent, Payload};
+    use crate::routing::Exchange;
     use crate::time::Ts;
     use std::time::Duration;
 
@@ -141,16 +141,7 @@ mod tests {
         let mut rec = TaskRecord::for_test(task_id);
         rec.dependents_due = Some(Ts(5));
         if events {
-            rec.outbox.push(OutboxEvent {
-                id: "e1".into(),
-                exchange: "task-completed".into(),
-                routing_key: "k".into(),
-                cc: vec![],
-                payload: Payload::of(&serde_json::json!({})),
-                run_id: None,
-                fresh: true,
-                unknown: Default::default(),
-            });
+            rec.emit(Exchange::TaskCompleted, None, false, Default::default());
         }
         rec
     }
