@@ -27,6 +27,17 @@ pub fn from_bytes<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8]) -> serde_json:
     }
 }
 
+/// A JSON object of `fields`, each moved in. `json!` serializes every value it is given
+/// through a reference, so a `Value` field (a definition, a status) is copied whole.
+pub fn object<const N: usize>(fields: [(&str, Value); N]) -> Value {
+    Value::Object(
+        fields
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -46,5 +57,14 @@ mod tests {
             let theirs = serde_json::from_slice::<Value>(case).map_err(|e| e.to_string());
             assert_eq!(ours, theirs, "on {:?}", String::from_utf8_lossy(case));
         }
+    }
+
+    #[test]
+    fn object_is_what_json_makes() {
+        let inner = serde_json::json!({"a": [1, {"b": null}], "c": "d"});
+        assert_eq!(
+            object([("x", inner.clone()), ("y", 2.into())]),
+            serde_json::json!({"x": inner, "y": 2})
+        );
     }
 }

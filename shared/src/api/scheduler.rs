@@ -13,7 +13,7 @@ use crate::records::task::TASKS;
 use crate::routing::{Exchange, SCHEDULER_EXCHANGE_PREFIX};
 use crate::scheduler::submission::Submission;
 use crate::scopes::ScopeExpr;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 /// Creates or extends a graph, defining and scheduling its tasks on the queue in process.
 const WRITE_GRAPHS: &[Need] = &[
@@ -138,7 +138,7 @@ async fn create(api: &Api, call: &mut Call) -> ApiResult<Reply> {
         .scheduler
         .create_task_graph(&gid, &call.body, &submission, call.now)
         .await?;
-    Reply::ok(json!({ "status": graph.status_json() }))
+    Reply::ok(crate::json::object([("status", graph.status_json())]))
 }
 
 async fn extend(api: &Api, call: &mut Call) -> ApiResult<Reply> {
@@ -148,12 +148,12 @@ async fn extend(api: &Api, call: &mut Call) -> ApiResult<Reply> {
     let expr = graph_scopes(api, own, &ext.submission)?;
     call.authorize_expr(&expr)?;
     let graph = api.scheduler.extend_task_graph(ext, call.now).await?;
-    Reply::ok(json!({ "status": graph.status_json() }))
+    Reply::ok(crate::json::object([("status", graph.status_json())]))
 }
 
 async fn status(api: &Api, call: &mut Call) -> ApiResult<Reply> {
     let graph = api.scheduler.status(graph_id(call)?.as_str()).await?;
-    Reply::ok(json!({ "status": graph.status_json() }))
+    Reply::ok(crate::json::object([("status", graph.status_json())]))
 }
 
 async fn info(api: &Api, call: &mut Call) -> ApiResult<Reply> {

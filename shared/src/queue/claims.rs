@@ -99,17 +99,17 @@ impl Claim {
     }
 
     /// The claim-work/claim-task response item.
-    pub fn to_json(&self) -> Value {
-        let run = &self.run;
-        json!({
-            "status": self.record.status_json(),
-            "runId": run.run_id,
-            "workerGroup": run.worker_group,
-            "workerId": run.worker_id,
-            "takenUntil": run.taken_until,
-            "task": self.task,
-            "credentials": self.credentials.to_json(),
-        })
+    pub fn into_json(self) -> Value {
+        let run = self.run;
+        crate::json::object([
+            ("status", self.record.status_json()),
+            ("runId", run.run_id.into()),
+            ("workerGroup", run.worker_group.into()),
+            ("workerId", run.worker_id.into()),
+            ("takenUntil", json!(run.taken_until)),
+            ("task", self.task),
+            ("credentials", self.credentials.to_json()),
+        ])
     }
 }
 

@@ -5,9 +5,10 @@ use crate::api::declare::{Call, Endpoint, Reply, Reservation, Verb};
 use crate::api::Api;
 use crate::error::ApiResult;
 use crate::handler;
+use crate::queue::Claim;
 use crate::scopes::{Params, Template};
 use crate::time::Ts;
-use serde_json::json;
+use serde_json::Value;
 
 /// claimWork's deployment: each waiting call holds an instance, so its concurrency is
 /// reserved by the template parameter `ClaimWorkConcurrency`, at 128 MB (it waits, mostly;
@@ -76,7 +77,8 @@ async fn claim_work(api: &Api, call: &mut Call) -> ApiResult<Reply> {
     let (wg, wid) = (call.body_str("workerGroup"), call.body_str("workerId"));
     let count = call.body["tasks"].as_u64().unwrap_or(1).clamp(1, 32) as usize;
     let claims = api.queue.claim_work(&tq, wg, wid, count, &Ts::now).await?;
-    Reply::ok(json!({ "tasks": claims.iter().map(|c| c.to_json()).collect::<Vec<_>>() }))
+    let tasks = claims.into_iter().map(Claim::into_json).collect();
+    Reply::ok(crate::json::object([("tasks", Value::Array(tasks))]))
 }
 
 async fn claim_task(api: &Api, call: &mut Call) -> ApiResult<Reply> {
@@ -89,7 +91,7 @@ async fn claim_task(api: &Api, call: &mut Call) -> ApiResult<Reply> {
         .queue
         .claim_task(&id, run, tq, wg, wid, call.now)
         .await?;
-    Reply::ok(claim.to_json())
+    Reply::ok(claim.into_json())
 }
 
 async fn reclaim_task(api: &Api, call: &mut Call) -> ApiResult<Reply> {
@@ -99,7 +101,11 @@ async fn reclaim_task(api: &Api, call: &mut Call) -> ApiResult<Reply> {
             .one("taskId", id.as_str())
             .one("runId", run.to_string()),
     )?;
-    let mut v = api.queue.reclaim_task(&id, run, call.now).await?.to_json();
+    let mut v = api
+        .queue
+        .reclaim_task(&id, run, call.now)
+        .await?
+        .into_json();
     if let Some(o) = v.as_object_mut() {
         o.remove("task");
     }

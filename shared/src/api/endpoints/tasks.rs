@@ -100,7 +100,7 @@ pub static ENDPOINTS: &[Endpoint] = &[
 
 /// `{status}`: what every call that changes a task answers.
 pub(crate) fn status_reply(rec: &TaskRecord) -> ApiResult<Reply> {
-    Reply::ok(json!({ "status": rec.status_json() }))
+    Reply::ok(crate::json::object([("status", rec.status_json())]))
 }
 
 async fn task(api: &Api, call: &mut Call) -> ApiResult<Reply> {
