@@ -242,6 +242,8 @@ pub async fn start(cfg: ServerConfig, sink: Arc<dyn EventSink>) -> Result<Runnin
         None => shared::metrics::Metrics::new(),
     };
     let mut queue_cfg = cfg.queue.queue_config();
+    // One process creates and claims: a claim finds the definition createTask wrote.
+    queue_cfg.keep_created_defs = true;
     if !cfg.on_aws() {
         // The embedded store's indexes are current, but for a lag put on them on purpose.
         queue_cfg.index_settle_ms = cfg.index_lag_ms.map_or(0, |lag| lag.saturating_mul(2));

@@ -347,10 +347,10 @@ impl Queue {
         };
         let mut got = self.store.get_each(&[worker, def]).await?.into_iter();
         let read = got.next().flatten().and_then(WorkerRead::of);
-        let def = got.next().flatten().map(|i| i.data.into_value());
-        if let Some(d) = &def {
-            self.remember_def(task_id, d);
-        }
+        let def = got
+            .next()
+            .flatten()
+            .map(|i| self.remember_def(task_id, i.data));
         Ok((read, def))
     }
 

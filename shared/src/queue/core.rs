@@ -8,7 +8,7 @@ use crate::page::{encode_token, PageReq};
 use crate::records::task::{RunState, TaskRecord, SK_DEF, SK_STATUS, TASKS};
 use crate::signal::WorkSignal;
 use crate::store::shard::{due_upto, shard_pk, Shards, SHARDS};
-use crate::store::{Cond, Item, SkRange, Store, StoreError, WriteOp, MAX_BATCH_GET};
+use crate::store::{Cond, Data, Item, SkRange, Store, StoreError, WriteOp, MAX_BATCH_GET};
 use crate::time::{Budget, Ts, MINUTE};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -75,6 +75,10 @@ pub struct QueueConfig {
     /// How many of a resolved task's dependents the dependency resolver satisfies a second
     /// ([`DEPENDENTS_PER_SEC`]; 0: unpaced).
     pub dependents_per_sec: u32,
+    /// True where the process that creates tasks also claims them (the local server):
+    /// createTask then keeps the definition it wrote, and the claim reads only the worker's
+    /// record. A function that only creates tasks would fill a cache it never reads.
+    pub keep_created_defs: bool,
 }
 
 impl Default for QueueConfig {
@@ -97,6 +101,7 @@ impl Default for QueueConfig {
             group_call_tasks: 2_000,
             index_settle_ms: 2_000,
             dependents_per_sec: DEPENDENTS_PER_SEC,
+            keep_created_defs: false,
         }
     }
 }
@@ -226,8 +231,10 @@ impl DefCache {
         self.map.get(task_id).map(|(v, _)| v)
     }
 
-    fn insert(&mut self, task_id: &str, def: &Value) {
-        let size = serde_json::to_vec(def).map_or(0, |b| b.len()) + task_id.len();
+    /// Keeps `def`, counted as `json_len` bytes of JSON (the stored text's length, at hand
+    /// where the definition was read, so it need not be serialized again to be measured).
+    fn insert(&mut self, task_id: &str, def: Value, json_len: usize) {
+        let size = json_len + task_id.len();
         if size > DEF_CACHE_BYTES {
             return;
         }
@@ -237,7 +244,7 @@ impl DefCache {
             self.bytes = 0;
         }
         self.bytes += size;
-        self.map.insert(task_id.to_string(), (def.clone(), size));
+        self.map.insert(task_id.to_string(), (def, size));
     }
 
     fn remove(&mut self, task_id: &str) {
@@ -345,18 +352,11 @@ impl Queue {
         }
         // Definitions never change, so an eventually consistent read is current whenever it
         // finds one; only a task created moments ago may need the strong read.
-        let def = match self.store.get_eventual(TASKS, task_id, SK_DEF).await? {
-            Some(i) => Some(i.data.into_value()),
-            None => self
-                .store
-                .get(TASKS, task_id, SK_DEF)
-                .await?
-                .map(|i| i.data.into_value()),
+        let item = match self.store.get_eventual(TASKS, task_id, SK_DEF).await? {
+            Some(i) => Some(i),
+            None => self.store.get(TASKS, task_id, SK_DEF).await?,
         };
-        if let Some(d) = &def {
-            self.remember_def(task_id, d);
-        }
-        Ok(def)
+        Ok(item.map(|i| self.remember_def(task_id, i.data)))
     }
 
     /// A definition this process has read before, if it still holds it.
@@ -364,9 +364,18 @@ impl Queue {
         self.defs.lock().ok().and_then(|c| c.get(task_id).cloned())
     }
 
-    pub(crate) fn remember_def(&self, task_id: &str, def: &Value) {
+    /// The definition stored as `data`, kept for later reads by this process.
+    pub(crate) fn remember_def(&self, task_id: &str, data: Data) -> Value {
+        let json_len = data.encoded().map_or(0, |b| b.len());
+        let def = data.into_value();
+        self.keep_def(task_id, def.clone(), json_len);
+        def
+    }
+
+    /// Keeps definition `def`, `json_len` bytes as stored, for later reads by this process.
+    pub(crate) fn keep_def(&self, task_id: &str, def: Value, json_len: usize) {
         if let Ok(mut cache) = self.defs.lock() {
-            cache.insert(task_id, def);
+            cache.insert(task_id, def, json_len);
         }
     }
 
@@ -390,9 +399,7 @@ impl Queue {
             let found = self.store.get_many(TASKS, &keys, consistent).await?;
             for (i, item) in missing.into_iter().zip(found) {
                 if let Some(item) = item {
-                    let def = item.data.into_value();
-                    self.remember_def(ids[i], &def);
-                    out[i] = Some(def);
+                    out[i] = Some(self.remember_def(ids[i], item.data));
                 }
             }
         }
@@ -707,8 +714,9 @@ mod tests {
     fn the_definition_cache_stays_within_its_bytes() {
         let mut c = DefCache::default();
         let def = json!({ "payload": { "blob": "x".repeat(6_000) } });
+        let len = def.to_string().len();
         for i in 0..10_000 {
-            c.insert(&format!("task{i}"), &def);
+            c.insert(&format!("task{i}"), def.clone(), len);
             assert!(c.bytes <= DEF_CACHE_BYTES);
         }
         assert!(c.get("task9999").is_some());
@@ -718,7 +726,7 @@ mod tests {
         assert!(c.get("task9999").is_none());
         // Too big to keep at all: not kept, nothing dropped.
         let before = c.map.len();
-        c.insert("huge", &json!("y".repeat(DEF_CACHE_BYTES + 1)));
+        c.insert("huge", json!("y"), DEF_CACHE_BYTES + 1);
         assert!(c.get("huge").is_none());
         assert_eq!(c.map.len(), before);
     }

@@ -8,7 +8,7 @@ use crate::ids::{TaskId, TaskQueueId};
 use crate::page::{decode_token, encode_token, Filler, PageReq};
 use crate::records::group::{member_item, TASK_GROUPS};
 use crate::records::task::{task_expiry_entry, Priority, TaskRecord, SK_DEF, TASKS};
-use crate::store::{Cond, Item, StoreError, WriteOp};
+use crate::store::{Cond, Data, Item, StoreError, WriteOp};
 use crate::time::{Ts, DAY, MINUTE};
 use serde_json::{json, Map, Value};
 
@@ -104,10 +104,19 @@ impl Queue {
             let mut fresh = rec.clone();
             fresh.emit_created();
             let expiry = task_expiry_entry(rec.expires, task_id.as_str(), SK_DEF);
+            // Encoded here rather than copied: the store writes the text either way.
+            let def_json =
+                serde_json::to_vec(&def).map_err(|e| ApiError::internal(e.to_string()))?;
+            let def_len = def_json.len();
             let mut ops = vec![
                 WriteOp::Put {
                     table: TASKS,
-                    item: Item::new(task_id.as_str(), SK_DEF, def.clone(), vec![expiry]),
+                    item: Item::new(
+                        task_id.as_str(),
+                        SK_DEF,
+                        Data::from_bytes(def_json),
+                        vec![expiry],
+                    ),
                     cond: Cond::NotExists,
                 },
                 WriteOp::Put {
@@ -129,6 +138,9 @@ impl Queue {
                 Ok(()) => {
                     // A created item's first version is 1 (the store port's promise).
                     self.after_write(&fresh, 1);
+                    if self.cfg.keep_created_defs {
+                        self.keep_def(task_id.as_str(), def, def_len);
+                    }
                     if plan.edges.is_empty() {
                         return Ok(fresh);
                     }
