@@ -91,6 +91,7 @@ impl Slot {
     /// holds one already or has left. A waiter woken from this process takes it too (its
     /// next read serves both): refused, the delivery would come straight back to it while
     /// it reads.
+    #[cfg(any(feature = "amqp", test))]
     pub(crate) fn deliver(
         &self,
         settle: Settle,
@@ -109,6 +110,7 @@ impl Slot {
 
     /// Marks whether wake-ups from every process now reach this waiter; when they start
     /// to, it reads the index once more ([`SlotState::recheck`]).
+    #[cfg(any(feature = "amqp", test))]
     pub(crate) fn set_crosses(&self, crosses: bool) {
         let started = {
             let mut s = self.lock();
@@ -124,6 +126,7 @@ impl Slot {
 
     /// Takes back a delivery the waiter has not used (it is leaving, or the broker link that
     /// delivered it is gone).
+    #[cfg(any(feature = "amqp", test))]
     pub(crate) fn take_held(&self) -> Option<Settle> {
         self.lock().held.take().map(|(settle, _)| settle)
     }
