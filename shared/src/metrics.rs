@@ -527,20 +527,20 @@ impl Metrics {
                 let directives: Vec<serde_json::Value> = directives
                     .into_iter()
                     .map(|(sets, names)| {
-                        serde_json::json!({
-                            "Namespace": namespace,
-                            "Dimensions": sets,
-                            "Metrics": names,
-                        })
+                        crate::json::object([
+                            ("Namespace", namespace.into()),
+                            ("Dimensions", serde_json::json!(sets)),
+                            ("Metrics", serde_json::Value::Array(names)),
+                        ])
                     })
                     .collect();
                 let mut doc = serde_json::Map::new();
                 doc.insert(
                     "_aws".into(),
-                    serde_json::json!({
-                        "Timestamp": timestamp_ms,
-                        "CloudWatchMetrics": directives,
-                    }),
+                    crate::json::object([
+                        ("Timestamp", timestamp_ms.into()),
+                        ("CloudWatchMetrics", serde_json::Value::Array(directives)),
+                    ]),
                 );
                 for (k, v) in labels.iter().zip(&values) {
                     doc.insert(k.to_string(), serde_json::json!(v));
