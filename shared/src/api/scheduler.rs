@@ -7,7 +7,7 @@ use super::endpoints::tasks::{create_task_params, CREATE_TASK_SCOPES};
 use super::Api;
 use crate::error::{ApiError, ApiResult};
 use crate::handler;
-use crate::records::graph::TASK_GRAPHS;
+use crate::records::graph::{GraphRecord, TASK_GRAPHS};
 use crate::records::group::TASK_GROUPS;
 use crate::records::task::TASKS;
 use crate::routing::{Exchange, SCHEDULER_EXCHANGE_PREFIX};
@@ -129,6 +129,11 @@ fn graph_id(call: &Call) -> ApiResult<crate::ids::TaskId> {
     crate::ids::TaskId::parse(call.param("taskGraphId"))
 }
 
+/// `{status}`: what the calls that create, extend or read a graph answer.
+fn status_reply(graph: &GraphRecord) -> ApiResult<Reply> {
+    Reply::ok(crate::json::object([("status", graph.status_json())]))
+}
+
 async fn create(api: &Api, call: &mut Call) -> ApiResult<Reply> {
     let gid = graph_id(call)?;
     let submission = crate::scheduler::Scheduler::submission(&call.body)?;
@@ -138,7 +143,7 @@ async fn create(api: &Api, call: &mut Call) -> ApiResult<Reply> {
         .scheduler
         .create_task_graph(&gid, &call.body, &submission, call.now)
         .await?;
-    Reply::ok(crate::json::object([("status", graph.status_json())]))
+    status_reply(&graph)
 }
 
 async fn extend(api: &Api, call: &mut Call) -> ApiResult<Reply> {
@@ -148,12 +153,12 @@ async fn extend(api: &Api, call: &mut Call) -> ApiResult<Reply> {
     let expr = graph_scopes(api, own, &ext.submission)?;
     call.authorize_expr(&expr)?;
     let graph = api.scheduler.extend_task_graph(ext, call.now).await?;
-    Reply::ok(crate::json::object([("status", graph.status_json())]))
+    status_reply(&graph)
 }
 
 async fn status(api: &Api, call: &mut Call) -> ApiResult<Reply> {
     let graph = api.scheduler.status(graph_id(call)?.as_str()).await?;
-    Reply::ok(crate::json::object([("status", graph.status_json())]))
+    status_reply(&graph)
 }
 
 async fn info(api: &Api, call: &mut Call) -> ApiResult<Reply> {

@@ -105,18 +105,12 @@ impl Queue {
             fresh.emit_created();
             let expiry = task_expiry_entry(rec.expires, task_id.as_str(), SK_DEF);
             // Encoded here rather than copied: the store writes the text either way.
-            let def_json =
-                serde_json::to_vec(&def).map_err(|e| ApiError::internal(e.to_string()))?;
-            let def_len = def_json.len();
+            let def_data = Data::encode(&def)?;
+            let def_len = def_data.encoded().map_or(0, |b| b.len());
             let mut ops = vec![
                 WriteOp::Put {
                     table: TASKS,
-                    item: Item::new(
-                        task_id.as_str(),
-                        SK_DEF,
-                        Data::from_bytes(def_json),
-                        vec![expiry],
-                    ),
+                    item: Item::new(task_id.as_str(), SK_DEF, def_data, vec![expiry]),
                     cond: Cond::NotExists,
                 },
                 WriteOp::Put {
