@@ -69,9 +69,11 @@ pub struct QueueSettings {
     /// The tables' streams trigger the publisher and the dependency resolver on every write
     /// (the AWS deployment sets it for every function): task records then store only each
     /// write's own events, without the outbox and resolved index entries unless a stream
-    /// function failed. Leave it off for a server that publishes in process.
-    #[arg(long, env = env::EVENTS_FROM_STREAM, default_value_t = false, action = clap::ArgAction::Set)]
-    pub events_from_stream: bool,
+    /// function failed. Unset: on for the local server over the embedded store, which keeps
+    /// its own change log and follows it as the streams' functions would; off for a function,
+    /// and for the local server over DynamoDB, which publishes from the outboxes in process.
+    #[arg(long, env = env::EVENTS_FROM_STREAM, action = clap::ArgAction::Set)]
+    pub events_from_stream: Option<bool>,
     /// Also publish seed 003's exchange layout (`v1/queue:task-*`, seven-word routing keys)
     /// next to today's, from the same outbox.
     #[arg(long, env = env::LEGACY_EXCHANGES, default_value_t = false, action = clap::ArgAction::Set,
@@ -197,7 +199,7 @@ impl QueueSettings {
             group_expiry_extension_ms: self.group_expiry_extension_ms,
             exchange_prefix: self.exchange_prefix.clone(),
             scheduler_exchange_prefix: self.scheduler_exchange_prefix.clone(),
-            events_from_stream: self.events_from_stream,
+            events_from_stream: self.events_from_stream.unwrap_or(false),
             worker_info_throttle_ms: self.worker_info_throttle_ms,
             recent_tasks_batch: self.recent_tasks_batch,
             recent_tasks_delay_ms: self.recent_tasks_delay_ms,

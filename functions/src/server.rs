@@ -18,10 +18,12 @@ use shared::events::amqp::{self, DurableQueue};
 use shared::events::{EventSink, FanoutSink};
 use shared::hints::LocalHints;
 use shared::jobs::declare::{Context, Local};
-use shared::jobs::{self, Job, Publisher, JOBS};
+use shared::jobs::follow::Follower;
+use shared::jobs::{self, Job, Publisher, BATCH, JOBS};
 use shared::queue::workers::Flush;
 use shared::queue::Queue;
 use shared::scheduler::SchedulerSink;
+use shared::store::changes::ChangeLog;
 use shared::store::shard::Shards;
 use shared::store::sqlite::SqliteStore;
 use shared::store::Store;
@@ -184,22 +186,42 @@ fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
     opts.open(path)?.write_all(text.as_bytes())
 }
 
+/// The configured backend, and its change log when the server follows one.
+pub struct Opened {
+    /// The store.
+    pub store: Arc<dyn Store>,
+    /// The change log of the tables the stream jobs read ([`jobs::declare::stream_readers`]),
+    /// kept by the embedded store unless `TCQ_EVENTS_FROM_STREAM` is false.
+    pub log: Option<Arc<dyn ChangeLog>>,
+}
+
 /// Opens the configured backend.
-pub async fn open_store(cfg: &ServerConfig) -> Result<Arc<dyn Store>, BoxError> {
+pub async fn open_store(cfg: &ServerConfig) -> Result<Opened, BoxError> {
     if cfg.on_aws() {
-        return Ok(Arc::new(
-            assemble::open_dynamodb(&cfg.queue, cfg.create_tables).await?,
-        ));
+        let store = assemble::open_dynamodb(&cfg.queue, cfg.create_tables).await?;
+        return Ok(Opened {
+            store: Arc::new(store),
+            log: None,
+        });
     }
     let store = SqliteStore::open_with(&cfg.data_dir.join("queue.db"), cfg.sqlite_sync())?;
-    Ok(match cfg.index_lag_ms {
+    let log = match cfg.queue.events_from_stream {
+        Some(false) => None,
+        _ => {
+            let (tables, readers) = jobs::declare::stream_readers();
+            store.keep_changes(&tables, &readers).await?;
+            Some(Arc::new(store.clone()) as Arc<dyn ChangeLog>)
+        }
+    };
+    let store: Arc<dyn Store> = match cfg.index_lag_ms {
         Some(ms) => {
             let lag = std::time::Duration::from_millis(ms);
             let indexes = shared::store::declared_indexes();
             Arc::new(shared::store::index_lag::IndexLag::new(store, lag, &indexes).await?)
         }
         None => Arc::new(store),
-    })
+    };
+    Ok(Opened { store, log })
 }
 
 /// Starts the server and its background loops; events go to `sink` (and to RabbitMQ first,
@@ -207,7 +229,7 @@ pub async fn open_store(cfg: &ServerConfig) -> Result<Arc<dyn Store>, BoxError> 
 pub async fn start(cfg: ServerConfig, sink: Arc<dyn EventSink>) -> Result<Running, BoxError> {
     let created = !cfg.data_dir.exists();
     std::fs::create_dir_all(&cfg.data_dir)?;
-    let store = open_store(&cfg).await?;
+    let Opened { store, log } = open_store(&cfg).await?;
     restrict(&cfg.data_dir, created)?;
     // As deployed (the claim service) the tokens are read from Secrets Manager and read
     // again when rotated; locally they are configured or kept in the data directory.
@@ -235,7 +257,6 @@ pub async fn start(cfg: ServerConfig, sink: Arc<dyn EventSink>) -> Result<Runnin
         &issuer,
         cfg.queue.anonymous_scopes(),
     );
-    let hints = Arc::new(LocalHints::default());
     // Printed as EMF, the counts are drained; served to Prometheus, they add up.
     let metrics = match cfg.metrics_emf_secs {
         Some(_) => shared::metrics::Metrics::draining(true),
@@ -244,22 +265,27 @@ pub async fn start(cfg: ServerConfig, sink: Arc<dyn EventSink>) -> Result<Runnin
     let mut queue_cfg = cfg.queue.queue_config();
     // One process creates and claims: a claim finds the definition createTask wrote.
     queue_cfg.keep_created_defs = true;
+    // Following its own change log, the server runs the stream functions' code on its
+    // writes' images; else it publishes from the outboxes, which the hints point it to.
+    queue_cfg.events_from_stream |= log.is_some();
+    let hints = log.is_none().then(|| Arc::new(LocalHints::default()));
     if !cfg.on_aws() {
         // The embedded store's indexes are current, but for a lag put on them on purpose.
         queue_cfg.index_settle_ms = cfg.index_lag_ms.map_or(0, |lag| lag.saturating_mul(2));
         // Nor has it partitions whose writes a release must pace.
         queue_cfg.dependents_per_sec = cfg.queue.dependents_per_sec.unwrap_or(0);
     }
-    let queue = Arc::new(
-        Queue::new(
-            store,
-            assemble::work_signal(cfg.amqp_url.as_deref(), &cfg.queue),
-            issuer,
-            queue_cfg,
-        )
-        .with_observer(hints.clone())
-        .with_metrics(Arc::new(metrics)),
-    );
+    let mut queue = Queue::new(
+        store,
+        assemble::work_signal(cfg.amqp_url.as_deref(), &cfg.queue),
+        issuer,
+        queue_cfg,
+    )
+    .with_metrics(Arc::new(metrics));
+    if let Some(hints) = &hints {
+        queue = queue.with_observer(hints.clone());
+    }
+    let queue = Arc::new(queue);
     // Bound before the API is built: local blob URLs need the address.
     let listener = tokio::net::TcpListener::bind((cfg.bind.as_str(), cfg.port)).await?;
     let addr = listener.local_addr()?;
@@ -335,7 +361,7 @@ pub async fn start(cfg: ServerConfig, sink: Arc<dyn EventSink>) -> Result<Runnin
             &queue,
             &api,
             blobs.port(),
-            hints,
+            Following { hints, log },
             sink,
             stopped,
         ));
@@ -355,17 +381,26 @@ pub async fn start(cfg: ServerConfig, sink: Arc<dyn EventSink>) -> Result<Runnin
     })
 }
 
+/// How the server finds its own writes for the stream jobs: its change log, or (publishing
+/// from the outboxes) the hints its writes leave.
+struct Following {
+    hints: Option<Arc<LocalHints>>,
+    log: Option<Arc<dyn ChangeLog>>,
+}
+
 /// Every background loop of a server that runs the jobs: each job on the timer its
-/// declaration names, and the publisher (the outbox sweep is its own).
+/// declaration names, each stream job on the change log if there is one, and the publisher's
+/// outbox sweep.
 fn start_jobs(
     cfg: &ServerConfig,
     queue: &Arc<Queue>,
     api: &Arc<Api>,
     blobs: Arc<dyn BlobStore>,
-    hints: Arc<LocalHints>,
+    following: Following,
     sink: Arc<dyn EventSink>,
     stopped: watch::Receiver<bool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
+    let Following { hints, log } = following;
     let mut tasks = vec![];
     let reapers = Duration::from_millis(cfg.reaper_interval_ms.max(10));
     let expiry = Duration::from_millis(cfg.artifact_reaper_interval_ms.max(10));
@@ -388,6 +423,14 @@ fn start_jobs(
             grace_ms: cfg.queue.artifact_expiry_grace_ms,
             publisher: job.publishes.then(|| publisher.clone()),
         };
+        if let (Some(log), Some(_)) = (&log, &job.streams) {
+            let run = JobLoop { ..run.clone() };
+            tasks.push(tokio::spawn(run.follow(
+                log.clone(),
+                reapers,
+                stopped.clone(),
+            )));
+        }
         let every = match job.local {
             Local::Reapers => reapers,
             Local::Expiry => expiry,
@@ -405,8 +448,8 @@ fn start_jobs(
             }
             Local::Publisher | Local::Scrape => continue,
         };
-        // This process's resolutions stand for a stream's records.
-        let woken_by = job.streams.is_some().then(|| hints.clone());
+        // Without a change log, this process's resolutions stand for a stream's records.
+        let woken_by = hints.clone().filter(|_| job.streams.is_some());
         tasks.push(tokio::spawn(run.every(every, woken_by, stopped.clone())));
     }
     tasks.push(tokio::spawn(publisher_loop(
@@ -437,6 +480,7 @@ fn report(what: &str, result: Result<usize, jobs::JobError>) {
 }
 
 /// A job as the local server runs it.
+#[derive(Clone)]
 struct JobLoop {
     job: &'static Job,
     queue: Arc<Queue>,
@@ -537,6 +581,78 @@ impl JobLoop {
         }
     }
 
+    /// Follows the job's streams in `log` until `stop`: at once after this process appends,
+    /// else every `poll` (another process's writes), at once again while more is there, and
+    /// after a failure that may pass with a backoff up to 10 s.
+    async fn follow(
+        self,
+        log: Arc<dyn ChangeLog>,
+        poll: Duration,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        let name = self.job.name;
+        let mut backoff = Duration::from_millis(100);
+        let mut follower = loop {
+            match Follower::start(self.job, log.as_ref()).await {
+                Ok(Some(f)) => break f,
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::warn!(job = name, error = %e, "cannot read the change log; retrying")
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(10));
+        };
+        let appended = log.appended();
+        loop {
+            // Before the read: a commit after it wakes this wait.
+            let woken = appended.notified();
+            let stepped = follower
+                .step(&self.context(Shards::ALL), BATCH, &pass_budget())
+                .await;
+            let pause = match stepped {
+                Ok(step) => {
+                    backoff = Duration::from_millis(100);
+                    if step.done > 0 {
+                        tracing::debug!(
+                            job = name,
+                            read = step.read,
+                            done = step.done,
+                            "stream batch"
+                        );
+                    }
+                    if step.more {
+                        Duration::ZERO
+                    } else {
+                        poll
+                    }
+                }
+                Err(e) => {
+                    report(name, Err(e));
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                    backoff
+                }
+            };
+            if let Err(e) = follower.mark(false).await {
+                report(name, Err(e));
+            }
+            let stopping = tokio::select! {
+                _ = woken, if !pause.is_zero() => false,
+                _ = tokio::time::sleep(pause) => false,
+                _ = stop.wait_for(|s| *s) => true,
+            };
+            if stopping {
+                if let Err(e) = follower.mark(true).await {
+                    report(name, Err(e));
+                }
+                return;
+            }
+        }
+    }
+
     /// Runs the job every `every` over every shard, and at once when `woken_by` wakes it for
     /// the resolutions it marked (then only over their shards), until `stop`.
     async fn every(
@@ -629,26 +745,31 @@ async fn serve_blob(blobs: Arc<LocalBlobs>, req: Request<Body>) -> Response<Body
         .unwrap_or_else(|_| Response::new(Body::empty()))
 }
 
+/// Sweeps the outboxes every second (events left by a crash, a restart, another process, or
+/// held by a stream batch that could not deliver them); without a change log, it also
+/// delivers what the hints say this process just wrote, at once.
 async fn publisher_loop(
     queue: Arc<Queue>,
-    hints: Arc<LocalHints>,
+    hints: Option<Arc<LocalHints>>,
     publisher: Arc<Publisher>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut backoff = Duration::from_millis(100);
     let sweep_every = Duration::from_secs(1);
     let mut last_sweep = std::time::Instant::now() - sweep_every;
+    let waiting = hints
+        .as_ref()
+        .map_or_else(|| Arc::new(Notify::new()), |h| h.events_waiting.clone());
     loop {
-        let waiting = hints.events_waiting.clone();
         let woken = waiting.notified();
-        // Fast path: the tasks just written. Every second, also sweep the whole outbox index
-        // (events left by a crash, a restart or another process).
-        let mut result = publisher.recent(&queue, &hints).await;
+        let mut result = match &hints {
+            Some(hints) => publisher.recent(&queue, hints).await,
+            None => Ok(0),
+        };
         if result.is_ok() && last_sweep.elapsed() >= sweep_every {
             last_sweep = std::time::Instant::now();
-            result = publisher
-                .sweep(&queue, &|id| hints.is_dirty(id), pass_budget())
-                .await;
+            let dirty = |id: &str| hints.as_ref().is_some_and(|h| h.is_dirty(id));
+            result = publisher.sweep(&queue, &dirty, pass_budget()).await;
         }
         let pause = match result {
             Ok(_) => {

@@ -560,6 +560,25 @@ pub static JOBS: [&Job; 13] = [
     &QUEUE_METRICS,
 ];
 
+/// The tables some job reads the stream of, and the jobs that read them: what a store that
+/// keeps its own change log keeps it of, and for whom.
+pub fn stream_readers() -> (Vec<&'static str>, Vec<&'static str>) {
+    let mut tables: Vec<&'static str> = vec![];
+    let mut readers = vec![];
+    for job in JOBS {
+        let Some(streams) = &job.streams else {
+            continue;
+        };
+        readers.push(job.name);
+        for s in streams.from {
+            if !tables.contains(&s.table) {
+                tables.push(s.table);
+            }
+        }
+    }
+    (tables, readers)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

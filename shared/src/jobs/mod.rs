@@ -22,6 +22,7 @@ use crate::time::Ts;
 use std::sync::Arc;
 
 pub mod declare;
+pub mod follow;
 use crate::scheduler::{Reaction, Scheduler};
 pub use declare::{Job, JOBS};
 

@@ -550,3 +550,110 @@ pub async fn racing_creates_have_one_winner(s: Arc<dyn Store>) {
     }
     assert_eq!(winners, 1);
 }
+
+/// The [`ChangeLog`](super::changes::ChangeLog) promises, for an adapter that keeps a log of
+/// table `T` (and not of `T2`) for the readers `"first"` and `"second"`, nothing written yet.
+pub async fn change_log_follows_writes(s: &dyn Store, log: &dyn super::changes::ChangeLog) {
+    let all = [T, T2];
+    let read = |after| log.changes_after(after, &all, 100);
+    assert_eq!(log.position("first").await.expect("position"), 0);
+    let start = read(0).await.expect("read").next;
+    let woken = log.appended();
+    let wake = woken.notified();
+    let v1 = s
+        .write(put(item("c1", "a", 1, None), Cond::NotExists))
+        .await
+        .expect("put");
+    tokio::time::timeout(Duration::from_secs(5), wake)
+        .await
+        .expect("a write that appended wakes the readers");
+    // Refused writes and a cancelled transaction leave nothing; a delete has no new image; a
+    // table without a log is not in it.
+    let refused = s
+        .write(put(item("c1", "a", 9, None), Cond::NotExists))
+        .await;
+    assert!(refused.is_err_and(|e| e.is_condition_failed()));
+    let cancelled = s
+        .transact(vec![
+            put(item("c2", "a", 9, None), Cond::NotExists),
+            put(item("c1", "a", 9, None), Cond::NotExists),
+        ])
+        .await;
+    assert!(cancelled.is_err_and(|e| e.is_condition_failed()));
+    s.write(WriteOp::Put {
+        table: T2,
+        item: item("c3", "a", 1, None),
+        cond: Cond::None,
+    })
+    .await
+    .expect("put elsewhere");
+    s.write(put(item("c1", "a", 2, None), Cond::Version(v1)))
+        .await
+        .expect("update");
+    s.transact(vec![
+        put(item("c2", "a", 3, None), Cond::NotExists),
+        put(item("c4", "a", 4, None), Cond::NotExists),
+    ])
+    .await
+    .expect("transaction");
+    s.write(WriteOp::Delete {
+        table: T,
+        pk: "c4".into(),
+        sk: "a".into(),
+        cond: Cond::None,
+    })
+    .await
+    .expect("delete");
+    let page = read(start).await.expect("read");
+    let seen: Vec<(&str, String, u64, i64)> = page
+        .changes
+        .iter()
+        .map(|c| {
+            (
+                c.table,
+                c.item.pk.clone(),
+                c.item.version,
+                c.item.data["n"].as_i64().unwrap_or(-1),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (T, "c1".to_string(), 1, 1),
+            (T, "c1".to_string(), 2, 2),
+            (T, "c2".to_string(), 1, 3),
+            (T, "c4".to_string(), 1, 4),
+        ],
+        "every committed write of the logged table, as its new image, in order"
+    );
+    assert!(page.changes.windows(2).all(|w| w[0].seq < w[1].seq));
+    assert!(!page.more);
+    // At least once: what no reader marked is read again; a position only moves forward, and
+    // a read from it gives what came after.
+    assert_eq!(read(start).await.expect("again").changes.len(), 4);
+    let second = page.changes[1].seq;
+    log.passed("first", second).await.expect("passed");
+    log.passed("first", start).await.expect("never back");
+    assert_eq!(log.position("first").await.expect("position"), second);
+    let rest = read(second).await.expect("rest");
+    assert_eq!(rest.changes.len(), 2);
+    assert_eq!(rest.changes[0].item.pk, "c2");
+    // A page stops at its limit and says more may follow; the next goes on from it.
+    let one = log.changes_after(start, &[T], 1).await.expect("one");
+    assert_eq!((one.changes.len(), one.more), (1, true));
+    let next = log.changes_after(one.next, &[T], 1).await.expect("next");
+    assert_eq!(next.changes[0].item.version, 2);
+    // What one reader passed stays for the other until it passes it too.
+    assert_eq!(read(start).await.expect("kept").changes.len(), 4);
+    log.passed("second", rest.next).await.expect("passed");
+    log.passed("first", rest.next).await.expect("passed");
+    assert!(read(rest.next).await.expect("read").changes.is_empty());
+    // Numbering goes on past what was forgotten.
+    s.write(put(item("c5", "a", 5, None), Cond::NotExists))
+        .await
+        .expect("put");
+    let last = read(rest.next).await.expect("after trimming");
+    assert_eq!(last.changes.len(), 1);
+    assert!(last.changes[0].seq > rest.next);
+}

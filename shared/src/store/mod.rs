@@ -13,6 +13,7 @@
 //! Every item carries a version that the store bumps on each write; optimistic concurrency is
 //! "read, compute, write with `Cond::Version(read_version)`".
 
+pub mod changes;
 pub mod conformance;
 pub mod data;
 #[cfg(feature = "aws")]

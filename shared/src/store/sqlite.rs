@@ -5,6 +5,7 @@
 //! blocking pool so that they never queue behind writes and the async runtime never waits on
 //! disk.
 
+use super::changes::{Change, ChangeLog, ChangePage};
 use super::*;
 use rusqlite::{params, Connection, OptionalExtension, Statement};
 use std::cell::RefCell;
@@ -17,11 +18,22 @@ const READERS: usize = 4;
 /// background passes' batches (100 a shard) and a claim's look at its queue's head.
 const INLINE_ROWS: usize = 128;
 
-/// SQLite-backed [`Store`].
+/// SQLite-backed [`Store`], and the [`ChangeLog`] of the tables it is told to keep one of
+/// ([`SqliteStore::keep_changes`]).
 #[derive(Clone)]
 pub struct SqliteStore {
     writer: std::sync::mpsc::Sender<WriteJob>,
     readers: Arc<Vec<Mutex<Connection>>>,
+    log: Arc<LogState>,
+}
+
+/// What the writer thread and the change log's readers share.
+#[derive(Default)]
+struct LogState {
+    /// The tables whose writes the log keeps; none until [`SqliteStore::keep_changes`].
+    streamed: std::sync::OnceLock<Vec<&'static str>>,
+    /// Told after a commit that appended to the log.
+    appended: Arc<tokio::sync::Notify>,
 }
 
 fn other(e: impl std::fmt::Display) -> StoreError {
@@ -80,7 +92,12 @@ impl SqliteStore {
                  CREATE TABLE IF NOT EXISTS idx (
                     tbl TEXT NOT NULL, idx TEXT NOT NULL, ipk TEXT NOT NULL, isk TEXT NOT NULL,
                     pk TEXT NOT NULL, sk TEXT NOT NULL,
-                    PRIMARY KEY (tbl, idx, ipk, isk, pk, sk)) WITHOUT ROWID;",
+                    PRIMARY KEY (tbl, idx, ipk, isk, pk, sk)) WITHOUT ROWID;
+                 CREATE TABLE IF NOT EXISTS changes (
+                    seq INTEGER PRIMARY KEY, tbl TEXT NOT NULL, pk TEXT NOT NULL,
+                    sk TEXT NOT NULL, version INTEGER NOT NULL, data BLOB NOT NULL);
+                 CREATE TABLE IF NOT EXISTS change_readers (
+                    reader TEXT PRIMARY KEY, seq INTEGER NOT NULL) WITHOUT ROWID;",
             )
             .map_err(other)?;
         migrate_entries(&writer)?;
@@ -89,14 +106,60 @@ impl SqliteStore {
             readers.push(Mutex::new(open(path, sync)?));
         }
         let (jobs, queue) = std::sync::mpsc::channel();
+        let log = Arc::new(LogState::default());
+        let shared = log.clone();
         std::thread::Builder::new()
             .name("sqlite-writer".into())
-            .spawn(move || writer_loop(writer, queue))
+            .spawn(move || writer_loop(writer, queue, &shared))
             .map_err(other)?;
         Ok(SqliteStore {
             writer: jobs,
             readers: Arc::new(readers),
+            log,
         })
+    }
+
+    /// From now on keeps a change log of `tables` ([`ChangeLog`]) for exactly `readers`:
+    /// a reader new to the file starts at the log's beginning, and the positions of readers
+    /// no longer named are dropped (else what they never read would be kept for ever). Call
+    /// it before the first write; a second call must name the same tables.
+    pub async fn keep_changes(
+        &self,
+        tables: &[&'static str],
+        readers: &[&'static str],
+    ) -> Result<(), StoreError> {
+        let streamed = self.log.streamed.get_or_init(|| tables.to_vec());
+        if streamed.as_slice() != tables {
+            return Err(StoreError::Validation(
+                "the change log already keeps other tables".into(),
+            ));
+        }
+        let readers: Vec<&'static str> = readers.to_vec();
+        self.write_txn(move |w| {
+            let known: Vec<String> = w
+                .conn
+                .prepare_cached("SELECT reader FROM change_readers")
+                .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+                .map_err(other)?;
+            for gone in known.iter().filter(|k| !readers.contains(&k.as_str())) {
+                w.conn
+                    .prepare_cached("DELETE FROM change_readers WHERE reader = ?1")
+                    .and_then(|mut s| s.execute(params![gone]))
+                    .map_err(other)?;
+            }
+            for r in &readers {
+                w.conn
+                    .prepare_cached(
+                        "INSERT OR IGNORE INTO change_readers (reader, seq) VALUES (?1, 0)",
+                    )
+                    .and_then(|mut s| s.execute(params![r]))
+                    .map_err(other)?;
+            }
+            trim(w)?;
+            Ok(0)
+        })
+        .await
+        .map(|_| ())
     }
 
     async fn read<T: Send + 'static>(
@@ -171,6 +234,11 @@ type WriteFn = Box<dyn FnOnce(&Writer<'_>) -> Result<u64, StoreError> + Send>;
 /// up in rusqlite's cache hashes its SQL twice (taking it out, putting it back), which came to
 /// about 3 % of a life cycle's instructions; these are used by field instead.
 struct Writer<'c> {
+    conn: &'c Connection,
+    log: &'c LogState,
+    /// Set when a write of the current group appended to the change log.
+    appended: std::cell::Cell<bool>,
+    append_change: RefCell<Statement<'c>>,
     begin: RefCell<Statement<'c>>,
     commit: RefCell<Statement<'c>>,
     rollback: RefCell<Statement<'c>>,
@@ -185,9 +253,13 @@ struct Writer<'c> {
 }
 
 impl<'c> Writer<'c> {
-    fn prepare(conn: &'c Connection) -> rusqlite::Result<Self> {
+    fn prepare(conn: &'c Connection, log: &'c LogState) -> rusqlite::Result<Self> {
         let s = |sql: &str| conn.prepare(sql).map(RefCell::new);
         Ok(Writer {
+            conn,
+            log,
+            appended: std::cell::Cell::new(false),
+            append_change: s("INSERT INTO changes (tbl, pk, sk, version, data) VALUES (?1, ?2, ?3, ?4, ?5)")?,
             begin: s("BEGIN IMMEDIATE")?,
             commit: s("COMMIT")?,
             rollback: s("ROLLBACK")?,
@@ -222,8 +294,8 @@ const GROUP_MAX: usize = 128;
 /// rolls back only that write. Nobody hears back before the commit, so a caller's success is
 /// as durable as a lone commit would have made it; if the commit fails, every write in the
 /// group fails and none took effect.
-fn writer_loop(conn: Connection, jobs: std::sync::mpsc::Receiver<WriteJob>) {
-    let w = match Writer::prepare(&conn) {
+fn writer_loop(conn: Connection, jobs: std::sync::mpsc::Receiver<WriteJob>, log: &LogState) {
+    let w = match Writer::prepare(&conn, log) {
         Ok(w) => w,
         Err(e) => {
             // Every write is answered with why, rather than the thread vanishing.
@@ -246,6 +318,11 @@ fn writer_loop(conn: Connection, jobs: std::sync::mpsc::Receiver<WriteJob>) {
         let results = run_group(&w, &mut group);
         for (job, result) in group.drain(..).zip(results) {
             let _ = job.reply.send(result);
+        }
+        if w.appended.replace(false) {
+            // After the commit: a reader woken now finds the changes. (A failed group's flag
+            // wakes readers for nothing, which costs them a read.)
+            log.appended.notify_waiters();
         }
     }
 }
@@ -471,6 +548,20 @@ fn apply(
                     .borrow_mut()
                     .execute(params![table, e.index, e.pk, e.sk, pk, sk])
                     .map_err(other)?;
+            }
+            if tx.log.streamed.get().is_some_and(|t| t.contains(&table)) {
+                // In the write's own savepoint: a write rolled back leaves no change.
+                tx.append_change
+                    .borrow_mut()
+                    .execute(params![
+                        table,
+                        pk,
+                        sk,
+                        version as i64,
+                        encoded.unwrap_or_default()
+                    ])
+                    .map_err(other)?;
+                tx.appended.set(true);
             }
             Ok(version)
         }
@@ -762,6 +853,98 @@ impl Store for SqliteStore {
     }
 }
 
+/// Forgets the changes every reader has passed, but for the last of them: the table's
+/// largest `seq` stays, so that SQLite (which numbers a row one past the largest) never hands
+/// out a position a reader has already passed.
+fn trim(w: &Writer<'_>) -> Result<(), StoreError> {
+    w.conn
+        .prepare_cached("DELETE FROM changes WHERE seq < (SELECT MIN(seq) FROM change_readers)")
+        .and_then(|mut s| s.execute([]))
+        .map_err(other)
+        .map(|_| ())
+}
+
+#[async_trait]
+impl ChangeLog for SqliteStore {
+    async fn position(&self, reader: &str) -> Result<u64, StoreError> {
+        let reader = reader.to_string();
+        self.read_point(move |c| {
+            c.prepare_cached("SELECT seq FROM change_readers WHERE reader = ?1")
+                .and_then(|mut s| {
+                    s.query_row(params![reader], |r| r.get::<_, i64>(0))
+                        .optional()
+                })
+                .map(|seq| seq.unwrap_or(0) as u64)
+                .map_err(other)
+        })
+        .await
+    }
+
+    async fn changes_after(
+        &self,
+        after: u64,
+        tables: &[&'static str],
+        limit: usize,
+    ) -> Result<ChangePage, StoreError> {
+        let tables = tables.to_vec();
+        self.read_page(limit, move |c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT seq, tbl, pk, sk, version, data FROM changes WHERE seq > ?1 \
+                     ORDER BY seq LIMIT ?2",
+                )
+                .map_err(other)?;
+            let mut rows = stmt
+                .query(params![after as i64, limit as i64])
+                .map_err(other)?;
+            let mut page = ChangePage {
+                next: after,
+                ..ChangePage::default()
+            };
+            let mut read = 0;
+            while let Some(row) = rows.next().map_err(other)? {
+                read += 1;
+                page.next = row.get::<_, i64>(0).map_err(other)? as u64;
+                let tbl = row.get_ref(1).map_err(other)?.as_str().map_err(other)?;
+                let Some(&table) = tables.iter().find(|t| **t == tbl) else {
+                    continue;
+                };
+                page.changes.push(Change {
+                    seq: page.next,
+                    table,
+                    item: row_to_item(
+                        row.get(2).map_err(other)?,
+                        row.get(3).map_err(other)?,
+                        row.get(4).map_err(other)?,
+                        row.get(5).map_err(other)?,
+                    ),
+                });
+            }
+            page.more = read == limit;
+            Ok(page)
+        })
+        .await
+    }
+
+    async fn passed(&self, reader: &str, seq: u64) -> Result<(), StoreError> {
+        let reader = reader.to_string();
+        self.write_txn(move |w| {
+            w.conn
+                .prepare_cached("UPDATE change_readers SET seq = ?2 WHERE reader = ?1 AND seq < ?2")
+                .and_then(|mut s| s.execute(params![reader, seq as i64]))
+                .map_err(other)?;
+            trim(w)?;
+            Ok(0)
+        })
+        .await
+        .map(|_| ())
+    }
+
+    fn appended(&self) -> Arc<tokio::sync::Notify> {
+        self.log.appended.clone()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -771,6 +954,55 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(&dir.path().join("db")).unwrap();
         super::super::conformance::run_all(Arc::new(store)).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn keeps_a_change_log() {
+        use crate::store::conformance::change_log_follows_writes;
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("db")).unwrap();
+        store
+            .keep_changes(&["conformance"], &["first", "second"])
+            .await
+            .unwrap();
+        change_log_follows_writes(&store, &store).await;
+    }
+
+    /// Positions and unread changes survive reopening; readers no longer named are dropped,
+    /// and so is what only they kept.
+    #[tokio::test]
+    async fn the_change_log_survives_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let put = |pk: &str| WriteOp::Put {
+            table: "t",
+            item: Item::new(pk, "x", serde_json::json!({}), vec![]),
+            cond: Cond::None,
+        };
+        let first = {
+            let s = SqliteStore::open(&path).unwrap();
+            s.keep_changes(&["t"], &["a", "b"]).await.unwrap();
+            s.write(put("1")).await.unwrap();
+            s.write(put("2")).await.unwrap();
+            let page = s.changes_after(0, &["t"], 10).await.unwrap();
+            s.passed("a", page.changes[0].seq).await.unwrap();
+            page.changes[0].seq
+        };
+        let s = SqliteStore::open(&path).unwrap();
+        s.keep_changes(&["t"], &["a"]).await.unwrap();
+        assert_eq!(s.position("a").await.unwrap(), first);
+        assert_eq!(s.position("b").await.unwrap(), 0);
+        let page = s.changes_after(first, &["t"], 10).await.unwrap();
+        assert_eq!(page.changes.len(), 1);
+        assert_eq!(page.changes[0].item.pk, "2");
+        // Only "a" remains: what it passed is forgotten (but for the last, see `trim`).
+        let kept = s.changes_after(0, &["t"], 10).await.unwrap();
+        assert_eq!(kept.changes.len(), 2);
+        s.passed("a", page.next).await.unwrap();
+        assert_eq!(
+            s.changes_after(0, &["t"], 10).await.unwrap().changes.len(),
+            1
+        );
     }
 
     fn entry(index: &'static str, pk: &str, sk: &str) -> IndexEntry {

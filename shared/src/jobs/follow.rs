@@ -1,0 +1,282 @@
+//! A job's streams read from a store's [`ChangeLog`], as Lambda's event source mappings read
+//! the tables' streams as deployed: batches in log order handed to the job's declared
+//! [`Streams::run`](super::declare::Streams), a failing batch retried as the stream
+//! declares, and the reader's position kept in the store. The local server runs its stream
+//! jobs this way over the embedded store, so it runs the deployed stream code.
+
+use super::declare::{Context, Job, Streams};
+use super::{Budget, JobError};
+use crate::events::drain::DrainError;
+use crate::store::changes::ChangeLog;
+use crate::store::StoreError;
+use crate::time::Ts;
+use std::time::{Duration, Instant};
+
+/// How often a follower marks its position in the store at most. What it handled since is
+/// handled again after a crash (at least once, as a stream delivers), and a mark is a write.
+pub const MARK_EVERY: Duration = Duration::from_secs(1);
+
+/// One job reading its streams from a change log.
+pub struct Follower<'a> {
+    job: &'static Job,
+    streams: &'static Streams,
+    tables: Vec<&'static str>,
+    log: &'a dyn ChangeLog,
+    /// Where it stands: the log's position after what it handled.
+    at: u64,
+    /// Where the store last heard it stands.
+    marked: u64,
+    marked_at: Instant,
+    /// Failures in a row of the batch at `at`.
+    failures: u32,
+}
+
+/// What one [`Follower::step`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    /// Changes handed to the job.
+    pub read: usize,
+    /// What the job said it handled.
+    pub done: usize,
+    /// True if the log may hold more at once.
+    pub more: bool,
+}
+
+fn store_error(e: StoreError) -> JobError {
+    JobError::Drain(DrainError::Store(e))
+}
+
+impl<'a> Follower<'a> {
+    /// `job`'s follower over `log`, from the position the store keeps for it; `None` for a
+    /// job that reads no stream.
+    pub async fn start(
+        job: &'static Job,
+        log: &'a dyn ChangeLog,
+    ) -> Result<Option<Self>, JobError> {
+        let Some(streams) = &job.streams else {
+            return Ok(None);
+        };
+        let at = log.position(job.name).await.map_err(store_error)?;
+        Ok(Some(Follower {
+            job,
+            streams,
+            tables: streams.from.iter().map(|s| s.table).collect(),
+            log,
+            at,
+            marked: at,
+            marked_at: Instant::now(),
+            failures: 0,
+        }))
+    }
+
+    /// Where it stands in the log.
+    pub fn position(&self) -> u64 {
+        self.at
+    }
+
+    /// Hands the next batch of at most `limit` changes to the job within `budget`.
+    ///
+    /// A failure that may pass (or any, for a job whose streams are the only copy of what it
+    /// handles) leaves the batch to be read again at the next step, up to the streams'
+    /// `retries`; past them, or at once for a failure that repeating cannot cure, the batch is
+    /// given up with an error in the log, as Lambda gives it up to the failure destination
+    /// (what it left is held for the job's scheduled pass or the sweeper).
+    pub async fn step(
+        &mut self,
+        c: &Context<'_>,
+        limit: usize,
+        budget: &Budget,
+    ) -> Result<Step, JobError> {
+        let page = self
+            .log
+            .changes_after(self.at, &self.tables, limit)
+            .await
+            .map_err(store_error)?;
+        let read = page.changes.len();
+        if read == 0 {
+            self.at = page.next;
+            return Ok(Step {
+                read,
+                done: 0,
+                more: page.more,
+            });
+        }
+        let items = page.changes.into_iter().map(|c| c.item).collect();
+        match (self.streams.run)(c, items, Ts::now(), budget).await {
+            Ok(handled) => {
+                self.at = page.next;
+                self.failures = 0;
+                Ok(Step {
+                    read,
+                    done: handled.done,
+                    more: page.more,
+                })
+            }
+            Err(e) => {
+                let retry = self.streams.only_copy || e.is_retryable();
+                let retries = self
+                    .streams
+                    .from
+                    .iter()
+                    .map(|s| s.retries)
+                    .max()
+                    .unwrap_or(0);
+                self.failures += 1;
+                if retry && self.failures <= retries {
+                    return Err(e);
+                }
+                tracing::error!(job = self.job.name, error = %e, from = self.at, to = page.next,
+                    "stream batch given up; what it left waits for the scheduled pass");
+                self.at = page.next;
+                self.failures = 0;
+                Ok(Step {
+                    read,
+                    done: 0,
+                    more: page.more,
+                })
+            }
+        }
+    }
+
+    /// Tells the store where it stands if it moved and [`MARK_EVERY`] passed since the last
+    /// mark, or whenever `now_anyway`.
+    pub async fn mark(&mut self, now_anyway: bool) -> Result<(), JobError> {
+        let due = now_anyway || self.marked_at.elapsed() >= MARK_EVERY;
+        if self.at == self.marked || !due {
+            return Ok(());
+        }
+        self.log
+            .passed(self.job.name, self.at)
+            .await
+            .map_err(store_error)?;
+        self.marked = self.at;
+        self.marked_at = Instant::now();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::blobs::LocalBlobs;
+    use crate::creds::IssuerCredentials;
+    use crate::jobs::declare::{Local, Stream};
+    use crate::queue::{Queue, QueueConfig};
+    use crate::signal::LocalSignal;
+    use crate::store::shard::Shards;
+    use crate::store::sqlite::SqliteStore;
+    use crate::store::{Cond, Item, Store, WriteOp};
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    /// The versions the test job was handed, and how many of its next runs fail.
+    static SEEN: Mutex<Vec<u64>> = Mutex::new(vec![]);
+    static FAILING: AtomicU32 = AtomicU32::new(0);
+
+    static JOB: Job = Job {
+        name: "followerTest",
+        about: "records what it is handed",
+        schedule: None,
+        streams: Some(Streams {
+            from: &[Stream {
+                table: "t",
+                marked_by: None,
+                retries: 2,
+                parallel: 1,
+            }],
+            only_copy: true,
+            run: |_, images, _, _| {
+                Box::pin(async move {
+                    if FAILING.load(Ordering::SeqCst) > 0 {
+                        FAILING.fetch_sub(1, Ordering::SeqCst);
+                        return Err(JobError::Event("refused".into()));
+                    }
+                    let mut seen = SEEN.lock().map_err(|e| JobError::Event(e.to_string()))?;
+                    seen.extend(images.iter().map(|i| i.version));
+                    Ok(images.len().into())
+                })
+            },
+        }),
+        broker: None,
+        local: Local::Reapers,
+        needs: &[],
+        publishes: false,
+        timeout_secs: 1,
+        memory_mb: 128,
+        failures_to: None,
+    };
+
+    fn seen() -> Vec<u64> {
+        std::mem::take(&mut *SEEN.lock().unwrap())
+    }
+
+    /// A follower hands the log's changes to its job in order, a page at a time; goes on from
+    /// the position it marked; retries a failing batch as many times as its stream says, then
+    /// gives it up; and, without a mark, hands the same changes again (at least once).
+    #[tokio::test]
+    async fn a_follower_hands_changes_on_in_order_retries_and_goes_on_from_its_mark() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("db")).unwrap();
+        store.keep_changes(&["t"], &[JOB.name]).await.unwrap();
+        let queue = Queue::new(
+            Arc::new(store.clone()),
+            Arc::new(LocalSignal::default()),
+            IssuerCredentials {
+                client_id: "static/q".into(),
+                access_token: "t".into(),
+            },
+            QueueConfig::default(),
+        );
+        let blobs = LocalBlobs::new(dir.path().join("blobs"), "http://127.0.0.1", "secret");
+        let c = Context {
+            queue: &queue,
+            blobs: &blobs,
+            artifact_grace_ms: 0,
+            publisher: None,
+            scheduler: None,
+            shards: Shards::ALL,
+        };
+        let budget = Budget::of(Duration::from_secs(5));
+        let write = || async {
+            let op = WriteOp::Put {
+                table: "t",
+                item: Item::new("a", "b", serde_json::json!({}), vec![]),
+                cond: Cond::None,
+            };
+            store.write(op).await.unwrap()
+        };
+        for _ in 0..3 {
+            write().await;
+        }
+        let mut f = Follower::start(&JOB, &store).await.unwrap().unwrap();
+        let first = f.step(&c, 2, &budget).await.unwrap();
+        assert_eq!((first.read, first.done, first.more), (2, 2, true));
+        let second = f.step(&c, 2, &budget).await.unwrap();
+        assert_eq!((second.read, second.more), (1, false));
+        assert_eq!(seen(), [1, 2, 3]);
+        f.mark(true).await.unwrap();
+        let marked = f.position();
+        assert_eq!(store.position(JOB.name).await.unwrap(), marked);
+
+        // A successor starts where it marked.
+        let mut f = Follower::start(&JOB, &store).await.unwrap().unwrap();
+        assert_eq!(f.step(&c, 10, &budget).await.unwrap().read, 0);
+
+        // Failing: retried twice, given up at the third failure; what follows goes on.
+        FAILING.store(3, Ordering::SeqCst);
+        write().await;
+        assert!(f.step(&c, 10, &budget).await.is_err());
+        assert!(f.step(&c, 10, &budget).await.is_err());
+        let given_up = f.step(&c, 10, &budget).await.unwrap();
+        assert_eq!((given_up.read, given_up.done), (1, 0));
+        write().await;
+        assert_eq!(f.step(&c, 10, &budget).await.unwrap().done, 1);
+        assert_eq!(seen(), [5]);
+
+        // Unmarked, the same changes come again to a successor.
+        let mut again = Follower::start(&JOB, &store).await.unwrap().unwrap();
+        assert_eq!(again.position(), marked);
+        assert_eq!(again.step(&c, 10, &budget).await.unwrap().done, 2);
+        assert_eq!(seen(), [4, 5]);
+    }
+}
