@@ -415,6 +415,7 @@ fn start_jobs(
         sinks.push(Arc::new(SchedulerSink(api.scheduler.clone())));
     }
     let publisher = Arc::new(Publisher::new(Arc::new(FanoutSink(sinks))));
+    let mut following = vec![];
     for job in JOBS {
         let run = JobLoop {
             job,
@@ -423,13 +424,8 @@ fn start_jobs(
             grace_ms: cfg.queue.artifact_expiry_grace_ms,
             publisher: job.publishes.then(|| publisher.clone()),
         };
-        if let (Some(log), Some(_)) = (&log, &job.streams) {
-            let run = JobLoop { ..run.clone() };
-            tasks.push(tokio::spawn(run.follow(
-                log.clone(),
-                reapers,
-                stopped.clone(),
-            )));
+        if job.streams.is_some() {
+            following.push(run.clone());
         }
         let every = match job.local {
             Local::Reapers => reapers,
@@ -451,6 +447,14 @@ fn start_jobs(
         // Without a change log, this process's resolutions stand for a stream's records.
         let woken_by = hints.clone().filter(|_| job.streams.is_some());
         tasks.push(tokio::spawn(run.every(every, woken_by, stopped.clone())));
+    }
+    if let Some(log) = log {
+        tasks.push(tokio::spawn(follow_streams(
+            following,
+            log,
+            reapers,
+            stopped.clone(),
+        )));
     }
     tasks.push(tokio::spawn(publisher_loop(
         queue.clone(),
@@ -581,78 +585,6 @@ impl JobLoop {
         }
     }
 
-    /// Follows the job's streams in `log` until `stop`: at once after this process appends,
-    /// else every `poll` (another process's writes), at once again while more is there, and
-    /// after a failure that may pass with a backoff up to 10 s.
-    async fn follow(
-        self,
-        log: Arc<dyn ChangeLog>,
-        poll: Duration,
-        mut stop: watch::Receiver<bool>,
-    ) {
-        let name = self.job.name;
-        let mut backoff = Duration::from_millis(100);
-        let mut follower = loop {
-            match Follower::start(self.job, log.as_ref()).await {
-                Ok(Some(f)) => break f,
-                Ok(None) => return,
-                Err(e) => {
-                    tracing::warn!(job = name, error = %e, "cannot read the change log; retrying")
-                }
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(backoff) => {}
-                _ = stop.wait_for(|s| *s) => return,
-            }
-            backoff = (backoff * 2).min(Duration::from_secs(10));
-        };
-        let appended = log.appended();
-        loop {
-            // Before the read: a commit after it wakes this wait.
-            let woken = appended.notified();
-            let stepped = follower
-                .step(&self.context(Shards::ALL), BATCH, &pass_budget())
-                .await;
-            let pause = match stepped {
-                Ok(step) => {
-                    backoff = Duration::from_millis(100);
-                    if step.done > 0 {
-                        tracing::debug!(
-                            job = name,
-                            read = step.read,
-                            done = step.done,
-                            "stream batch"
-                        );
-                    }
-                    if step.more {
-                        Duration::ZERO
-                    } else {
-                        poll
-                    }
-                }
-                Err(e) => {
-                    report(name, Err(e));
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
-                    backoff
-                }
-            };
-            if let Err(e) = follower.mark(false).await {
-                report(name, Err(e));
-            }
-            let stopping = tokio::select! {
-                _ = woken, if !pause.is_zero() => false,
-                _ = tokio::time::sleep(pause) => false,
-                _ = stop.wait_for(|s| *s) => true,
-            };
-            if stopping {
-                if let Err(e) = follower.mark(true).await {
-                    report(name, Err(e));
-                }
-                return;
-            }
-        }
-    }
-
     /// Runs the job every `every` over every shard, and at once when `woken_by` wakes it for
     /// the resolutions it marked (then only over their shards), until `stop`.
     async fn every(
@@ -683,6 +615,80 @@ impl JobLoop {
             } else {
                 taken
             };
+        }
+    }
+}
+
+/// Follows the stream jobs' streams in `log` until `stop`, one page for all of them at a
+/// time (they follow the same tables): at once after this process appends, else every `poll`
+/// (another process's writes), at once again while more is there, and after a failure that
+/// may pass with a backoff up to 10 s.
+async fn follow_streams(
+    runs: Vec<JobLoop>,
+    log: Arc<dyn ChangeLog>,
+    poll: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut backoff = Duration::from_millis(100);
+    let mut followers = Vec::with_capacity(runs.len());
+    for run in &runs {
+        loop {
+            match Follower::start(run.job, log.as_ref()).await {
+                Ok(Some(f)) => break followers.push(f),
+                Ok(None) => break,
+                Err(e) => report(run.job.name, Err(e)),
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(10));
+        }
+    }
+    let appended = log.appended();
+    loop {
+        // Before the read: a commit after it wakes this wait.
+        let woken = appended.notified();
+        let (mut failed, mut more) = (false, false);
+        match Follower::read_for(log.as_ref(), &followers, BATCH).await {
+            Ok(page) => {
+                more = page.more;
+                for (run, f) in runs.iter().zip(followers.iter_mut()) {
+                    let context = run.context(Shards::ALL);
+                    if let Err(e) = f.take(&context, &page, &pass_budget()).await {
+                        report(run.job.name, Err(e));
+                        failed = true;
+                    }
+                }
+            }
+            Err(e) => {
+                report("reading the change log", Err(e));
+                failed = true;
+            }
+        }
+        let pause = if failed {
+            backoff = (backoff * 2).min(Duration::from_secs(10));
+            backoff
+        } else {
+            backoff = Duration::from_millis(100);
+            if more {
+                Duration::ZERO
+            } else {
+                poll
+            }
+        };
+        let stopping = tokio::select! {
+            _ = woken, if !pause.is_zero() => false,
+            _ = tokio::time::sleep(pause) => false,
+            _ = stop.wait_for(|s| *s) => true,
+        };
+        for (run, f) in runs.iter().zip(followers.iter_mut()) {
+            if let Err(e) = f.mark(stopping).await {
+                report(run.job.name, Err(e));
+            }
+        }
+        if stopping {
+            return;
         }
     }
 }

@@ -83,8 +83,8 @@ pub enum Local {
     Reapers,
     /// Every `artifact_reaper_interval_ms` (the hourly ones).
     Expiry,
-    /// Inside the publisher's loop: it delivers the events this process writes (the streams'
-    /// stand-in), sweeps the outboxes every second and hands the resolutions to the
+    /// Inside the publisher's loop: it sweeps the outboxes every second, delivers the events
+    /// this process writes when it follows no change log, and hands the resolutions to the
     /// scheduler in process.
     Publisher,
     /// On each read of the metrics port, never on a timer: the figures are read when asked.
@@ -119,7 +119,8 @@ pub struct Streams {
     /// paged. Otherwise a failure that repeating cannot cure is logged and the batch
     /// acknowledged, left to the job's schedule.
     pub only_copy: bool,
-    /// The job's handling of a batch. Locally the process's own writes stand for the streams.
+    /// The job's handling of a batch. The local server hands it the batches of its embedded
+    /// store's change log ([`super::follow`]), or, without one, its own writes' hints.
     pub run: OnStream,
 }
 

@@ -7,8 +7,8 @@
 use super::declare::{Context, Job, Streams};
 use super::{Budget, JobError};
 use crate::events::drain::DrainError;
-use crate::store::changes::ChangeLog;
-use crate::store::StoreError;
+use crate::store::changes::{ChangeLog, ChangePage};
+use crate::store::{Item, StoreError};
 use crate::time::Ts;
 use std::time::{Duration, Instant};
 
@@ -74,13 +74,28 @@ impl<'a> Follower<'a> {
         self.at
     }
 
-    /// Hands the next batch of at most `limit` changes to the job within `budget`.
-    ///
-    /// A failure that may pass (or any, for a job whose streams are the only copy of what it
-    /// handles) leaves the batch to be read again at the next step, up to the streams'
-    /// `retries`; past them, or at once for a failure that repeating cannot cure, the batch is
-    /// given up with an error in the log, as Lambda gives it up to the failure destination
-    /// (what it left is held for the job's scheduled pass or the sweeper).
+    /// Reads the next page of at most `limit` changes for `followers` at once (the local
+    /// server's stream jobs follow the same tables): from the earliest of their positions,
+    /// of every table any of them follows. Each then [takes](Follower::take) its part.
+    pub async fn read_for(
+        log: &dyn ChangeLog,
+        followers: &[Follower<'_>],
+        limit: usize,
+    ) -> Result<ChangePage, JobError> {
+        let from = followers.iter().map(|f| f.at).min().unwrap_or(0);
+        let mut tables: Vec<&'static str> = vec![];
+        for t in followers.iter().flat_map(|f| &f.tables) {
+            if !tables.contains(t) {
+                tables.push(t);
+            }
+        }
+        log.changes_after(from, &tables, limit)
+            .await
+            .map_err(store_error)
+    }
+
+    /// Hands the next batch of at most `limit` changes to the job within `budget`: a page
+    /// read for it alone, [taken](Follower::take).
     pub async fn step(
         &mut self,
         c: &Context<'_>,
@@ -92,19 +107,41 @@ impl<'a> Follower<'a> {
             .changes_after(self.at, &self.tables, limit)
             .await
             .map_err(store_error)?;
-        let read = page.changes.len();
+        self.take(c, &page, budget).await
+    }
+
+    /// Hands the job the changes of `page` (read from its position or before it) that are
+    /// past its position and of its tables, within `budget`, then stands at the page's end.
+    ///
+    /// A failure that may pass (or any, for a job whose streams are the only copy of what it
+    /// handles) leaves the batch to be read again at the next step, up to the streams'
+    /// `retries`; past them, or at once for a failure that repeating cannot cure, the batch is
+    /// given up with an error in the log, as Lambda gives it up to the failure destination
+    /// (what it left is held for the job's scheduled pass or the sweeper).
+    pub async fn take(
+        &mut self,
+        c: &Context<'_>,
+        page: &ChangePage,
+        budget: &Budget,
+    ) -> Result<Step, JobError> {
+        let items: Vec<Item> = page
+            .changes
+            .iter()
+            .filter(|ch| ch.seq > self.at && self.tables.contains(&ch.table))
+            .map(|ch| ch.item.clone())
+            .collect();
+        let read = items.len();
         if read == 0 {
-            self.at = page.next;
+            self.at = self.at.max(page.next);
             return Ok(Step {
                 read,
                 done: 0,
                 more: page.more,
             });
         }
-        let items = page.changes.into_iter().map(|c| c.item).collect();
         match (self.streams.run)(c, items, Ts::now(), budget).await {
             Ok(handled) => {
-                self.at = page.next;
+                self.at = self.at.max(page.next);
                 self.failures = 0;
                 Ok(Step {
                     read,
@@ -127,7 +164,7 @@ impl<'a> Follower<'a> {
                 }
                 tracing::error!(job = self.job.name, error = %e, from = self.at, to = page.next,
                     "stream batch given up; what it left waits for the scheduled pass");
-                self.at = page.next;
+                self.at = self.at.max(page.next);
                 self.failures = 0;
                 Ok(Step {
                     read,
@@ -206,6 +243,36 @@ mod tests {
         failures_to: None,
     };
 
+    /// A job that follows the same table and counts what it is handed.
+    static COUNTED: AtomicU32 = AtomicU32::new(0);
+    static OTHER: Job = Job {
+        name: "followerTestOther",
+        streams: Some(Streams {
+            from: &[Stream {
+                table: "t",
+                marked_by: None,
+                retries: 0,
+                parallel: 1,
+            }],
+            only_copy: false,
+            run: |_, images, _, _| {
+                Box::pin(async move {
+                    COUNTED.fetch_add(images.len() as u32, Ordering::SeqCst);
+                    Ok(images.len().into())
+                })
+            },
+        }),
+        about: "counts what it is handed",
+        schedule: None,
+        broker: None,
+        local: Local::Reapers,
+        needs: &[],
+        publishes: false,
+        timeout_secs: 1,
+        memory_mb: 128,
+        failures_to: None,
+    };
+
     fn seen() -> Vec<u64> {
         std::mem::take(&mut *SEEN.lock().unwrap())
     }
@@ -217,7 +284,10 @@ mod tests {
     async fn a_follower_hands_changes_on_in_order_retries_and_goes_on_from_its_mark() {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(&dir.path().join("db")).unwrap();
-        store.keep_changes(&["t"], &[JOB.name]).await.unwrap();
+        store
+            .keep_changes(&["t"], &[JOB.name, OTHER.name])
+            .await
+            .unwrap();
         let queue = Queue::new(
             Arc::new(store.clone()),
             Arc::new(LocalSignal::default()),
@@ -278,5 +348,20 @@ mod tests {
         assert_eq!(again.position(), marked);
         assert_eq!(again.step(&c, 10, &budget).await.unwrap().done, 2);
         assert_eq!(seen(), [4, 5]);
+
+        // Two followers read one page from the earlier position; each takes only what is
+        // past its own.
+        let mut behind = Follower::start(&OTHER, &store).await.unwrap().unwrap();
+        write().await;
+        let mut both = vec![again, behind];
+        let page = Follower::read_for(&store, &both, 100).await.unwrap();
+        assert_eq!(page.changes.len(), 6);
+        let (first, second) = both.split_at_mut(1);
+        assert_eq!(first[0].take(&c, &page, &budget).await.unwrap().read, 1);
+        assert_eq!(second[0].take(&c, &page, &budget).await.unwrap().read, 6);
+        assert_eq!(seen(), [6]);
+        assert_eq!(COUNTED.load(Ordering::SeqCst), 6);
+        behind = both.pop().unwrap();
+        assert_eq!(behind.position(), page.next);
     }
 }
