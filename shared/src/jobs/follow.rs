@@ -210,68 +210,67 @@ mod tests {
     static SEEN: Mutex<Vec<u64>> = Mutex::new(vec![]);
     static FAILING: AtomicU32 = AtomicU32::new(0);
 
-    static JOB: Job = Job {
-        name: "followerTest",
-        about: "records what it is handed",
-        schedule: None,
-        streams: Some(Streams {
-            from: &[Stream {
-                table: "t",
-                marked_by: None,
-                retries: 2,
-                parallel: 1,
-            }],
-            only_copy: true,
-            run: |_, images, _, _| {
-                Box::pin(async move {
-                    if FAILING.load(Ordering::SeqCst) > 0 {
-                        FAILING.fetch_sub(1, Ordering::SeqCst);
-                        return Err(JobError::Event("refused".into()));
-                    }
-                    let mut seen = SEEN.lock().map_err(|e| JobError::Event(e.to_string()))?;
-                    seen.extend(images.iter().map(|i| i.version));
-                    Ok(images.len().into())
-                })
-            },
-        }),
-        broker: None,
-        local: Local::Reapers,
-        needs: &[],
-        publishes: false,
-        timeout_secs: 1,
-        memory_mb: 128,
-        failures_to: None,
-    };
+    /// A job on table `t`'s stream alone, retrying a failed batch `retries` times.
+    const fn job(
+        name: &'static str,
+        from: &'static [Stream],
+        only_copy: bool,
+        run: crate::jobs::declare::OnStream,
+    ) -> Job {
+        Job {
+            name,
+            about: "a test's",
+            schedule: None,
+            streams: Some(Streams {
+                from,
+                only_copy,
+                run,
+            }),
+            broker: None,
+            local: Local::Reapers,
+            needs: &[],
+            publishes: false,
+            timeout_secs: 1,
+            memory_mb: 128,
+            failures_to: None,
+        }
+    }
 
-    /// A job that follows the same table and counts what it is handed.
+    const fn table_t(retries: u32) -> Stream {
+        Stream {
+            table: "t",
+            marked_by: None,
+            retries,
+            parallel: 1,
+        }
+    }
+
+    /// Records the versions it is handed, and fails while `FAILING` says so.
+    static JOB: Job = job("followerTest", &[table_t(2)], true, |_, images, _, _| {
+        Box::pin(async move {
+            if FAILING.load(Ordering::SeqCst) > 0 {
+                FAILING.fetch_sub(1, Ordering::SeqCst);
+                return Err(JobError::Event("refused".into()));
+            }
+            let mut seen = SEEN.lock().map_err(|e| JobError::Event(e.to_string()))?;
+            seen.extend(images.iter().map(|i| i.version));
+            Ok(images.len().into())
+        })
+    });
+
+    /// Follows the same table and counts what it is handed.
     static COUNTED: AtomicU32 = AtomicU32::new(0);
-    static OTHER: Job = Job {
-        name: "followerTestOther",
-        streams: Some(Streams {
-            from: &[Stream {
-                table: "t",
-                marked_by: None,
-                retries: 0,
-                parallel: 1,
-            }],
-            only_copy: false,
-            run: |_, images, _, _| {
-                Box::pin(async move {
-                    COUNTED.fetch_add(images.len() as u32, Ordering::SeqCst);
-                    Ok(images.len().into())
-                })
-            },
-        }),
-        about: "counts what it is handed",
-        schedule: None,
-        broker: None,
-        local: Local::Reapers,
-        needs: &[],
-        publishes: false,
-        timeout_secs: 1,
-        memory_mb: 128,
-        failures_to: None,
-    };
+    static OTHER: Job = job(
+        "followerTestOther",
+        &[table_t(0)],
+        false,
+        |_, images, _, _| {
+            Box::pin(async move {
+                COUNTED.fetch_add(images.len() as u32, Ordering::SeqCst);
+                Ok(images.len().into())
+            })
+        },
+    );
 
     fn seen() -> Vec<u64> {
         std::mem::take(&mut *SEEN.lock().unwrap())
