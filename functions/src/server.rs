@@ -630,11 +630,17 @@ async fn follow_streams(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut backoff = Duration::from_millis(100);
+    // `followers[i]` is `runs[i]`'s (a job that reads no stream has none, and is dropped).
     let mut followers = Vec::with_capacity(runs.len());
-    for run in &runs {
+    let mut following = Vec::with_capacity(runs.len());
+    for run in runs {
         loop {
             match Follower::start(run.job, log.as_ref()).await {
-                Ok(Some(f)) => break followers.push(f),
+                Ok(Some(f)) => {
+                    followers.push(f);
+                    following.push(run);
+                    break;
+                }
                 Ok(None) => break,
                 Err(e) => report(run.job.name, Err(e)),
             }
@@ -653,7 +659,7 @@ async fn follow_streams(
         match Follower::read_for(log.as_ref(), &followers, BATCH).await {
             Ok(page) => {
                 more = page.more;
-                for (run, f) in runs.iter().zip(followers.iter_mut()) {
+                for (run, f) in following.iter().zip(followers.iter_mut()) {
                     let context = run.context(Shards::ALL);
                     if let Err(e) = f.take(&context, &page, &pass_budget()).await {
                         report(run.job.name, Err(e));
@@ -682,7 +688,7 @@ async fn follow_streams(
             _ = tokio::time::sleep(pause) => false,
             _ = stop.wait_for(|s| *s) => true,
         };
-        for (run, f) in runs.iter().zip(followers.iter_mut()) {
+        for (run, f) in following.iter().zip(followers.iter_mut()) {
             if let Err(e) = f.mark(stopping).await {
                 report(run.job.name, Err(e));
             }

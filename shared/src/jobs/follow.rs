@@ -163,7 +163,7 @@ impl<'a> Follower<'a> {
                     return Err(e);
                 }
                 tracing::error!(job = self.job.name, error = %e, from = self.at, to = page.next,
-                    "stream batch given up; what it left waits for the scheduled pass");
+                    "stream batch given up; what it held waits for the scheduled pass or the sweeper");
                 self.at = self.at.max(page.next);
                 self.failures = 0;
                 Ok(Step {
