@@ -3,8 +3,9 @@
 //! publishes them through an [`EventSink`] and only then removes them, so delivery is at
 //! least once: a crash between the two re-publishes on the next pass.
 
+use super::held::Image;
 use super::{Event, EventSink, SinkError};
-use crate::records::outbox::{OutboxEvent, Outboxed, OUTBOX_INDEX};
+use crate::records::outbox::{Outbound, OutboxEvent, Outboxed, OUTBOX_INDEX};
 use crate::records::task::sk_dead_letter;
 use crate::store::shard::{shard_pk, SHARDS};
 use crate::store::{Cond, Data, Item, SkRange, Store, StoreError, WriteOp};
@@ -263,16 +264,26 @@ pub async fn drain_stream<R: Outboxed>(
     published: &RecentIds,
     now: Ts,
 ) -> Result<Streamed, DrainError> {
-    let mut streamed: Vec<(R, u64)> = vec![];
+    let mut streamed: Vec<Image> = vec![];
     let mut latest: std::collections::HashMap<String, (R, u64)> = Default::default();
     for item in images.into_iter().filter(|i| i.sk == R::SK) {
-        let (rec, version) = decode::<R>(item)?;
-        if rec.stream_delivered() {
-            if !rec.outbox().is_empty() {
-                streamed.push((rec, version));
-            }
-        } else if !rec.outbox().is_empty() && latest.get(rec.pk()).is_none_or(|(_, v)| *v < version)
-        {
+        // Only the events and the flag: most images are the stream's to deliver, and the
+        // rest of the record would be built for nothing.
+        let view: Outbound = item
+            .data
+            .decode()
+            .map_err(|e| StoreError::Other(e.to_string()))?;
+        if view.outbox.is_empty() {
+            continue;
+        }
+        if !view.sweep {
+            streamed.push(Image {
+                pk: item.pk,
+                version: item.version,
+                outbox: view.outbox,
+            });
+        } else if latest.get(&item.pk).is_none_or(|(_, v)| *v < item.version) {
+            let (rec, version) = decode::<R>(item)?;
             latest.insert(rec.pk().to_string(), (rec, version));
         }
     }
@@ -282,35 +293,34 @@ pub async fn drain_stream<R: Outboxed>(
     }
     let pks = streamed
         .iter()
-        .map(|(r, _)| r.pk())
+        .map(|i| i.pk.as_str())
         .chain(latest.keys().map(String::as_str));
     let behind = super::held::holding::<R>(store, pks).await?;
     // Events of a record with events held wait behind them; an outbox keeps its own.
-    let (wait, go): (Vec<_>, Vec<_>) = streamed
-        .into_iter()
-        .partition(|(r, _)| behind.contains(r.pk()));
+    let (wait, go): (Vec<_>, Vec<_>) = streamed.into_iter().partition(|i| behind.contains(&i.pk));
     let before = latest.len();
     latest.retain(|pk, _| !behind.contains(pk));
-    super::held::hold(store, &wait, now).await?;
+    super::held::hold::<R>(store, &wait, now).await?;
     out.held += wait.len() + before - latest.len();
     if !go.is_empty() {
         let mut events = vec![];
-        for (rec, _) in &go {
+        for image in &go {
             events.extend(
-                checked_events(store, R::TABLE, prefix, rec.pk(), rec.outbox(), published).await?,
+                checked_events(store, R::TABLE, prefix, &image.pk, &image.outbox, published)
+                    .await?,
             );
         }
         match sink.publish(&events).await {
             Ok(()) => {
                 published.extend(
                     go.iter()
-                        .flat_map(|(rec, _)| rec.outbox().iter().map(|e| e.id.as_str())),
+                        .flat_map(|i| i.outbox.iter().map(|e| e.id.as_str())),
                 );
                 out.delivered += events.len();
             }
             Err(e) => {
                 tracing::warn!(error = %e, "publishing failed; the events are held for the sweeper");
-                super::held::hold(store, &go, now).await?;
+                super::held::hold::<R>(store, &go, now).await?;
                 out.held += go.len();
             }
         }

@@ -104,28 +104,51 @@ pub(crate) async fn holding<'a, R: Outboxed>(
     Ok(found.into_iter().flatten().collect())
 }
 
-/// Holds the events of stream records (records of `R` at the versions their stream records
-/// showed) as waiting since `since`, then sets the marker. Holding one again keeps it as it
-/// was (a retried batch).
+/// The events of one stream record: the record's partition key, the version it showed, and
+/// the events of that write.
+#[derive(Debug, Clone)]
+pub(crate) struct Image {
+    /// The record's partition key.
+    pub pk: String,
+    /// The version its stream record showed.
+    pub version: u64,
+    /// The write's events.
+    pub outbox: Vec<OutboxEvent>,
+}
+
+#[cfg(test)]
+impl Image {
+    /// `rec`'s events at `version`.
+    pub(crate) fn of<R: Outboxed>(rec: &R, version: u64) -> Image {
+        Image {
+            pk: rec.pk().to_string(),
+            version,
+            outbox: rec.outbox().to_vec(),
+        }
+    }
+}
+
+/// Holds the events of stream records of `R` as waiting since `since`, then sets the marker.
+/// Holding one again keeps it as it was (a retried batch).
 pub(crate) async fn hold<R: Outboxed>(
     store: &dyn Store,
-    images: &[(R, u64)],
+    images: &[Image],
     since: Ts,
 ) -> Result<(), StoreError> {
     if images.is_empty() {
         return Ok(());
     }
-    let puts = images.iter().map(|(rec, version)| async move {
+    let puts = images.iter().map(|image| async move {
         let held = Held {
-            pk: rec.pk().to_string(),
-            version: *version,
+            pk: image.pk.clone(),
+            version: image.version,
             since,
-            events: rec.outbox().to_vec(),
+            events: image.outbox.clone(),
         };
         let data = Data::encode(&held).map_err(|e| StoreError::Other(e.to_string()))?;
         let item = Item::new(
-            held_pk(shard_of(rec.pk())),
-            held_sk(rec.pk(), *version),
+            held_pk(shard_of(&image.pk)),
+            held_sk(&image.pk, image.version),
             data,
             vec![],
         );
@@ -281,7 +304,7 @@ pub async fn held_records<R: Outboxed>(
 mod tests {
     use super::*;
     use crate::events::RecordingSink;
-    use crate::records::task::TASKS;
+    use crate::records::task::{TaskRecord, TASKS};
     use crate::store::sqlite::SqliteStore;
     use crate::store::{Cursor, IndexKey, KeyPage, Page};
     use async_trait::async_trait;
@@ -316,7 +339,8 @@ mod tests {
             if pk == held_pk(SHARDS - 1)
                 && self.last_shard_reads.fetch_add(1, Ordering::SeqCst) == 1
             {
-                hold(&self.inner, std::slice::from_ref(&self.late), Ts(5)).await?;
+                let late = Image::of(&self.late.0, self.late.1);
+                hold::<TaskRecord>(&self.inner, &[late], Ts(5)).await?;
             }
             self.inner.query(t, pk, range, after, limit).await
         }
@@ -392,7 +416,9 @@ mod tests {
             late: (late.clone(), 1),
             last_shard_reads: AtomicUsize::new(0),
         };
-        hold(&store.inner, &[(early, 1)], Ts(1)).await.unwrap();
+        hold::<TaskRecord>(&store.inner, &[Image::of(&early, 1)], Ts(1))
+            .await
+            .unwrap();
         let sink = RecordingSink::default();
         let (published, waiting) = (RecentIds::default(), Waiting::at(Ts(10)));
         let pass = drain_held::<crate::records::task::TaskRecord>(

@@ -277,6 +277,32 @@ mod tests {
         }
     }
 
+    /// A stream publisher's view of an image ([`super::super::outbox::Outbound`]) reads the
+    /// events and the flag of a task graph and of a task status alike.
+    #[test]
+    fn both_outboxed_records_read_as_outbound() {
+        use super::super::outbox::Outbound;
+        use super::super::task::TaskRecord;
+        use crate::store::Data;
+        let ids = |o: &[OutboxEvent]| o.iter().map(|e| e.id.clone()).collect::<Vec<_>>();
+        for sweep in [false, true] {
+            let mut g = graph("s");
+            g.sweep = sweep;
+            g.emit(Exchange::TaskGraphRunning);
+            let view: Outbound = Data::encode(&g).unwrap().decode().unwrap();
+            assert_eq!((ids(&view.outbox), view.sweep), (ids(&g.outbox), sweep));
+            let mut t = TaskRecord::for_test("t");
+            t.sweep = sweep;
+            t.emit(Exchange::TaskCompleted, None, false, Default::default());
+            let view: Outbound = Data::encode(&t).unwrap().decode().unwrap();
+            assert_eq!((ids(&view.outbox), view.sweep), (ids(&t.outbox), sweep));
+            assert_eq!(view.outbox.len(), 1);
+        }
+        // A record from before the flag reads as swept, as the records do.
+        let old: Outbound = serde_json::from_str(r#"{"taskId":"t"}"#).unwrap();
+        assert!(old.sweep && old.outbox.is_empty());
+    }
+
     #[test]
     fn derived_task_ids_are_slugids_and_stable() {
         let a = graph("salt").task_id("build");

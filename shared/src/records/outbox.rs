@@ -121,6 +121,19 @@ pub fn stored_data<R: Outboxed>(rec: &R) -> serde_json::Result<Data> {
     Data::encode(&fresh)
 }
 
+/// What a stream publisher reads of an outboxed record's image: its events, and whether the
+/// stream delivers them; every other attribute is skipped, not built. Task statuses and task
+/// graphs name both alike (`records::outbox::tests`).
+#[derive(Debug, Deserialize)]
+pub struct Outbound {
+    /// The events the image carries.
+    #[serde(default)]
+    pub outbox: Vec<OutboxEvent>,
+    /// As the record's `sweep`: false where the stream delivers its events.
+    #[serde(default = "sweep_by_default")]
+    pub sweep: bool,
+}
+
 /// Records written before their `sweep` flag existed always had their outbox entry.
 pub(crate) fn sweep_by_default() -> bool {
     true
