@@ -31,7 +31,7 @@ pub struct Follower<'a> {
     failures: u32,
 }
 
-/// What one [`Follower::step`] did.
+/// What one [`Follower::take`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Step {
     /// Changes handed to the job.
@@ -92,22 +92,6 @@ impl<'a> Follower<'a> {
         log.changes_after(from, &tables, limit)
             .await
             .map_err(store_error)
-    }
-
-    /// Hands the next batch of at most `limit` changes to the job within `budget`: a page
-    /// read for it alone, [taken](Follower::take).
-    pub async fn step(
-        &mut self,
-        c: &Context<'_>,
-        limit: usize,
-        budget: &Budget,
-    ) -> Result<Step, JobError> {
-        let page = self
-            .log
-            .changes_after(self.at, &self.tables, limit)
-            .await
-            .map_err(store_error)?;
-        self.take(c, &page, budget).await
     }
 
     /// Hands the job the changes of `page` (read from its position or before it) that are
@@ -272,6 +256,17 @@ mod tests {
         },
     );
 
+    /// The next page of at most `limit` changes read for `f` alone, taken.
+    async fn step(
+        f: &mut Follower<'_>,
+        c: &Context<'_>,
+        limit: usize,
+        budget: &Budget,
+    ) -> Result<Step, JobError> {
+        let page = Follower::read_for(f.log, std::slice::from_ref(f), limit).await?;
+        f.take(c, &page, budget).await
+    }
+
     fn seen() -> Vec<u64> {
         std::mem::take(&mut *SEEN.lock().unwrap())
     }
@@ -318,9 +313,9 @@ mod tests {
             write().await;
         }
         let mut f = Follower::start(&JOB, &store).await.unwrap().unwrap();
-        let first = f.step(&c, 2, &budget).await.unwrap();
+        let first = step(&mut f, &c, 2, &budget).await.unwrap();
         assert_eq!((first.read, first.done, first.more), (2, 2, true));
-        let second = f.step(&c, 2, &budget).await.unwrap();
+        let second = step(&mut f, &c, 2, &budget).await.unwrap();
         assert_eq!((second.read, second.more), (1, false));
         assert_eq!(seen(), [1, 2, 3]);
         f.mark(true).await.unwrap();
@@ -329,23 +324,23 @@ mod tests {
 
         // A successor starts where it marked.
         let mut f = Follower::start(&JOB, &store).await.unwrap().unwrap();
-        assert_eq!(f.step(&c, 10, &budget).await.unwrap().read, 0);
+        assert_eq!(step(&mut f, &c, 10, &budget).await.unwrap().read, 0);
 
         // Failing: retried twice, given up at the third failure; what follows goes on.
         FAILING.store(3, Ordering::SeqCst);
         write().await;
-        assert!(f.step(&c, 10, &budget).await.is_err());
-        assert!(f.step(&c, 10, &budget).await.is_err());
-        let given_up = f.step(&c, 10, &budget).await.unwrap();
+        assert!(step(&mut f, &c, 10, &budget).await.is_err());
+        assert!(step(&mut f, &c, 10, &budget).await.is_err());
+        let given_up = step(&mut f, &c, 10, &budget).await.unwrap();
         assert_eq!((given_up.read, given_up.done), (1, 0));
         write().await;
-        assert_eq!(f.step(&c, 10, &budget).await.unwrap().done, 1);
+        assert_eq!(step(&mut f, &c, 10, &budget).await.unwrap().done, 1);
         assert_eq!(seen(), [5]);
 
         // Unmarked, the same changes come again to a successor.
         let mut again = Follower::start(&JOB, &store).await.unwrap().unwrap();
         assert_eq!(again.position(), marked);
-        assert_eq!(again.step(&c, 10, &budget).await.unwrap().done, 2);
+        assert_eq!(step(&mut again, &c, 10, &budget).await.unwrap().done, 2);
         assert_eq!(seen(), [4, 5]);
 
         // Two followers read one page from the earlier position; each takes only what is
