@@ -34,10 +34,11 @@ impl Queue {
         )
     }
 
-    /// Deadline reaper, one task: resolves it if unresolved past its deadline. True if
-    /// resolved; false too if the task is gone.
+    /// Deadline reaper, one task: resolves it if unresolved past its deadline, after
+    /// expiring a claim that ran out before it (whichever passed first decides, whichever
+    /// reaper comes first). True if resolved; false too if the task is gone.
     pub async fn reap_deadline(&self, task_id: &str, now: Ts) -> ApiResult<bool> {
-        gone_is_done(self.mutate(task_id, |r| Ok(r.deadline_exceeded(now))).await)
+        gone_is_done(self.mutate(task_id, |r| Ok(r.settle(now))).await)
     }
 
     /// One pass of the claim reaper over every shard: expires the claims due at `now`, a few

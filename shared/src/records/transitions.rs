@@ -420,9 +420,12 @@ impl TaskRecord {
     }
 
     /// Claim reaper: expires the claim on `run_id` if `takenUntil` is still `taken_until`
-    /// and has passed. A passed deadline wins (the deadline reaper handles it).
+    /// and has passed. Whichever came first decides, however late the reaper comes: a
+    /// deadline at or before `takenUntil` wins (the deadline reaper handles it); a claim that
+    /// ran out before the deadline ends `claim-expired`, and a deadline passed since then
+    /// resolves its retry in the same change.
     pub fn expire_claim(&mut self, run_id: u32, taken_until: Ts, now: Ts) -> bool {
-        if self.deadline_passed(now) || self.runs.len() != run_id as usize + 1 {
+        if self.deadline_passed(taken_until) || self.runs.len() != run_id as usize + 1 {
             return false;
         }
         let Some(run) = self.runs.last_mut() else {
@@ -441,24 +444,23 @@ impl TaskRecord {
         let retry = self.retry_if_allowed(ReasonResolved::ClaimExpired, now);
         self.emit_resolution(&run, retry.as_ref());
         self.note_if_resolved(now);
+        self.deadline_exceeded(now);
         true
     }
 
-    /// Records what time alone decided by `now`, exactly as the reapers would: a passed
-    /// deadline resolves the task (`deadline-exceeded`), else a passed `takenUntil` expires
-    /// the latest run's claim (`claim-expired`, retried while retries remain). Workers' calls
-    /// apply it first, so they answer as if the reapers had already run, however late those
-    /// come. True if anything changed.
+    /// Records what time alone decided by `now`, in the order it happened, exactly as the
+    /// reapers would: a `takenUntil` passed before the deadline expires the latest run's
+    /// claim (`claim-expired`, retried while retries remain), and a passed deadline resolves
+    /// the task (`deadline-exceeded`). Workers' calls apply it first, so they answer as if
+    /// the reapers had already run, however late those come. True if anything changed.
     pub fn settle(&mut self, now: Ts) -> bool {
-        if self.deadline_exceeded(now) {
-            return true;
-        }
-        match self.runs.last().map(|r| (r.run_id, r.state, r.taken_until)) {
+        let expired = match self.runs.last().map(|r| (r.run_id, r.state, r.taken_until)) {
             Some((run_id, RunState::Running, Some(until))) if until <= now => {
                 self.expire_claim(run_id, until, now)
             }
             _ => false,
-        }
+        };
+        self.deadline_exceeded(now) || expired
     }
 
     /// changeTaskPriority.
@@ -682,6 +684,45 @@ mod tests {
         r.unsatisfied = 1;
         assert!(!r.requirement_satisfied(Ts(100_000)));
         assert!(r.runs.is_empty());
+    }
+
+    #[test]
+    fn a_claim_or_a_deadline_settles_by_whichever_passed_first_however_late() {
+        // The claim ran out (10) before the deadline (100_000); settled long after both.
+        let mut r = record(1);
+        r.start_first_run(Ts(0));
+        r.claim(0, "g", "w", Ts(1), Ts(10)).unwrap();
+        assert!(r.clone().expire_claim(0, Ts(10), Ts(200_000)));
+        assert!(r.settle(Ts(200_000)));
+        let reasons: Vec<_> = r.runs.iter().map(|r| r.reason_resolved).collect();
+        assert_eq!(
+            reasons,
+            [
+                Some(ReasonResolved::ClaimExpired),
+                Some(ReasonResolved::DeadlineExceeded)
+            ]
+        );
+        assert_eq!(
+            exchanges(&r),
+            [
+                "task-running",
+                "task-exception",
+                "task-pending",
+                "task-exception"
+            ]
+        );
+        assert!(!r.settle(Ts(300_000)), "only once");
+        // The deadline came first: the claim never expires, the deadline resolves its run.
+        let mut d = record(1);
+        d.start_first_run(Ts(0));
+        d.claim(0, "g", "w", Ts(1), Ts(100_000)).unwrap();
+        assert!(!d.clone().expire_claim(0, Ts(100_000), Ts(200_000)));
+        assert!(d.settle(Ts(200_000)));
+        assert_eq!(d.runs.len(), 1);
+        assert_eq!(
+            d.runs[0].reason_resolved,
+            Some(ReasonResolved::DeadlineExceeded)
+        );
     }
 
     #[test]

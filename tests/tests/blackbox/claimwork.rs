@@ -44,8 +44,12 @@ async fn a_task_created_while_waiting_is_returned_promptly() {
     let r = r.unwrap();
     let latency = done_at.saturating_duration_since(created_at);
     // In the deployed shape createTask and claimWork are different functions (processes):
-    // the wake-up crosses processes through the broker.
-    let bound = Duration::from_secs(if in_shape() { 2 } else { 30 });
+    // the wake-up crosses processes through the broker, and the wait is 60 s (20 s in the
+    // lambda-short mode). The pickup's latency is a benchmark's figure (docs/architecture.md:
+    // 87 ms between the functions); under a loaded LocalStack the claim's own writes took
+    // seconds (2.4 s once against a 2 s bound here), so the bound only tells a wake-up from
+    // the wait's end.
+    let bound = Duration::from_secs(if in_shape() { 10 } else { 30 });
     assert!(
         latency < bound,
         "took {latency:?} after creation: woken by the poll's end, not by the task"
@@ -413,7 +417,7 @@ async fn claim_work_at_its_concurrency_answers_at_once_and_the_rest_goes_on() {
             waiting.push(tokio::spawn(async move {
                 let began = Instant::now();
                 let r = q.claimWork(&idle, &worker("g", &id, 1)).await;
-                (r, began.elapsed())
+                (r, began.elapsed(), began)
             }));
             // One at a time, so each finds the others' slots taken and a free one.
             tokio::time::sleep(Duration::from_millis(300)).await;
@@ -463,7 +467,7 @@ async fn claim_work_at_its_concurrency_answers_at_once_and_the_rest_goes_on() {
             held_from - first
         );
         for w in waiting {
-            let (r, _) = w.await.unwrap();
+            let (r, _, _) = w.await.unwrap();
             assert_eq!(r.expect("a waiting call answers")["tasks"], json!([]));
         }
         let until = Instant::now() + Duration::from_secs(10);
@@ -482,9 +486,15 @@ async fn claim_work_at_its_concurrency_answers_at_once_and_the_rest_goes_on() {
     let still = waiting.iter().filter(|w| !w.is_finished()).count();
     // A task for the waiters goes to one of them.
     let id = create(&app, &task_def(&idle)).await;
+    let created = Instant::now();
+    // Waiters whose 20 s had 5 s left once the task was created: room for its wake-up and
+    // claim on a loaded machine. One that ran out meanwhile rightly misses it.
     let mut got = 0;
+    let mut with_room = 0;
     for w in waiting {
-        let (r, waited) = w.await.unwrap();
+        let (r, waited, began) = w.await.unwrap();
+        with_room +=
+            usize::from(created + Duration::from_secs(5) < began + Duration::from_secs(20));
         let r = r.expect("a waiting call answers");
         if r["tasks"][0]["status"]["taskId"] == id.as_str() {
             got += 1;
@@ -497,8 +507,14 @@ async fn claim_work_at_its_concurrency_answers_at_once_and_the_rest_goes_on() {
             );
         }
     }
-    // One of them takes it, if any was still waiting.
-    assert_eq!(got, usize::from(still > 0), "{still} still waiting");
+    // One of them takes it if any was still waiting with room to, none if none was waiting.
+    assert!(got <= 1, "one task, {got} takers");
+    if with_room > 0 {
+        assert_eq!(got, 1, "{with_room} waiting with 5 s left");
+    }
+    if still == 0 {
+        assert_eq!(got, 0, "nobody was waiting");
+    }
 }
 
 /// A wake-up carries the run that caused it: the woken claimWork claims it with one
