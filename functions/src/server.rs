@@ -622,7 +622,8 @@ impl JobLoop {
 /// Follows the stream jobs' streams in `log` until `stop`, one page for all of them at a
 /// time (they follow the same tables): at once after this process appends, else every `poll`
 /// (another process's writes), at once again while more is there, and after a failure that
-/// may pass with a backoff up to 10 s.
+/// may pass with a backoff up to 10 s. Of the processes sharing the store, the one holding a
+/// reader follows it ([`Follower::hold`]); the others try again every `poll`.
 async fn follow_streams(
     runs: Vec<JobLoop>,
     log: Arc<dyn ChangeLog>,
@@ -651,15 +652,34 @@ async fn follow_streams(
             backoff = (backoff * 2).min(Duration::from_secs(10));
         }
     }
+    // This process among those sharing the store: one of them follows each reader.
+    let holder = shared::ids::new_slugid();
     let appended = log.appended();
     loop {
         // Before the read: a commit after it wakes this wait.
         let woken = appended.notified();
         let (mut failed, mut more) = (false, false);
-        match Follower::read_for(log.as_ref(), &followers, BATCH).await {
+        for (run, f) in following.iter().zip(followers.iter_mut()) {
+            if let Err(e) = f.hold(&holder, Ts::now()).await {
+                report(run.job.name, Err(e));
+                failed = true;
+            }
+        }
+        let held: Vec<&Follower> = followers.iter().filter(|f| f.holds()).collect();
+        // Another process follows: this one's appends are that one's to hand on.
+        let following_any = !held.is_empty();
+        let read = if held.is_empty() {
+            Ok(Default::default())
+        } else {
+            Follower::read_for(log.as_ref(), &held, BATCH).await
+        };
+        match read {
             Ok(page) => {
                 more = page.more;
                 for (run, f) in following.iter().zip(followers.iter_mut()) {
+                    if !f.holds() {
+                        continue;
+                    }
                     let context = run.context(Shards::ALL);
                     if let Err(e) = f.take(&context, &page, &pass_budget()).await {
                         report(run.job.name, Err(e));
@@ -684,12 +704,19 @@ async fn follow_streams(
             }
         };
         let stopping = tokio::select! {
-            _ = woken, if !pause.is_zero() => false,
+            _ = woken, if !pause.is_zero() && following_any => false,
             _ = tokio::time::sleep(pause) => false,
             _ = stop.wait_for(|s| *s) => true,
         };
         for (run, f) in following.iter().zip(followers.iter_mut()) {
-            if let Err(e) = f.mark(stopping).await {
+            let marked = if stopping {
+                f.release(&holder, Ts::now()).await
+            } else if f.holds() {
+                f.mark(false).await
+            } else {
+                Ok(())
+            };
+            if let Err(e) = marked {
                 report(run.job.name, Err(e));
             }
         }

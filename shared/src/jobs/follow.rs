@@ -16,6 +16,10 @@ use std::time::{Duration, Instant};
 /// handled again after a crash (at least once, as a stream delivers), and a mark is a write.
 pub const MARK_EVERY: Duration = Duration::from_secs(1);
 
+/// How long a process holds a reader once it took it ([`ChangeLog::hold`]); it holds it again
+/// once half of that has passed. A killed process's successor waits at most this long.
+pub const HOLD_FOR: Duration = Duration::from_secs(10);
+
 /// One job reading its streams from a change log.
 pub struct Follower<'a> {
     job: &'static Job,
@@ -29,6 +33,8 @@ pub struct Follower<'a> {
     marked_at: Instant,
     /// Failures in a row of the batch at `at`.
     failures: u32,
+    /// Until when this process holds the reader, if it does.
+    held_until: Option<Ts>,
 }
 
 /// What one [`Follower::take`] did.
@@ -66,6 +72,7 @@ impl<'a> Follower<'a> {
             marked: at,
             marked_at: Instant::now(),
             failures: 0,
+            held_until: None,
         }))
     }
 
@@ -79,7 +86,7 @@ impl<'a> Follower<'a> {
     /// of every table any of them follows. Each then [takes](Follower::take) its part.
     pub async fn read_for(
         log: &dyn ChangeLog,
-        followers: &[Follower<'_>],
+        followers: &[&Follower<'_>],
         limit: usize,
     ) -> Result<ChangePage, JobError> {
         let from = followers.iter().map(|f| f.at).min().unwrap_or(0);
@@ -157,6 +164,55 @@ impl<'a> Follower<'a> {
                 })
             }
         }
+    }
+
+    /// Holds this follower's reader for `holder` at `now`, again once half of [`HOLD_FOR`]
+    /// has passed; true if this process follows it. Taken anew, it goes on from the reader's
+    /// marked position, which another holder may have moved meanwhile.
+    pub async fn hold(&mut self, holder: &str, now: Ts) -> Result<bool, JobError> {
+        let hold_ms = HOLD_FOR.as_millis() as i64;
+        if self.held_until.is_some_and(|u| u.0 - now.0 > hold_ms / 2) {
+            return Ok(true);
+        }
+        let until = Ts(now.0 + hold_ms);
+        let held = self
+            .log
+            .hold(self.job.name, holder, now, until)
+            .await
+            .map_err(store_error)?;
+        if !held {
+            self.held_until = None;
+            return Ok(false);
+        }
+        if self.held_until.is_none() {
+            let at = self
+                .log
+                .position(self.job.name)
+                .await
+                .map_err(store_error)?;
+            (self.at, self.marked, self.failures) = (at, at, 0);
+        }
+        self.held_until = Some(until);
+        Ok(true)
+    }
+
+    /// True while this process holds the reader ([`Follower::hold`]).
+    pub fn holds(&self) -> bool {
+        self.held_until.is_some()
+    }
+
+    /// Marks what was handled and lets the reader go, for a successor to follow at once.
+    pub async fn release(&mut self, holder: &str, now: Ts) -> Result<(), JobError> {
+        if !self.holds() {
+            return Ok(());
+        }
+        self.mark(true).await?;
+        self.held_until = None;
+        self.log
+            .hold(self.job.name, holder, now, now)
+            .await
+            .map_err(store_error)
+            .map(|_| ())
     }
 
     /// Tells the store where it stands if it moved and [`MARK_EVERY`] passed since the last
@@ -263,7 +319,7 @@ mod tests {
         limit: usize,
         budget: &Budget,
     ) -> Result<Step, JobError> {
-        let page = Follower::read_for(f.log, std::slice::from_ref(f), limit).await?;
+        let page = Follower::read_for(f.log, &[&*f], limit).await?;
         f.take(c, &page, budget).await
     }
 
@@ -348,7 +404,9 @@ mod tests {
         let mut behind = Follower::start(&OTHER, &store).await.unwrap().unwrap();
         write().await;
         let mut both = vec![again, behind];
-        let page = Follower::read_for(&store, &both, 100).await.unwrap();
+        let page = Follower::read_for(&store, &[&both[0], &both[1]], 100)
+            .await
+            .unwrap();
         assert_eq!(page.changes.len(), 6);
         let (first, second) = both.split_at_mut(1);
         assert_eq!(first[0].take(&c, &page, &budget).await.unwrap().read, 1);
@@ -357,5 +415,25 @@ mod tests {
         assert_eq!(COUNTED.load(Ordering::SeqCst), 6);
         behind = both.pop().unwrap();
         assert_eq!(behind.position(), page.next);
+
+        // One process at a time follows a reader; taking it, a process goes on from the
+        // reader's marked position; a holder that lets go or stops holding is succeeded.
+        let now = Ts::now();
+        assert!(behind.hold("p1", now).await.unwrap());
+        assert_eq!(behind.position(), 0, "from the stored position");
+        let mut rival = Follower::start(&OTHER, &store).await.unwrap().unwrap();
+        assert!(!rival.hold("p2", now).await.unwrap());
+        assert!(!rival.holds());
+        assert_eq!(step(&mut behind, &c, 100, &budget).await.unwrap().read, 6);
+        behind.release("p1", now).await.unwrap();
+        assert!(!behind.holds());
+        assert!(rival.hold("p2", now).await.unwrap());
+        assert_eq!(rival.position(), page.next, "where p1 marked");
+        assert!(!behind.hold("p1", now).await.unwrap());
+        let later = Ts(now.0 + HOLD_FOR.as_millis() as i64);
+        assert!(
+            behind.hold("p1", later).await.unwrap(),
+            "p2 stopped holding"
+        );
     }
 }

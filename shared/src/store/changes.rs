@@ -6,12 +6,15 @@
 //!   image, after the write commits (a delete, whose record has no new image, does not);
 //! - the changes of one item appear in the order of its writes;
 //! - a reader that does not mark what it handled ([`ChangeLog::passed`]) reads it again:
-//!   delivery is at least once, so what a reader does must be safe to repeat.
+//!   delivery is at least once, so what a reader does must be safe to repeat;
+//! - one holder at a time follows a reader ([`ChangeLog::hold`]), as a stream's shard has
+//!   one consumer, so that processes sharing a store do not all handle every change.
 //!
 //! A reader's position is kept in the store, so a killed process's successor goes on from it;
 //! what every reader has passed is forgotten.
 
 use super::{Item, StoreError};
+use crate::time::Ts;
 use async_trait::async_trait;
 use std::sync::Arc;
 use tokio::sync::Notify;
@@ -56,6 +59,17 @@ pub trait ChangeLog: Send + Sync + 'static {
     /// Marks everything up to `seq` handled by `reader` (a position never moves back); the
     /// log then forgets what every reader has passed.
     async fn passed(&self, reader: &str, seq: u64) -> Result<(), StoreError>;
+
+    /// Takes `reader` for `holder` until `until`, or keeps it, unless another holder has it
+    /// past `now`; true if `holder` holds it then. A holder killed holding it keeps others
+    /// out until `until`; an `until` at or before `now` lets it go at once.
+    async fn hold(
+        &self,
+        reader: &str,
+        holder: &str,
+        now: Ts,
+        until: Ts,
+    ) -> Result<bool, StoreError>;
 
     /// Notified (every waiter) after a write of this process appended to the log. Only a
     /// hint that shortens a reader's wait: another process's writes show at its next look.

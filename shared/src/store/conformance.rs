@@ -551,6 +551,48 @@ pub async fn racing_creates_have_one_winner(s: Arc<dyn Store>) {
     assert_eq!(winners, 1);
 }
 
+/// [`ChangeLog::hold`](super::changes::ChangeLog::hold): one holder follows a reader at a
+/// time; it keeps it by holding again, loses it once its time passes, and lets it go at once;
+/// readers are held apart. Needs a reader named `first` and one named `second`.
+pub async fn a_change_log_reader_has_one_holder(log: &dyn super::changes::ChangeLog) {
+    use crate::time::Ts;
+    let hold = |reader, holder, now, until| log.hold(reader, holder, Ts(now), Ts(until));
+    assert!(hold("first", "a", 1_000, 11_000).await.expect("hold"));
+    assert!(
+        !hold("first", "b", 2_000, 12_000).await.expect("hold"),
+        "a holds it"
+    );
+    assert!(
+        hold("second", "b", 2_000, 12_000).await.expect("hold"),
+        "another reader"
+    );
+    assert!(
+        hold("first", "a", 5_000, 15_000).await.expect("hold"),
+        "kept"
+    );
+    assert!(!hold("first", "b", 14_999, 25_000).await.expect("hold"));
+    assert!(
+        hold("first", "b", 15_000, 25_000).await.expect("hold"),
+        "a's time passed"
+    );
+    assert!(
+        !hold("first", "a", 16_000, 26_000).await.expect("hold"),
+        "b holds it now"
+    );
+    assert!(
+        hold("first", "b", 17_000, 17_000).await.expect("hold"),
+        "let go"
+    );
+    assert!(
+        hold("first", "a", 17_000, 27_000).await.expect("hold"),
+        "at once"
+    );
+    assert!(
+        !hold("nobody", "a", 17_000, 27_000).await.expect("hold"),
+        "not a reader"
+    );
+}
+
 /// The [`ChangeLog`](super::changes::ChangeLog) promises, for an adapter that keeps a log of
 /// table `T` (and not of `T2`) for the readers `"first"` and `"second"`, nothing written yet.
 pub async fn change_log_follows_writes(s: &dyn Store, log: &dyn super::changes::ChangeLog) {

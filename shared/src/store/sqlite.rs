@@ -7,6 +7,7 @@
 
 use super::changes::{Change, ChangeLog, ChangePage};
 use super::*;
+use crate::time::Ts;
 use rusqlite::{params, Connection, OptionalExtension, Statement};
 use std::cell::RefCell;
 use std::path::Path;
@@ -97,7 +98,8 @@ impl SqliteStore {
                     seq INTEGER PRIMARY KEY, tbl TEXT NOT NULL, pk TEXT NOT NULL,
                     sk TEXT NOT NULL, version INTEGER NOT NULL, data BLOB NOT NULL);
                  CREATE TABLE IF NOT EXISTS change_readers (
-                    reader TEXT PRIMARY KEY, seq INTEGER NOT NULL) WITHOUT ROWID;",
+                    reader TEXT PRIMARY KEY, seq INTEGER NOT NULL,
+                    holder TEXT, held_until INTEGER) WITHOUT ROWID;",
             )
             .map_err(other)?;
         migrate_entries(&writer)?;
@@ -940,6 +942,28 @@ impl ChangeLog for SqliteStore {
         .map(|_| ())
     }
 
+    async fn hold(
+        &self,
+        reader: &str,
+        holder: &str,
+        now: Ts,
+        until: Ts,
+    ) -> Result<bool, StoreError> {
+        let (reader, holder) = (reader.to_string(), holder.to_string());
+        self.write_txn(move |w| {
+            w.conn
+                .prepare_cached(
+                    "UPDATE change_readers SET holder = ?2, held_until = ?4 WHERE reader = ?1 \
+                     AND (holder IS NULL OR holder = ?2 OR held_until <= ?3)",
+                )
+                .and_then(|mut s| s.execute(params![reader, holder, now.0, until.0]))
+                .map_err(other)
+                .map(|n| n as u64)
+        })
+        .await
+        .map(|n| n == 1)
+    }
+
     fn appended(&self) -> Arc<tokio::sync::Notify> {
         self.log.appended.clone()
     }
@@ -966,6 +990,7 @@ mod tests {
             .await
             .unwrap();
         change_log_follows_writes(&store, &store).await;
+        crate::store::conformance::a_change_log_reader_has_one_holder(&store).await;
     }
 
     /// Positions and unread changes survive reopening; readers no longer named are dropped,

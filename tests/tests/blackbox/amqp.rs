@@ -292,6 +292,52 @@ async fn events_of_a_killed_publisher_arrive_after_restart() {
     broker.cleanup().await;
 }
 
+/// Two local servers over one data directory: one of them follows the store's change log
+/// at a time, so each event is published once, whichever server made the change; killed, the
+/// holder is succeeded once its hold runs out (shared::jobs::follow::HOLD_FOR).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_over_one_store_publish_each_event_once() {
+    let broker = Broker::connect().await;
+    let all = broker.bind(&ALL, "#").await;
+    let dir = tempfile::tempdir().expect("dir");
+    let envs = [
+        ("TCQ_AMQP_URL", amqp_url(&broker_addr())),
+        ("TCQ_EXCHANGE_PREFIX", broker.prefix.clone()),
+    ];
+    // One after the other: the first writes the data directory's credentials.
+    let name = "amqp::amqp_child_server";
+    let mut a = ChildServer::start(name, dir.path(), &envs).await;
+    let b = ChildServer::start(name, dir.path(), &envs).await;
+    let tq = task_queue_id();
+    let (qa, qb) = (queue_client(&a.root), queue_client(&b.root));
+    let mut ids = vec![];
+    for i in 0..6 {
+        let id = slugid();
+        let q = if i % 2 == 0 { &qa } else { &qb };
+        q.createTask(&id, &task_def(&tq)).await.expect("create");
+        ids.push(id);
+    }
+    let got = broker.take(&all, 12, Duration::from_secs(30)).await;
+    let extra = broker.rest(&all, Duration::from_millis(2_500)).await;
+    assert!(extra.is_empty(), "published twice: {extra:#?}");
+    for id in &ids {
+        assert_eq!(broker.names_of(&got, id), ["task-defined", "task-pending"]);
+    }
+    // Either may hold the log: once one is killed, the other publishes everything.
+    a.kill();
+    let first = ids.len();
+    for _ in 0..3 {
+        let id = slugid();
+        qb.createTask(&id, &task_def(&tq)).await.expect("create");
+        ids.push(id);
+    }
+    let got = broker.take(&all, 6, Duration::from_secs(30)).await;
+    for id in &ids[first..] {
+        assert_eq!(broker.names_of(&got, id), ["task-defined", "task-pending"]);
+    }
+    broker.cleanup().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn priority_changes_and_artifacts_reach_consumers() {
     let broker = Broker::connect().await;

@@ -479,12 +479,12 @@ impl ChildServer {
 }
 
 impl ChildServer {
-    /// SIGKILL, and reap the process.
     /// Its process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
 
+    /// SIGKILL, and reap the process.
     pub fn kill(&mut self) {
         self.child.kill().expect("SIGKILL the child");
         let status = self.child.wait().expect("wait for the child");
