@@ -88,7 +88,8 @@ impl JobError {
 /// write conditioned on the image's version, and a lost one finds the mark gone. A task whose
 /// resolution could not be handled is left to the scheduled pass (its `resolved` entry is
 /// restored) before the error is returned; so is one too large for the `budget` (see
-/// [`Queue::resolve_dependents_of`]), which the scheduled pass goes on with.
+/// [`Queue::resolve_dependents_of`]), which the scheduled pass goes on with, alone: an image
+/// of a resolution already left to the pass (`resolution_held`) is passed over.
 pub async fn dependencies_of(
     queue: &Queue,
     images: Vec<Item>,
@@ -109,9 +110,14 @@ pub async fn dependencies_of(
             }
         }
     }
-    let mut marked = newest.into_values().map(|i| {
+    // A resolution already left to the scheduled pass is the pass's: a second go beside the
+    // pass's would satisfy the partition's edges at twice their pace.
+    let mut marked = newest.into_values().filter_map(|i| {
         let rec = i.data.decode::<TaskRecord>().ok();
-        (i.pk, rec.map(|r| (r, i.version)))
+        if rec.as_ref().is_some_and(|r| r.resolution_held) {
+            return None;
+        }
+        Some((i.pk, rec.map(|r| (r, i.version))))
     });
     let mut n = 0;
     let mut failed = None;
@@ -586,5 +592,91 @@ mod tests {
             serde_json::json!({"dependentsDue": 5})
         )));
         assert!(!resolution_marked(&value(serde_json::json!({"runs": []}))));
+    }
+
+    /// A resolution the stream's resolver left to the scheduled pass is the pass's alone: the
+    /// stream's later images of it are passed over (two goes at once would satisfy the edges
+    /// at twice their partition's pace), and the pass releases the dependent.
+    #[tokio::test]
+    async fn a_resolution_left_to_the_scheduled_pass_is_passed_over_by_the_stream() {
+        use crate::ids::{new_slugid, TaskId, TaskQueueId};
+        use crate::queue::QueueConfig;
+        use crate::records::task::ReasonResolved;
+        use crate::records::task::TASKS;
+        use crate::store::shard::Shards;
+        use crate::store::Store;
+        use std::sync::Arc;
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            Arc::new(crate::store::sqlite::SqliteStore::open(&dir.path().join("db")).unwrap());
+        let queue = Queue::new(
+            store.clone(),
+            Arc::new(crate::signal::LocalSignal::default()),
+            crate::creds::IssuerCredentials {
+                client_id: "static/q".into(),
+                access_token: "t".into(),
+            },
+            QueueConfig {
+                events_from_stream: true,
+                ..QueueConfig::default()
+            },
+        );
+        let now = Ts::now();
+        let def = |deps: Vec<&str>| {
+            let mut body = serde_json::json!({
+                "taskQueueId": "prov/held", "created": now, "deadline": now.plus(3_600_000),
+                "payload": {}, "dependencies": deps,
+                "metadata": {"name": "n", "description": "d", "owner": "o@example.com",
+                             "source": "https://example.com/"}
+            });
+            crate::schema::validate_input("create-task-request", &mut body).unwrap();
+            body
+        };
+        let (dep, dependent) = (
+            TaskId::parse(&new_slugid()).unwrap(),
+            TaskId::parse(&new_slugid()).unwrap(),
+        );
+        queue
+            .create_task(&dep, def(vec![]), false, now)
+            .await
+            .unwrap();
+        queue
+            .create_task(&dependent, def(vec![dep.as_str()]), false, now)
+            .await
+            .unwrap();
+        let tq = TaskQueueId::parse("prov/held").unwrap();
+        let pass = queue.try_claim_work(&tq, "g", "w", 1, now).await.unwrap();
+        assert_eq!(pass.claims.len(), 1);
+        queue
+            .resolve(&dep, 0, ReasonResolved::Completed, now)
+            .await
+            .unwrap();
+        let state = |id: TaskId| {
+            let queue = &queue;
+            async move { queue.status(&id, now).await.unwrap().state() }
+        };
+        queue.hold_resolution(dep.as_str()).await.unwrap();
+        let held = store
+            .get(TASKS, dep.as_str(), SK_STATUS)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(resolution_marked(&held));
+        let budget = Budget::of(std::time::Duration::from_secs(30));
+        assert_eq!(
+            dependencies_of(&queue, vec![held], now, &budget)
+                .await
+                .unwrap(),
+            0
+        );
+        assert_eq!(state(dependent.clone()).await, "unscheduled");
+        let pass = queue
+            .resolve_dependents_once(now, 100, Shards::ALL, &budget)
+            .await
+            .unwrap();
+        assert_eq!(pass.done, 1, "the pass released it");
+        assert_eq!(state(dependent).await, "pending");
+        let (rec, _) = queue.load(dep.as_str()).await.unwrap().unwrap();
+        assert!(!rec.resolution_held && rec.dependents_due.is_none());
     }
 }

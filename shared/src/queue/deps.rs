@@ -287,8 +287,8 @@ impl Queue {
     ///
     /// The edges share the task's partition, so they are satisfied at most
     /// `dependents_per_sec` a second ([`DEPENDENTS_PER_SEC`]). A release too large for the
-    /// budget stops between chunks with the mark still set: the next go skips the edges
-    /// already satisfied.
+    /// budget stops between chunks with the mark still set, once the next chunk's time has
+    /// come: the next go skips the edges already satisfied, at the same pace.
     ///
     /// [`DEPENDENTS_PER_SEC`]: super::DEPENDENTS_PER_SEC
     pub async fn resolve_dependents_of(
@@ -331,6 +331,8 @@ impl Queue {
                 .collect();
             for chunk in todo.chunks(PARALLEL) {
                 if went && !budget.left() {
+                    // Until the next chunk's time: a go that takes over at once keeps the pace.
+                    pace.before(0).await;
                     return Ok(release);
                 }
                 went = true;
@@ -363,6 +365,7 @@ impl Queue {
             .mutate(task_id, |rec| {
                 if rec.dependents_due.is_some() {
                     rec.sweep = true;
+                    rec.resolution_held = true;
                 }
                 Ok(())
             })

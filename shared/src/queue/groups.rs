@@ -666,6 +666,7 @@ impl Queue {
                 return Ok(());
             }
             rec.dependents_due = None;
+            rec.resolution_held = false;
             let mut ops = vec![];
             if rec.group_counted && !rec.is_unresolved() {
                 rec.group_counted = false;

@@ -220,6 +220,7 @@ impl Queue {
             unsatisfied: 0,
             dependents_due: None,
             group_counted: true,
+            resolution_held: false,
             sweep: !self.cfg.events_from_stream,
             aged: None,
             held_since: None,

@@ -447,6 +447,12 @@ pub struct TaskRecord {
     /// finish sets this (the publisher with the events it holds), and it stays set.
     #[serde(default = "super::outbox::sweep_by_default")]
     pub sweep: bool,
+    /// Set when a stream's dependency resolver left this resolution to the scheduled pass
+    /// (it failed, or its release outlasted the budget), cleared with `dependents_due`: the
+    /// stream's images of it are passed over, so that one go at a time releases the edges,
+    /// at their partition's pace.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub resolution_held: bool,
     /// When a stream publisher first failed to deliver the events this record holds for the
     /// sweeper; cleared once its outbox empties (the oldest unpublished event's age).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -659,6 +665,7 @@ impl TaskRecord {
             unsatisfied: 0,
             dependents_due: None,
             group_counted: false,
+            resolution_held: false,
             sweep: true,
             aged: None,
             held_since: None,
