@@ -653,7 +653,7 @@ async fn follow_streams(
         }
     }
     // This process among those sharing the store: one of them follows each reader.
-    let holder = shared::ids::new_slugid();
+    let holder = shared::jobs::follow::process_holder();
     let appended = log.appended();
     loop {
         // Before the read: a commit after it wakes this wait.

@@ -20,6 +20,43 @@ pub const MARK_EVERY: Duration = Duration::from_secs(1);
 /// once half of that has passed. A killed process's successor waits at most this long.
 pub const HOLD_FOR: Duration = Duration::from_secs(10);
 
+/// A name for this process as a holder of change-log readers ([`Follower::hold`]): its
+/// host, its process id and a random part, so that [`holder_is_gone`] can tell, on the same
+/// host, that the process is gone.
+pub fn process_holder() -> String {
+    format!(
+        "{}/{}/{}",
+        this_host().unwrap_or_default(),
+        std::process::id(),
+        crate::ids::new_slugid()
+    )
+}
+
+/// True if `holder` ([`process_holder`]) names a process of this host that no longer runs.
+/// Only where this can be told (Linux's `/proc`); elsewhere, and for other hosts' processes,
+/// false: their holds run out instead.
+pub fn holder_is_gone(holder: &str) -> bool {
+    let mut parts = holder.splitn(3, '/');
+    let (Some(host), Some(pid), Some(_)) = (parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    let proc_fs = std::path::Path::new("/proc");
+    let Ok(pid) = pid.parse::<u32>() else {
+        return false;
+    };
+    Some(host) == this_host().as_deref()
+        && proc_fs.join("self").exists()
+        && !proc_fs.join(pid.to_string()).exists()
+}
+
+/// This host's name, where the system tells it (Linux).
+fn this_host() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty() && !h.contains('/'))
+}
+
 /// One job reading its streams from a change log.
 pub struct Follower<'a> {
     job: &'static Job,
@@ -175,16 +212,30 @@ impl<'a> Follower<'a> {
             return Ok(true);
         }
         let until = Ts(now.0 + hold_ms);
-        let held = self
+        let name = self.job.name;
+        let mut held = self
             .log
-            .hold(self.job.name, holder, now, until)
+            .hold(name, holder, now, until, None)
             .await
             .map_err(store_error)?;
+        if !held {
+            // A holder this host can tell is gone (killed, and restarted as this process)
+            // is succeeded at once rather than when its hold runs out.
+            let other = self.log.holder(name).await.map_err(store_error)?;
+            if let Some((other, _)) = other.filter(|(h, _)| h != holder && holder_is_gone(h)) {
+                held = self
+                    .log
+                    .hold(name, holder, now, until, Some(&other))
+                    .await
+                    .map_err(store_error)?;
+            }
+        }
         if !held {
             self.held_until = None;
             return Ok(false);
         }
-        if self.held_until.is_none() {
+        // Taken anew, or again after its hold ran out (another may have held it meanwhile).
+        if self.held_until.is_none_or(|u| u <= now) {
             let at = self
                 .log
                 .position(self.job.name)
@@ -209,7 +260,7 @@ impl<'a> Follower<'a> {
         self.mark(true).await?;
         self.held_until = None;
         self.log
-            .hold(self.job.name, holder, now, now)
+            .hold(self.job.name, holder, now, now, None)
             .await
             .map_err(store_error)
             .map(|_| ())
@@ -323,6 +374,22 @@ mod tests {
         f.take(c, &page, budget).await
     }
 
+    /// This process is not gone; a process id no system hands out is, on this host only.
+    #[test]
+    fn a_holder_is_gone_only_if_its_process_on_this_host_is() {
+        let me = process_holder();
+        assert!(!holder_is_gone(&me));
+        let host = me.split('/').next().unwrap();
+        // Above Linux's largest process id (2^22).
+        let dead = format!("{host}/4194305/x");
+        assert_eq!(
+            holder_is_gone(&dead),
+            std::path::Path::new("/proc/self").exists()
+        );
+        assert!(!holder_is_gone("another-host/4194305/x"));
+        assert!(!holder_is_gone("p1"));
+    }
+
     fn seen() -> Vec<u64> {
         std::mem::take(&mut *SEEN.lock().unwrap())
     }
@@ -430,10 +497,23 @@ mod tests {
         assert!(rival.hold("p2", now).await.unwrap());
         assert_eq!(rival.position(), page.next, "where p1 marked");
         assert!(!behind.hold("p1", now).await.unwrap());
+        write().await;
+        assert_eq!(step(&mut rival, &c, 100, &budget).await.unwrap().read, 1);
+        rival.mark(true).await.unwrap();
         let later = Ts(now.0 + HOLD_FOR.as_millis() as i64);
         assert!(
             behind.hold("p1", later).await.unwrap(),
             "p2 stopped holding"
         );
+        assert_eq!(behind.position(), rival.position(), "where p2 marked");
+        // p1's hold runs out unrenewed; p2 takes the reader, moves it on and lets it go; p1,
+        // holding it again, goes on from there.
+        let out = Ts(later.0 + HOLD_FOR.as_millis() as i64);
+        assert!(rival.hold("p2", out).await.unwrap());
+        write().await;
+        assert_eq!(step(&mut rival, &c, 100, &budget).await.unwrap().read, 1);
+        rival.release("p2", out).await.unwrap();
+        assert!(behind.hold("p1", Ts(out.0 + 1)).await.unwrap());
+        assert_eq!(behind.position(), rival.position(), "where p2 let go");
     }
 }

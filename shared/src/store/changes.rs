@@ -61,15 +61,20 @@ pub trait ChangeLog: Send + Sync + 'static {
     async fn passed(&self, reader: &str, seq: u64) -> Result<(), StoreError>;
 
     /// Takes `reader` for `holder` until `until`, or keeps it, unless another holder has it
-    /// past `now`; true if `holder` holds it then. A holder killed holding it keeps others
-    /// out until `until`; an `until` at or before `now` lets it go at once.
+    /// past `now` (but for `or_from`, a holder known to be gone); true if `holder` holds it
+    /// then. A holder killed holding it keeps others out until `until`, unless they can tell
+    /// it is gone; an `until` at or before `now` lets it go at once.
     async fn hold(
         &self,
         reader: &str,
         holder: &str,
         now: Ts,
         until: Ts,
+        or_from: Option<&str>,
     ) -> Result<bool, StoreError>;
+
+    /// Who holds `reader`, if anyone ever took it, and until when.
+    async fn holder(&self, reader: &str) -> Result<Option<(String, Ts)>, StoreError>;
 
     /// Notified (every waiter) after a write of this process appended to the log. Only a
     /// hint that shortens a reader's wait: another process's writes show at its next look.

@@ -556,7 +556,7 @@ pub async fn racing_creates_have_one_winner(s: Arc<dyn Store>) {
 /// readers are held apart. Needs a reader named `first` and one named `second`.
 pub async fn a_change_log_reader_has_one_holder(log: &dyn super::changes::ChangeLog) {
     use crate::time::Ts;
-    let hold = |reader, holder, now, until| log.hold(reader, holder, Ts(now), Ts(until));
+    let hold = |reader, holder, now, until| log.hold(reader, holder, Ts(now), Ts(until), None);
     assert!(hold("first", "a", 1_000, 11_000).await.expect("hold"));
     assert!(
         !hold("first", "b", 2_000, 12_000).await.expect("hold"),
@@ -591,6 +591,13 @@ pub async fn a_change_log_reader_has_one_holder(log: &dyn super::changes::Change
         !hold("nobody", "a", 17_000, 27_000).await.expect("hold"),
         "not a reader"
     );
+    // From a holder known to be gone, before its time passes; only from that one.
+    let holder = log.holder("first").await.expect("holder");
+    assert_eq!(holder, Some(("a".to_string(), Ts(27_000))));
+    let take = |from| log.hold("first", "c", Ts(18_000), Ts(28_000), Some(from));
+    assert!(!take("b").await.expect("hold"), "b does not hold it");
+    assert!(take("a").await.expect("hold"), "a is gone");
+    assert_eq!(log.holder("nobody").await.expect("holder"), None);
 }
 
 /// The [`ChangeLog`](super::changes::ChangeLog) promises, for an adapter that keeps a log of

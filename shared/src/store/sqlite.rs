@@ -948,20 +948,40 @@ impl ChangeLog for SqliteStore {
         holder: &str,
         now: Ts,
         until: Ts,
+        or_from: Option<&str>,
     ) -> Result<bool, StoreError> {
         let (reader, holder) = (reader.to_string(), holder.to_string());
+        let or_from = or_from.map(str::to_string);
         self.write_txn(move |w| {
             w.conn
                 .prepare_cached(
                     "UPDATE change_readers SET holder = ?2, held_until = ?4 WHERE reader = ?1 \
-                     AND (holder IS NULL OR holder = ?2 OR held_until <= ?3)",
+                     AND (holder IS NULL OR holder = ?2 OR held_until <= ?3 OR holder = ?5)",
                 )
-                .and_then(|mut s| s.execute(params![reader, holder, now.0, until.0]))
+                .and_then(|mut s| s.execute(params![reader, holder, now.0, until.0, or_from]))
                 .map_err(other)
                 .map(|n| n as u64)
         })
         .await
         .map(|n| n == 1)
+    }
+
+    async fn holder(&self, reader: &str) -> Result<Option<(String, Ts)>, StoreError> {
+        let reader = reader.to_string();
+        self.read_point(move |c| {
+            c.prepare_cached(
+                "SELECT holder, held_until FROM change_readers \
+                 WHERE reader = ?1 AND holder IS NOT NULL",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![reader], |r| {
+                    Ok((r.get::<_, String>(0)?, Ts(r.get::<_, i64>(1)?)))
+                })
+                .optional()
+            })
+            .map_err(other)
+        })
+        .await
     }
 
     fn appended(&self) -> Arc<tokio::sync::Notify> {
