@@ -297,6 +297,11 @@ async fn events_of_a_killed_publisher_arrive_after_restart() {
 /// holder is succeeded once its hold runs out (shared::jobs::follow::HOLD_FOR).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_servers_over_one_store_publish_each_event_once() {
+    if on_localstack() {
+        // Over DynamoDB the local server keeps the outbox mode: no change log to hold.
+        eprintln!("the change log is the embedded store's");
+        return;
+    }
     let broker = Broker::connect().await;
     let all = broker.bind(&ALL, "#").await;
     let dir = tempfile::tempdir().expect("dir");
