@@ -668,7 +668,7 @@ async fn follow_streams(
         let held: Vec<&Follower> = followers.iter().filter(|f| f.holds()).collect();
         // Another process follows: this one's appends are that one's to hand on.
         let following_any = !held.is_empty();
-        let read = if held.is_empty() {
+        let read = if !following_any {
             Ok(Default::default())
         } else {
             Follower::read_for(log.as_ref(), &held, BATCH).await

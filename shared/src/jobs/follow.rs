@@ -41,12 +41,10 @@ pub fn holder_is_gone(holder: &str) -> bool {
         return false;
     };
     let proc_fs = std::path::Path::new("/proc");
-    let Ok(pid) = pid.parse::<u32>() else {
-        return false;
-    };
-    Some(host) == this_host().as_deref()
+    pid.parse::<u32>().is_ok()
+        && Some(host) == this_host().as_deref()
         && proc_fs.join("self").exists()
-        && !proc_fs.join(pid.to_string()).exists()
+        && !proc_fs.join(pid).exists()
 }
 
 /// This host's name, where the system tells it (Linux).
