@@ -14,7 +14,7 @@ pub const SCHEMA_BASE: &str = "https://taskcluster-queue.invalid/schemas/queue/v
 struct Registry {
     docs: HashMap<&'static str, Value>,
     /// Every schema by `$id`, shared by all validators for resolving `$ref`s.
-    refs: jsonschema::Registry,
+    refs: jsonschema::Registry<'static>,
     /// Compiled on first use, so a process compiles only the schemas it validates against.
     validators: HashMap<&'static str, OnceLock<jsonschema::Validator>>,
 }
@@ -30,11 +30,12 @@ fn registry() -> &'static Registry {
             docs.insert(*name, doc);
         }
         let resources = docs.iter().map(|(name, doc)| {
-            let res = jsonschema::Resource::from_contents(doc.clone())
-                .unwrap_or_else(|e| panic!("schema {name}: {e}"));
+            let res = jsonschema::Resource::from_contents(doc.clone());
             (format!("{SCHEMA_BASE}{name}.json"), res)
         });
-        let refs = jsonschema::Registry::try_from_resources(resources)
+        let refs = jsonschema::Registry::new()
+            .extend(resources)
+            .and_then(|b| b.prepare())
             .unwrap_or_else(|e| panic!("schema registry: {e}"));
         let validators = docs.keys().map(|n| (*n, OnceLock::new())).collect();
         Registry {
@@ -51,7 +52,7 @@ fn validator(name: &str) -> Option<&'static jsonschema::Validator> {
     Some(slot.get_or_init(|| {
         jsonschema::options()
             .should_validate_formats(true)
-            .with_registry(reg.refs.clone())
+            .with_registry(&reg.refs)
             .build(&reg.docs[key])
             .unwrap_or_else(|e| panic!("schema {key} does not compile: {e}"))
     }))
@@ -76,7 +77,9 @@ pub fn check(name: &str, value: &Value) -> Result<(), Vec<String>> {
 /// [`check`] naming the failing keyword but never the value: for what the queue itself
 /// produced (an answer may hold credentials, and the error is logged).
 pub fn check_quietly(name: &str, value: &Value) -> Result<(), Vec<String>> {
-    check_with(name, value, |at, e| format!("{at} fails {}", e.schema_path))
+    check_with(name, value, |at, e| {
+        format!("{at} fails {}", e.schema_path())
+    })
 }
 
 fn check_with(
@@ -94,7 +97,7 @@ fn check_with(
     let errors: Vec<String> = v
         .iter_errors(value)
         .map(|e| {
-            let path = e.instance_path.to_string();
+            let path = e.instance_path().to_string();
             let at = if path.is_empty() {
                 "(body)".to_string()
             } else {
