@@ -94,30 +94,42 @@ pub fn issue(
     expiry: Ts,
 ) -> TempCredentials {
     let seed = format!("{}{}", new_slugid(), new_slugid());
-    let mut lines = vec![
-        "version:1".to_string(),
-        format!("clientId:{client_id}"),
-        format!("issuer:{}", issuer.client_id),
-        format!("seed:{seed}"),
-        format!("start:{}", start.millis()),
-        format!("expiry:{}", expiry.millis()),
-        "scopes:".to_string(),
-    ];
-    lines.extend(scopes.iter().cloned());
-    let signature = STANDARD.encode(hmac(&issuer.access_token, &lines.join("\n")));
-    let certificate = json!({
-        "version": 1,
-        "scopes": scopes,
-        "start": start.millis(),
-        "expiry": expiry.millis(),
-        "seed": seed,
-        "signature": signature,
-        "issuer": issuer.client_id,
-    });
+    let (start, expiry) = (start.millis(), expiry.millis());
+    // The text the signature covers: the certificate's fields, one per line, then the scopes.
+    let mut text = format!(
+        "version:1\nclientId:{client_id}\nissuer:{}\nseed:{seed}\nstart:{start}\nexpiry:{expiry}\nscopes:",
+        issuer.client_id
+    );
+    for scope in scopes {
+        text.push('\n');
+        text.push_str(scope);
+    }
+    let signature = STANDARD.encode(hmac(&issuer.access_token, &text));
+    /// The certificate as clients carry it, its keys in the order a JSON object sorts them.
+    #[derive(serde::Serialize)]
+    struct Certificate<'a> {
+        expiry: i64,
+        issuer: &'a str,
+        scopes: &'a [String],
+        seed: &'a str,
+        signature: &'a str,
+        start: i64,
+        version: u32,
+    }
+    let certificate = Certificate {
+        expiry,
+        issuer: &issuer.client_id,
+        scopes,
+        seed: &seed,
+        signature: &signature,
+        start,
+        version: 1,
+    };
     TempCredentials {
         client_id: client_id.to_string(),
         access_token: crate::auth::cert::temp_access_token(&issuer.access_token, &seed),
-        certificate: certificate.to_string(),
+        // A struct of strings, numbers and a list of strings always serializes.
+        certificate: serde_json::to_string(&certificate).unwrap_or_default(),
     }
 }
 
@@ -247,6 +259,14 @@ mod tests {
         let c = for_claim(&issuer, "T", &run, &["x".into()], Ts(1000));
         assert_eq!(c.client_id, "task-client/T/0/on/g/w/until/2");
         let cert: serde_json::Value = serde_json::from_str(&c.certificate).unwrap();
+        // The same text as the certificate's JSON object gives: keys sorted, nothing added.
+        assert_eq!(c.certificate, cert.to_string());
+        assert_eq!(cert["version"], 1);
+        assert_eq!(cert["issuer"], "static/q");
+        assert_eq!(
+            (cert["start"].as_i64(), cert["expiry"].as_i64()),
+            (Some(1000), Some(2000))
+        );
         let text = format!(
             "version:1\nclientId:{}\nissuer:static/q\nseed:{}\nstart:1000\nexpiry:2000\nscopes:\nqueue:reclaim-task:T/0\nqueue:resolve-task:T/0\nqueue:create-artifact:T/0\nx",
             c.client_id,

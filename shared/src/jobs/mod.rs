@@ -96,28 +96,25 @@ pub async fn dependencies_of(
     now: Ts,
     budget: &Budget,
 ) -> Result<usize, JobError> {
-    // The newest image of each marked task; the record in it saves the read (a write
-    // conditioned on its version confirms it, or the task is read again).
-    let mut newest: std::collections::BTreeMap<String, Item> = Default::default();
+    // Each task's images that may carry a mark, newest first: most carry none (the local
+    // server's change log hands the resolver every write's), and a search of the stored text
+    // for the attribute's name passes over those unparsed.
+    let mut named: std::collections::BTreeMap<String, Vec<Item>> = Default::default();
     for image in images {
-        if image.sk != SK_STATUS || !resolution_marked(&image) {
-            continue;
-        }
-        match newest.get(&image.pk) {
-            Some(seen) if seen.version >= image.version => {}
-            _ => {
-                newest.insert(image.pk.clone(), image);
-            }
+        if image.sk == SK_STATUS && image.data.may_hold(b"\"dependentsDue\"") {
+            named.entry(image.pk.clone()).or_default().push(image);
         }
     }
-    // A resolution already left to the scheduled pass is the pass's: a second go beside the
-    // pass's would satisfy the partition's edges at twice their pace.
-    let mut marked = newest.into_values().filter_map(|i| {
-        let rec = i.data.decode::<TaskRecord>().ok();
-        if rec.as_ref().is_some_and(|r| r.resolution_held) {
-            return None;
-        }
-        Some((i.pk, rec.map(|r| (r, i.version))))
+    // The newest marked image of each task; the record in it saves the read (a write
+    // conditioned on its version confirms it, or the task is read again). A resolution
+    // already left to the scheduled pass is the pass's: a second go beside the pass's would
+    // satisfy the partition's edges at twice their pace.
+    let mut marked = named.into_values().filter_map(|mut images| {
+        images.sort_by_key(|i| std::cmp::Reverse(i.version));
+        images
+            .into_iter()
+            .find_map(marked_record)
+            .filter(|(_, rec)| !rec.as_ref().is_some_and(|(r, _)| r.resolution_held))
     });
     let mut n = 0;
     let mut failed = None;
@@ -157,26 +154,26 @@ pub async fn dependencies_of(
     }
 }
 
-/// True if a status image carries a resolution mark (`dependentsDue`). Most images carry
-/// none (the local server's change log hands the resolver every write's), and a search of the
-/// stored text for the attribute's name settles those at a fraction of a parse; the rest are
-/// read as a one-field record, their other attributes skipped, not built into a `Value`.
-fn resolution_marked(image: &Item) -> bool {
-    let named = image.data.encoded().map_or(true, |text| {
-        memchr::memmem::find(&text, b"\"dependentsDue\"").is_some()
-    });
-    if !named {
-        return false;
+/// The task a status image shows, if the image carries a resolution mark (`dependentsDue`),
+/// with the record and its version; a record this build cannot decode is read again by id
+/// if the mark, read alone, is there.
+fn marked_record(image: Item) -> Option<(String, Option<(TaskRecord, u64)>)> {
+    match image.data.decode::<TaskRecord>() {
+        Ok(rec) => rec
+            .dependents_due
+            .is_some()
+            .then_some((image.pk, Some((rec, image.version)))),
+        Err(_) => {
+            #[derive(serde::Deserialize)]
+            struct Mark {
+                #[serde(default, rename = "dependentsDue")]
+                dependents_due: Option<serde::de::IgnoredAny>,
+            }
+            let mark = image.data.decode::<Mark>();
+            mark.is_ok_and(|m| m.dependents_due.is_some())
+                .then_some((image.pk, None))
+        }
     }
-    #[derive(serde::Deserialize)]
-    struct Mark {
-        #[serde(default, rename = "dependentsDue")]
-        dependents_due: Option<serde::de::IgnoredAny>,
-    }
-    image
-        .data
-        .decode::<Mark>()
-        .is_ok_and(|m| m.dependents_due.is_some())
 }
 
 /// Publishes what waits in outboxes, remembering what it published (a record written while
@@ -569,6 +566,11 @@ mod tests {
             data,
             indexes: vec![],
         }
+    }
+
+    /// What the stream's resolver concludes of one image: passed over unparsed, or marked.
+    fn resolution_marked(image: &Item) -> bool {
+        image.data.may_hold(b"\"dependentsDue\"") && marked_record(image.clone()).is_some()
     }
 
     /// Only an image whose `dependentsDue` holds a time is marked, as text or as a value.

@@ -51,6 +51,15 @@ impl Data {
         }
     }
 
+    /// False only if the JSON text is at hand and does not hold `needle`: a search that lets
+    /// a reader pass over an item without parsing it, where the attribute it looks for is
+    /// always written when set.
+    pub fn may_hold(&self, needle: &[u8]) -> bool {
+        self.bytes
+            .as_deref()
+            .is_none_or(|b| memchr::memmem::find(b, needle).is_some())
+    }
+
     /// The JSON text, encoding the value if that is all there is.
     pub fn encoded(&self) -> serde_json::Result<Cow<'_, [u8]>> {
         match &self.bytes {
@@ -141,6 +150,18 @@ impl Serialize for Data {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Only text at hand can rule an attribute out; a value, or text changed through the
+    /// value, may hold anything.
+    #[test]
+    fn only_text_at_hand_rules_a_name_out() {
+        let mut d = Data::from_bytes(br#"{"outbox":[],"a":1}"#.to_vec());
+        assert!(!d.may_hold(br#""outbox":[{"#));
+        assert!(d.may_hold(br#""a":1"#));
+        d["outbox"] = json!([{ "id": "e" }]);
+        assert!(d.may_hold(br#""outbox":[{"#));
+        assert!(Data::from(json!({})).may_hold(b"anything"));
+    }
 
     #[test]
     fn a_record_goes_to_text_and_back_without_a_value() {
