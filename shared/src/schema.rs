@@ -2,7 +2,7 @@
 //! every response and every message.
 
 use crate::error::{ApiError, ErrorCode};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
@@ -17,8 +17,9 @@ struct Registry {
     refs: jsonschema::Registry<'static>,
     /// Compiled on first use, so a process compiles only the schemas it validates against.
     validators: HashMap<&'static str, OnceLock<jsonschema::Validator>>,
-    /// Each schema's defaults, found once rather than by a walk of its document per request.
-    defaults: HashMap<&'static str, Defaults>,
+    /// Each schema's defaults, found on first use rather than by a walk of its document per
+    /// request (and, like the validators, only for the schemas a process fills).
+    defaults: HashMap<&'static str, OnceLock<Defaults>>,
 }
 
 /// The defaults of an object schema's properties, and of those nested inline objects that have
@@ -82,7 +83,7 @@ fn registry() -> &'static Registry {
             .and_then(|b| b.prepare())
             .unwrap_or_else(|e| panic!("schema registry: {e}"));
         let validators = docs.keys().map(|n| (*n, OnceLock::new())).collect();
-        let defaults = docs.iter().map(|(n, d)| (*n, Defaults::of(d))).collect();
+        let defaults = docs.keys().map(|n| (*n, OnceLock::new())).collect();
         Registry {
             docs,
             refs,
@@ -190,21 +191,10 @@ pub fn validate_input_at(
 /// Fills missing properties that have a `default` (top level and nested inline objects), as
 /// ajv's `useDefaults` does upstream.
 pub fn fill_defaults(name: &str, body: &mut Value) {
-    if let Some(defaults) = registry().defaults.get(name) {
-        defaults.fill(body);
+    let reg = registry();
+    if let Some((key, slot)) = reg.defaults.get_key_value(name) {
+        slot.get_or_init(|| Defaults::of(&reg.docs[key])).fill(body);
     }
-}
-
-/// Keeps only the keys listed in a schema's top-level `properties` (used to build the
-/// stored definition from a validated request).
-pub fn known_properties(name: &str) -> Map<String, Value> {
-    registry()
-        .docs
-        .get(name)
-        .and_then(|d| d.get("properties"))
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -262,7 +252,7 @@ mod tests {
         }
         for name in names() {
             let doc = document(name).unwrap();
-            let objects: Map<String, Value> = doc
+            let objects: serde_json::Map<String, Value> = doc
                 .get("properties")
                 .and_then(Value::as_object)
                 .into_iter()
@@ -277,6 +267,7 @@ mod tests {
                 assert_eq!(filled, expected, "{name}");
             }
         }
-        assert!(registry().defaults["create-task-request"].0.len() >= 5);
+        let filled = registry().defaults["create-task-request"].get();
+        assert!(filled.is_some_and(|d| d.0.len() >= 5));
     }
 }
